@@ -1,0 +1,1 @@
+"""The ``tensorarena`` command line."""

@@ -1,0 +1,56 @@
+"""``tensorarena`` — entry point. Each command lives in its own module, imported only when used.
+
+A command module exposes ``configure(parser)`` (add its arguments) and ``run(args) -> int`` (the
+exit status). ``bench`` has one module per benchmark under :mod:`tensorarena.bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+#: command → (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("tensorarena.cli.plan", "plan offsets for a problem CSV (static memory planning)"),
+}
+
+#: benchmark → (module, one-line help)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "alloc": ("tensorarena.bench.alloc", "allocate/free latency and footprint of every strategy"),
+    "reuse": ("tensorarena.bench.reuse", "pooled arrays vs np.empty: page-fault reuse"),
+    "threads": ("tensorarena.bench.threads", "allocation throughput across threads"),
+    "plan": ("tensorarena.bench.plan", "planners on the public suites and real models"),
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tensorarena", description="The memory manager of a machine-learning runtime."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(_module=module)
+        importlib.import_module(module).configure(sub)
+    bench = commands.add_parser("bench", help="run a benchmark and print its table")
+    benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    for name, (module, help_text) in BENCHMARKS.items():
+        sub = benchmarks.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(_module=module)
+        importlib.import_module(module).configure(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _build_parser().parse_args(argv)
+    status: int = importlib.import_module(args._module).run(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

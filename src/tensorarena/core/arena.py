@@ -1,0 +1,282 @@
+"""An arena: one contiguous region, one placement strategy, the map of live blocks, counters.
+
+The arena is where user input is checked. A strategy sees only valid requests; every error is
+raised before any state changes, so a failed call leaves the arena exactly as it was.
+
+Sizes are rounded up to a multiple of the request's alignment before they reach the strategy (as
+RMM does), so aligned requests never leave slivers that no aligned request could use. Statistics
+count the bytes *requested*; the rounding shows up as reserved-but-unallocated space.
+
+The region starts at ``base`` (0 for bookkeeping alone, or the address of real memory); an
+alignment is honoured on absolute addresses, so it may not exceed the alignment of ``base``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tensorarena.core.registry import StrategySpec, strategy_factory
+from tensorarena.core.strategy import PlacementStrategy
+from tensorarena.errors import (
+    DoubleFreeError,
+    InvalidAddressError,
+    InvalidAlignmentError,
+    InvalidSizeError,
+    OutOfMemoryError,
+    SizeMismatchError,
+)
+from tensorarena.sizes import MAX_SIZE, Size, check_alignment, format_size, parse_size
+
+__all__ = ["DEFAULT_ALIGNMENT", "Arena", "ArenaStatistics"]
+
+#: Default alignment of every allocation, as in RMM and cudaMalloc.
+DEFAULT_ALIGNMENT = 256
+
+_DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class ArenaStatistics:
+    """A snapshot of an arena's counters. All sizes in bytes."""
+
+    capacity: int
+    allocated: int  #: bytes requested by live blocks
+    peak_allocated: int  #: the most ``allocated`` has been since creation
+    reserved: int  #: bytes taken from the strategy by live blocks (requests rounded up)
+    free: int  #: free bytes according to the strategy
+    largest_free: int  #: the largest request that could still succeed
+    free_extents: int  #: number of separate free extents
+    live_blocks: int
+    alloc_count: int  #: successful allocations since creation
+    free_count: int  #: deallocations since creation (``reset`` counts every block it frees)
+
+    @property
+    def fragmentation(self) -> float:
+        """``1 - largest_free / free``: 0 when the free space is one extent (or there is none)."""
+        return 1.0 - self.largest_free / self.free if self.free else 0.0
+
+
+class Arena:
+    """One region ``[base, base + capacity)`` carved up by one placement strategy."""
+
+    def __init__(
+        self,
+        capacity: Size,
+        strategy: StrategySpec = "first_fit",
+        *,
+        base: int = 0,
+        debug: bool = _DEBUG,
+    ) -> None:
+        self._capacity = parse_size(capacity, name="capacity")
+        if type(base) is not int or base < 0:
+            raise InvalidAddressError(f"base must be a non-negative int, got {base!r}", address=-1)
+        self._strategy: PlacementStrategy = strategy_factory(strategy)(self._capacity)
+        self._base = base
+        # Largest power of two dividing base: alignments above it cannot be honoured.
+        self._base_alignment = base & -base if base else 1 << 62
+        self._live: dict[int, tuple[int, int]] = {}  # address -> (requested, reserved)
+        self._released: set[int] = set()  # freed addresses, to tell double frees from foreign ones
+        self._allocated = 0
+        self._reserved = 0
+        self._peak = 0
+        self._alloc_count = 0
+        self._free_count = 0
+        self._debug = debug
+
+    # --- properties ------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Size of the region in bytes."""
+        return self._capacity
+
+    @property
+    def base(self) -> int:
+        """Address of the region's first byte."""
+        return self._base
+
+    @property
+    def strategy(self) -> PlacementStrategy:
+        """The placement strategy managing the free space."""
+        return self._strategy
+
+    @property
+    def allocated(self) -> int:
+        """Bytes requested by live blocks."""
+        return self._allocated
+
+    # --- allocation ------------------------------------------------------------------------
+
+    def allocate(self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        """Return the address of ``nbytes`` fresh bytes aligned to ``alignment``.
+
+        Raises :class:`OutOfMemoryError` when no free extent is large enough, and
+        :class:`InvalidSizeError` / :class:`InvalidAlignmentError` for bad arguments.
+        """
+        if type(nbytes) is not int:
+            nbytes = parse_size(nbytes, name="nbytes")
+        elif nbytes <= 0 or nbytes > MAX_SIZE:
+            raise InvalidSizeError(f"nbytes must be a positive int below 2**60, got {nbytes!r}")
+        if type(alignment) is not int or alignment & (alignment - 1) or alignment <= 0:
+            check_alignment(alignment)
+        if alignment > self._base_alignment:
+            raise InvalidAlignmentError(
+                f"alignment {alignment} exceeds the alignment of the arena's base "
+                f"address {self._base:#x}"
+            )
+        reserved = (nbytes + alignment - 1) & -alignment
+        offset = self._strategy.reserve(reserved, alignment) if reserved <= self._capacity else None
+        if offset is None:
+            raise self._out_of_memory(nbytes)
+        address = self._base + offset
+        self._live[address] = (nbytes, reserved)
+        self._released.discard(address)
+        self._reserved += reserved
+        allocated = self._allocated + nbytes
+        self._allocated = allocated
+        if allocated > self._peak:
+            self._peak = allocated
+        self._alloc_count += 1
+        if self._debug:
+            self._check_invariants()
+        return address
+
+    def deallocate(self, address: int, nbytes: int | None = None) -> None:
+        """Free the block at ``address``; if ``nbytes`` is given it must match the allocation."""
+        entry = self._live.pop(address, None)
+        if entry is None:
+            raise self._not_live(address)
+        requested, reserved = entry
+        if nbytes is not None and nbytes != requested:
+            self._live[address] = entry
+            raise SizeMismatchError(
+                f"block at {address:#x} was allocated with {requested} bytes, "
+                f"deallocated with {nbytes!r}",
+                address=address,
+                given=nbytes,
+                allocated=requested,
+            )
+        self._strategy.release(address - self._base, reserved)
+        self._released.add(address)
+        self._allocated -= requested
+        self._reserved -= reserved
+        self._free_count += 1
+        if self._debug:
+            self._check_invariants()
+
+    def reset(self) -> None:
+        """Free every live block at once; freeing one of them afterwards is a double free."""
+        self._released.update(self._live)
+        self._free_count += len(self._live)
+        self._live.clear()
+        self._allocated = 0
+        self._reserved = 0
+        self._strategy.reset()
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def owns(self, address: int) -> bool:
+        """True if ``address`` lies inside this arena's region (live or not)."""
+        return self._base <= address < self._base + self._capacity
+
+    def is_live(self, address: int) -> bool:
+        """True if ``address`` is the start of a live block."""
+        return address in self._live
+
+    def size_of(self, address: int) -> int:
+        """The requested size of the live block at ``address``."""
+        entry = self._live.get(address)
+        if entry is None:
+            raise self._not_live(address)
+        return entry[0]
+
+    def live_blocks(self) -> dict[int, int]:
+        """A copy of the live blocks: address → requested bytes."""
+        return {address: entry[0] for address, entry in self._live.items()}
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def statistics(self) -> ArenaStatistics:
+        """A frozen snapshot of the arena's counters."""
+        strategy = self._strategy
+        return ArenaStatistics(
+            capacity=self._capacity,
+            allocated=self._allocated,
+            peak_allocated=self._peak,
+            reserved=self._reserved,
+            free=strategy.free_bytes(),
+            largest_free=strategy.largest_free(),
+            free_extents=strategy.free_extent_count(),
+            live_blocks=len(self._live),
+            alloc_count=self._alloc_count,
+            free_count=self._free_count,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Arena(capacity={format_size(self._capacity)}, base={self._base:#x}, "
+            f"strategy={self._strategy.name}, allocated={format_size(self._allocated)}, "
+            f"live={len(self._live)}, free={format_size(self._strategy.free_bytes())})"
+        )
+
+    # --- errors ----------------------------------------------------------------------------
+
+    def _out_of_memory(self, nbytes: int) -> OutOfMemoryError:
+        return OutOfMemoryError(
+            nbytes,
+            free=self._strategy.free_bytes(),
+            largest_free=self._strategy.largest_free(),
+            capacity=self._capacity,
+            allocated=self._allocated,
+        )
+
+    def _not_live(self, address: object) -> InvalidAddressError:
+        if type(address) is not int:
+            return InvalidAddressError(
+                f"address must be an int, not {type(address).__name__}", address=-1
+            )
+        if address in self._released:
+            return DoubleFreeError(
+                f"double free: block at {address:#x} was already freed (or released by reset())",
+                address=address,
+            )
+        where = "inside" if self.owns(address) else "outside"
+        return InvalidAddressError(
+            f"address {address:#x} was never allocated by this arena ({where} its region "
+            f"[{self._base:#x}, {self._base + self._capacity:#x}))",
+            address=address,
+        )
+
+    # --- invariants ------------------------------------------------------------------------
+
+    def _check_invariants(self) -> None:
+        """Check every invariant (O(n log n)); raise AssertionError on the first broken one."""
+        strategy = self._strategy
+        blocks = sorted((a - self._base, r) for a, (_, r) in self._live.items())
+        extents = strategy.free_extents()
+        previous_end = 0
+        for offset, reserved in blocks:
+            assert offset >= previous_end, f"live blocks overlap at offset {offset}"
+            previous_end = offset + reserved
+        assert previous_end <= self._capacity, "a live block runs past the region"
+        assert self._allocated == sum(n for n, _ in self._live.values()), "allocated bytes drift"
+        assert self._reserved == sum(r for _, r in self._live.values()), "reserved bytes drift"
+        free_total = 0
+        previous_end = 0
+        for offset, size in extents:
+            assert size > 0 and offset >= previous_end, "free extents overlap or are empty"
+            previous_end = offset + size
+            free_total += size
+        assert previous_end <= self._capacity, "a free extent runs past the region"
+        assert free_total == strategy.free_bytes(), "free bytes disagree with free extents"
+        assert free_total + self._reserved <= self._capacity, "bytes counted twice"
+        # No live block may intersect a free extent: merge-walk the two sorted lists.
+        i = 0
+        for offset, reserved in blocks:
+            while i < len(extents) and extents[i][0] + extents[i][1] <= offset:
+                i += 1
+            if i < len(extents):
+                assert extents[i][0] >= offset + reserved, f"block at {offset} is also free"
+        assert self._released.isdisjoint(self._live), "an address is both live and released"

@@ -1,0 +1,30 @@
+"""Strategy names → classes, and turning a user's strategy choice into a factory."""
+
+from __future__ import annotations
+
+from tensorarena.core.first_fit import FirstFit
+from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
+
+__all__ = ["STRATEGIES", "StrategySpec", "strategy_factory"]
+
+#: Every built-in strategy by its snake_case name, in the order tables list them.
+STRATEGIES: dict[str, type[PlacementStrategy]] = {
+    cls.name: cls
+    for cls in (FirstFit,)
+}
+
+StrategySpec = str | StrategyFactory
+"""A strategy name (``"best_fit"``), a strategy class, or any callable ``capacity -> strategy``."""
+
+
+def strategy_factory(spec: StrategySpec) -> StrategyFactory:
+    """Return a factory for ``spec``; raise ``ValueError`` naming the known strategies if unknown."""
+    if isinstance(spec, str):
+        try:
+            return STRATEGIES[spec]
+        except KeyError:
+            known = ", ".join(STRATEGIES)
+            raise ValueError(f"unknown strategy {spec!r}; expected one of: {known}") from None
+    if callable(spec):
+        return spec
+    raise TypeError(f"strategy must be a name or a callable, not {type(spec).__name__}")

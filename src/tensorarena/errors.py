@@ -1,0 +1,166 @@
+"""The exception tree of tensorarena.
+
+Every error a user can cause has its own class, carries the numbers needed to act on it, and is
+raised *before* any state changes: an allocator that raised is exactly as it was before the call.
+
+    TensorArenaError
+    ├── InvalidSizeError          (also ValueError)   bad byte count or size string
+    ├── InvalidAlignmentError     (also ValueError)   alignment not a positive power of two
+    ├── OutOfMemoryError          (also MemoryError)  no room: exhaustion, fragmentation or a limit
+    ├── InvalidAddressError       (also ValueError)   an address this allocator never handed out
+    │   ├── DoubleFreeError                           an address already freed (or reset)
+    │   └── SizeMismatchError                         freed with a size other than allocated
+    ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
+    ├── InvalidPlanError                              a plan that breaks the problem's constraints
+    ├── InfeasibleError                               no plan fits the requested capacity
+    └── MissingDependencyError    (also ImportError)  an optional extra is not installed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DoubleFreeError",
+    "InfeasibleError",
+    "InvalidAddressError",
+    "InvalidAlignmentError",
+    "InvalidPlanError",
+    "InvalidProblemError",
+    "InvalidSizeError",
+    "MissingDependencyError",
+    "OutOfMemoryError",
+    "SizeMismatchError",
+    "TensorArenaError",
+    "TensorArenaWarning",
+]
+
+
+class TensorArenaError(Exception):
+    """Base class of every error raised by tensorarena."""
+
+
+class TensorArenaWarning(UserWarning):
+    """Base class of every warning issued by tensorarena."""
+
+
+class InvalidSizeError(TensorArenaError, ValueError):
+    """A byte count that is not a positive integer in range, or a size string that does not parse."""
+
+
+class InvalidAlignmentError(TensorArenaError, ValueError):
+    """An alignment that is not a positive power of two (or that the region cannot honour)."""
+
+
+class OutOfMemoryError(TensorArenaError, MemoryError):
+    """No extent can serve the request.
+
+    ``is_fragmentation`` tells the two causes apart: enough free bytes in total but no single free
+    extent large enough (fragmentation), or too few free bytes altogether (exhaustion). ``limit``
+    is set when a configured cap, not the hardware, refused the request.
+    """
+
+    def __init__(
+        self,
+        requested: int,
+        *,
+        free: int,
+        largest_free: int,
+        capacity: int,
+        limit: int | None = None,
+        allocated: int | None = None,
+        reserved: int | None = None,
+        detail: str = "",
+    ) -> None:
+        self.requested = requested
+        self.free = free
+        self.largest_free = largest_free
+        self.capacity = capacity
+        self.limit = limit
+        self.allocated = allocated
+        self.reserved = reserved
+        super().__init__(self._message(detail))
+
+    @property
+    def is_fragmentation(self) -> bool:
+        """True when the free bytes would suffice but no single extent is large enough."""
+        return self.free >= self.requested > self.largest_free
+
+    def _message(self, detail: str) -> str:
+        from tensorarena.sizes import format_size
+
+        if self.limit is not None and self.requested + (self.allocated or 0) > self.limit:
+            cause = f"over the limit of {format_size(self.limit)}"
+        elif self.is_fragmentation:
+            cause = (
+                "fragmentation: enough free bytes in total, but no free extent is large enough"
+            )
+        else:
+            cause = "exhaustion: not enough free bytes"
+        parts = [
+            f"cannot allocate {format_size(self.requested)} ({self.requested} bytes): {cause}",
+            f"free {format_size(self.free)}, largest free extent {format_size(self.largest_free)}, "
+            f"capacity {format_size(self.capacity)}",
+        ]
+        if self.allocated is not None:
+            parts.append(f"allocated {format_size(self.allocated)}")
+        if self.reserved is not None:
+            parts.append(f"reserved {format_size(self.reserved)}")
+        if detail:
+            parts.append(detail)
+        return "; ".join(parts)
+
+
+class InvalidAddressError(TensorArenaError, ValueError):
+    """An address that this allocator did not hand out, or that is not live."""
+
+    def __init__(self, message: str, *, address: int) -> None:
+        self.address = address
+        super().__init__(message)
+
+
+class DoubleFreeError(InvalidAddressError):
+    """An address freed twice, or freed after ``reset()`` already released it."""
+
+
+class SizeMismatchError(InvalidAddressError):
+    """A deallocation whose byte count differs from the one the block was allocated with."""
+
+    def __init__(self, message: str, *, address: int, given: int, allocated: int) -> None:
+        self.given = given
+        self.allocated = allocated
+        super().__init__(message, address=address)
+
+
+class InvalidProblemError(TensorArenaError, ValueError):
+    """A malformed planning problem: bad CSV, bad lifetime, bad size, or an unusable graph.
+
+    ``line`` and ``column`` locate the fault in a file when there is one.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: str | None = None) -> None:
+        self.line = line
+        self.column = column
+        where = ""
+        if line is not None:
+            where = f"line {line}" + (f", column {column!r}" if column else "") + ": "
+        super().__init__(where + message)
+
+
+class InvalidPlanError(TensorArenaError):
+    """A plan that places two time-overlapping buffers in overlapping bytes, misaligns one,
+    or exceeds the capacity."""
+
+
+class InfeasibleError(TensorArenaError):
+    """No plan was found that fits the requested capacity (within the time allowed)."""
+
+
+class MissingDependencyError(TensorArenaError, ImportError):
+    """An optional dependency is needed for this feature; the message names the extra."""
+
+    def __init__(self, module: str, extra: str, feature: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the optional dependency {module!r}: "
+            f"pip install 'tensorarena[{extra}]'"
+        )
