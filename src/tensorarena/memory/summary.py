@@ -1,4 +1,4 @@
-"""``memory_summary()``: an allocator's statistics as a text table, like PyTorch's ``memory_summary``.
+"""``memory_summary()``: an allocator's statistics as a text table, like PyTorch's.
 
 It reads statistics by field name, so it works for anything that exposes them: a
 :class:`~tensorarena.memory.pool.Pool`, an adaptor such as
@@ -111,7 +111,8 @@ def memory_summary(source: object, *, title: str | None = None) -> str:
     rule, thin = "|" + "=" * inner + "|", "|" + "-" * inner + "|"
 
     def line(cells: tuple[str, ...]) -> str:
-        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        tail = zip(cells[1:], widths[1:], strict=True)
+        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in tail]
         return "| " + " | ".join(parts) + " |"
 
     out = [rule, *("| " + t.center(inner - 2) + " |" for t in title_lines), rule]
