@@ -9,13 +9,13 @@ Adaptors nest like the resources they wrap: ``ThreadCached(ThreadSafe(Pool(HostM
 """
 
 from tensorarena.adaptors.limiting import Limiting
-from tensorarena.adaptors.statistics import ResourceStatistics, Statistics
+from tensorarena.adaptors.statistics import AllocationStatistics, Statistics
 from tensorarena.adaptors.thread_cached import ThreadCached, ThreadCacheStatistics
 from tensorarena.adaptors.thread_safe import ThreadSafe
 
 __all__ = [
+    "AllocationStatistics",
     "Limiting",
-    "ResourceStatistics",
     "Statistics",
     "ThreadCacheStatistics",
     "ThreadCached",

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
 from tensorarena.sizes import format_size
 
-__all__ = ["ResourceStatistics", "Statistics"]
+__all__ = ["AllocationStatistics", "Statistics"]
 
 
 @dataclass(frozen=True, slots=True)
-class ResourceStatistics:
+class AllocationStatistics:
     """A snapshot of the traffic through a :class:`Statistics` adaptor (bytes as requested)."""
 
     allocated_bytes: int  #: bytes of the blocks live now
@@ -72,10 +72,10 @@ class Statistics:
             self._count -= 1
             self._freed_count += 1
 
-    def statistics(self) -> ResourceStatistics:
+    def statistics(self) -> AllocationStatistics:
         """A frozen snapshot of the counters."""
         with self._lock:
-            return ResourceStatistics(
+            return AllocationStatistics(
                 allocated_bytes=self._bytes,
                 peak_allocated_bytes=self._peak_bytes,
                 total_allocated_bytes=self._total_bytes,

@@ -26,8 +26,10 @@ _ROWS: tuple[tuple[str, bool, _Cell, _Cell, _Cell, _Cell], ...] = (
     ("Allocated memory", True, ("allocated_bytes", "allocated"),
      ("peak_allocated_bytes", "peak_allocated"), ("total_allocated_bytes",),
      ("total_freed_bytes",)),
-    # An arena's ``reserved`` (its live blocks' rounded bytes) is what a pool calls *active*.
-    ("Active memory", True, ("active_bytes", "reserved"), ("peak_active_bytes",), (), ()),
+    # An arena's or an upstream's ``reserved`` (its live blocks' rounded bytes) is what a pool
+    # calls *active*.
+    ("Active memory", True, ("active_bytes", "reserved"), ("peak_active_bytes", "peak_reserved"),
+     (), ()),
     ("Reserved memory", True, ("reserved_bytes",), ("peak_reserved_bytes",),
      ("total_reserved_bytes",), ("total_released_bytes",)),
     ("Free memory", True, ("free_bytes", "free"), (), (), ()),
