@@ -9,10 +9,18 @@ count the bytes *requested*; the rounding shows up as reserved-but-unallocated s
 
 The region starts at ``base`` (0 for bookkeeping alone, or the address of real memory); an
 alignment is honoured on absolute addresses, so it may not exceed the alignment of ``base``.
+
+The hot paths (``allocate``/``deallocate``) are written for the interpreter: one membership test
+validates the alignment, the strategy's bound methods are looked up once, the checks for bad
+input sit on branches the good path never takes, and ``free_count`` is derived (every block ever
+allocated is either live or freed) rather than counted. Freed addresses are remembered so that a
+second free is reported as a double free rather than as a foreign address; an address freed and
+handed out again is simply live again (the stale record is ignored while it is live).
 """
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 
@@ -22,16 +30,18 @@ from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
     InvalidAlignmentError,
-    InvalidSizeError,
     OutOfMemoryError,
     SizeMismatchError,
 )
 from tensorarena.sizes import MAX_SIZE, Size, check_alignment, format_size, parse_size
 
-__all__ = ["DEFAULT_ALIGNMENT", "Arena", "ArenaStatistics"]
+__all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "Arena", "ArenaStatistics"]
 
 #: Default alignment of every allocation, as in RMM and cudaMalloc.
 DEFAULT_ALIGNMENT = 256
+
+#: Default placement strategy: the lowest fragmentation for an O(log n) search.
+DEFAULT_STRATEGY = "best_fit"
 
 _DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
 
@@ -63,7 +73,7 @@ class Arena:
     def __init__(
         self,
         capacity: Size,
-        strategy: StrategySpec = "first_fit",
+        strategy: StrategySpec = DEFAULT_STRATEGY,
         *,
         base: int = 0,
         debug: bool = _DEBUG,
@@ -72,16 +82,21 @@ class Arena:
         if type(base) is not int or base < 0:
             raise InvalidAddressError(f"base must be a non-negative int, got {base!r}", address=-1)
         self._strategy: PlacementStrategy = strategy_factory(strategy)(self._capacity)
+        self._reserve = self._strategy.reserve
+        self._release = self._strategy.release
         self._base = base
         # Largest power of two dividing base: alignments above it cannot be honoured.
         self._base_alignment = base & -base if base else 1 << 62
+        # Every alignment this arena honours, so the hot path validates one with a set lookup.
+        self._alignments = frozenset(
+            1 << k for k in range(min(self._base_alignment, MAX_SIZE).bit_length())
+        )
         self._live: dict[int, tuple[int, int]] = {}  # address -> (requested, reserved)
         self._released: set[int] = set()  # freed addresses, to tell double frees from foreign ones
         self._allocated = 0
         self._reserved = 0
         self._peak = 0
         self._alloc_count = 0
-        self._free_count = 0
         self._debug = debug
 
     # --- properties ------------------------------------------------------------------------
@@ -114,24 +129,16 @@ class Arena:
         Raises :class:`OutOfMemoryError` when no free extent is large enough, and
         :class:`InvalidSizeError` / :class:`InvalidAlignmentError` for bad arguments.
         """
-        if type(nbytes) is not int:
-            nbytes = parse_size(nbytes, name="nbytes")
-        elif nbytes <= 0 or nbytes > MAX_SIZE:
-            raise InvalidSizeError(f"nbytes must be a positive int below 2**60, got {nbytes!r}")
-        if type(alignment) is not int or alignment & (alignment - 1) or alignment <= 0:
-            check_alignment(alignment)
-        if alignment > self._base_alignment:
-            raise InvalidAlignmentError(
-                f"alignment {alignment} exceeds the alignment of the arena's base "
-                f"address {self._base:#x}"
-            )
+        if type(nbytes) is not int or nbytes <= 0 or nbytes > MAX_SIZE:
+            nbytes = _checked_size(nbytes, "nbytes")
+        if type(alignment) is not int or alignment not in self._alignments:
+            alignment = self._checked_alignment(alignment)
         reserved = (nbytes + alignment - 1) & -alignment
-        offset = self._strategy.reserve(reserved, alignment) if reserved <= self._capacity else None
+        offset = self._reserve(reserved, alignment)
         if offset is None:
-            raise self._out_of_memory(nbytes)
+            raise self._out_of_memory(nbytes, reserved, alignment)
         address = self._base + offset
         self._live[address] = (nbytes, reserved)
-        self._released.discard(address)
         self._reserved += reserved
         allocated = self._allocated + nbytes
         self._allocated = allocated
@@ -142,33 +149,30 @@ class Arena:
             self._check_invariants()
         return address
 
-    def deallocate(self, address: int, nbytes: int | None = None) -> None:
-        """Free the block at ``address``; if ``nbytes`` is given it must match the allocation."""
-        entry = self._live.pop(address, None)
-        if entry is None:
-            raise self._not_live(address)
-        requested, reserved = entry
-        if nbytes is not None and nbytes != requested:
-            self._live[address] = entry
-            raise SizeMismatchError(
-                f"block at {address:#x} was allocated with {requested} bytes, "
-                f"deallocated with {nbytes!r}",
-                address=address,
-                given=nbytes,
-                allocated=requested,
-            )
-        self._strategy.release(address - self._base, reserved)
+    def deallocate(self, address: int, nbytes: Size | None = None) -> None:
+        """Free the block at ``address``; if ``nbytes`` is given it must match the allocation.
+
+        Raises :class:`DoubleFreeError` for a block already freed (or released by ``reset``),
+        :class:`InvalidAddressError` for an address never allocated, :class:`SizeMismatchError`
+        when ``nbytes`` differs from the allocation; the arena is unchanged after any of them.
+        """
+        try:
+            entry = self._live[address]
+        except (KeyError, TypeError):
+            raise self._not_live(address) from None
+        if nbytes is not None and (type(nbytes) is not int or nbytes != entry[0]):
+            self._check_free_size(address, entry[0], nbytes)
+        del self._live[address]
+        self._release(address - self._base, entry[1])
         self._released.add(address)
-        self._allocated -= requested
-        self._reserved -= reserved
-        self._free_count += 1
+        self._allocated -= entry[0]
+        self._reserved -= entry[1]
         if self._debug:
             self._check_invariants()
 
     def reset(self) -> None:
         """Free every live block at once; freeing one of them afterwards is a double free."""
         self._released.update(self._live)
-        self._free_count += len(self._live)
         self._live.clear()
         self._allocated = 0
         self._reserved = 0
@@ -211,7 +215,7 @@ class Arena:
             free_extents=strategy.free_extent_count(),
             live_blocks=len(self._live),
             alloc_count=self._alloc_count,
-            free_count=self._free_count,
+            free_count=self._alloc_count - len(self._live),
         )
 
     def __repr__(self) -> str:
@@ -223,13 +227,48 @@ class Arena:
 
     # --- errors ----------------------------------------------------------------------------
 
-    def _out_of_memory(self, nbytes: int) -> OutOfMemoryError:
+    def _checked_alignment(self, alignment: object) -> int:
+        """Validate an alignment the fast path did not recognise; return it as an int."""
+        if not isinstance(alignment, bool) and hasattr(alignment, "__index__"):
+            alignment = operator.index(alignment)  # NumPy integers and the like
+        checked = check_alignment(alignment)
+        if checked > self._base_alignment:
+            raise InvalidAlignmentError(
+                f"alignment {checked} exceeds the alignment of the arena's base "
+                f"address {self._base:#x}"
+            )
+        return checked
+
+    def _check_free_size(self, address: int, requested: int, nbytes: object) -> None:
+        """Raise unless ``nbytes`` (given to ``deallocate``) names the block's requested size."""
+        given = nbytes
+        if type(nbytes) is not int:
+            given = _checked_size(nbytes, "nbytes")
+        if given != requested:
+            raise SizeMismatchError(
+                f"block at {address:#x} was allocated with {requested} bytes, "
+                f"deallocated with {nbytes!r}",
+                address=address,
+                given=given,  # type: ignore[arg-type]
+                allocated=requested,
+            )
+
+    def _out_of_memory(self, nbytes: int, reserved: int, alignment: int) -> OutOfMemoryError:
+        largest_free = self._strategy.largest_free()
+        detail = ""
+        if reserved <= largest_free:
+            detail = (
+                f"no free extent holds {reserved} bytes at alignment {alignment} "
+                f"(the strategy's placement rules leave no room for it)"
+            )
         return OutOfMemoryError(
             nbytes,
             free=self._strategy.free_bytes(),
-            largest_free=self._strategy.largest_free(),
+            largest_free=largest_free,
             capacity=self._capacity,
             allocated=self._allocated,
+            reserved=self._reserved,
+            detail=detail,
         )
 
     def _not_live(self, address: object) -> InvalidAddressError:
@@ -279,4 +318,19 @@ class Arena:
                 i += 1
             if i < len(extents):
                 assert extents[i][0] >= offset + reserved, f"block at {offset} is also free"
-        assert self._released.isdisjoint(self._live), "an address is both live and released"
+        strategy_free = strategy.free_bytes()
+        if strategy.coalesces and not self._live:
+            # Coalescing means an empty region is its initial extent set again (one extent, or
+            # for a buddy system its initial blocks).
+            initial = getattr(strategy, "initial_extents", None)
+            expected = initial() if initial is not None else [(0, self._capacity)]
+            assert extents == expected, f"an empty arena should be {expected}, not {extents[:4]}"
+
+        assert strategy_free <= self._capacity, "more free bytes than capacity"
+
+
+def _checked_size(value: object, name: str) -> int:
+    """Validate a byte count the fast path did not accept; return it as an int."""
+    if not isinstance(value, (bool, str)) and hasattr(value, "__index__"):
+        value = operator.index(value)  # NumPy integers and the like
+    return parse_size(value, name=name)  # type: ignore[arg-type]

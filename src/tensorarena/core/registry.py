@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from tensorarena.core.best_fit import BestFit
+from tensorarena.core.buddy import Buddy
 from tensorarena.core.first_fit import FirstFit
+from tensorarena.core.next_fit import NextFit
+from tensorarena.core.segregated_fit import SegregatedFit
 from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
+from tensorarena.core.tlsf import TLSF
 
 __all__ = ["STRATEGIES", "StrategySpec", "strategy_factory"]
 
 #: Every built-in strategy by its snake_case name, in the order tables list them.
 STRATEGIES: dict[str, type[PlacementStrategy]] = {
     cls.name: cls
-    for cls in (FirstFit,)
+    for cls in (FirstFit, NextFit, BestFit, SegregatedFit, Buddy, TLSF)
 }
 
 StrategySpec = str | StrategyFactory
@@ -18,7 +23,7 @@ StrategySpec = str | StrategyFactory
 
 
 def strategy_factory(spec: StrategySpec) -> StrategyFactory:
-    """Return a factory for ``spec``; raise ``ValueError`` naming the known strategies if unknown."""
+    """Return a factory for ``spec``; raise ``ValueError`` naming the known ones if unknown."""
     if isinstance(spec, str):
         try:
             return STRATEGIES[spec]

@@ -58,7 +58,7 @@ class PlacementStrategy(Protocol):
         ...
 
     def free_extents(self) -> list[tuple[int, int]]:
-        """Every free extent as ``(offset, nbytes)``, sorted by offset. For checks, not hot paths."""
+        """Every free extent as ``(offset, nbytes)`` sorted by offset; for checks, not hot paths."""
         ...
 
 

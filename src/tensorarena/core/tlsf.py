@@ -1,0 +1,267 @@
+"""TLSF (two-level segregated fit): O(1) reserve and release through two levels of bitmaps.
+
+After Masmano et al., "TLSF: a new dynamic memory allocator for real-time systems" (2004). Free
+extents are binned by a first-level index ``fl`` (the power of two of their size) and a second-level
+index ``sl`` that cuts each power of two into ``2**SL_BITS`` = 16 equal steps, so a class wastes at
+most 1/16 of a request. One bitmap says which first-level rows have any free extent and one bitmap
+per row says which of its 16 classes do. Sizes below 16 have a class each (row 0).
+
+``reserve`` rounds the request up to the next class boundary (``mapping_search``), so any extent in
+that class or a higher one is large enough; the lowest set bit of the row's bitmap above ``sl``,
+or else of the first-level bitmap above ``fl`` then of that row's bitmap, names the class: a fixed
+number of bit operations whatever the number of free extents. Within a class extents are popped
+last-in first-out. The extent is split, the remainder binned; ``release`` merges the block with its
+free neighbours through two boundary dicts (start → size, end → start) — the boundary tags of the
+C original — and bins the result.
+
+Two cases leave the O(1) path, as in the original's ``memalign``: an extent whose start is not
+aligned is retried with the request padded by the alignment (again O(1)); and when the rounded-up
+search finds nothing, the request's own class (whose extents may or may not be large enough) and
+then the rest are scanned, so a request that fits somewhere is never refused.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = ["SL_BITS", "TLSF", "mapping_insert", "mapping_search"]
+
+#: log2 of the number of second-level classes per power of two.
+SL_BITS = 4
+_SL_COUNT = 1 << SL_BITS
+
+
+def mapping_insert(nbytes: int) -> tuple[int, int]:
+    """The class ``(fl, sl)`` whose range contains a free extent of ``nbytes``."""
+    if nbytes < _SL_COUNT:
+        return 0, nbytes
+    e = nbytes.bit_length() - 1 - SL_BITS
+    return e + 1, (nbytes >> e) - _SL_COUNT
+
+
+def mapping_search(nbytes: int) -> tuple[int, int]:
+    """The lowest class ``(fl, sl)`` all of whose extents hold ``nbytes`` (rounded up)."""
+    if nbytes >= _SL_COUNT:
+        nbytes += (1 << (nbytes.bit_length() - 1 - SL_BITS)) - 1
+    return mapping_insert(nbytes)
+
+
+class TLSF:
+    """Two-level segregated fit over ``[0, capacity)``: O(1) search, splitting and coalescing."""
+
+    name: ClassVar[str] = "tlsf"
+    coalesces: ClassVar[bool] = True
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        # One row past the capacity's own, so a rounded-up request never indexes out of range.
+        rows = mapping_insert(capacity)[0] + 2
+        self._bins: list[list[dict[int, int]]] = [
+            [{} for _ in range(_SL_COUNT)] for _ in range(rows)
+        ]
+        self._fl_bitmap = 0
+        self._sl_bitmaps: list[int] = [0] * rows
+        self._size_at: dict[int, int] = {}
+        self._start_of_end: dict[int, int] = {}
+        self._free = 0
+        self.reset()
+
+    @property
+    def capacity(self) -> int:
+        """Size of the managed region in bytes."""
+        return self._capacity
+
+    def reset(self) -> None:
+        """Forget every reservation: the whole region is one free extent again."""
+        for row in self._bins:
+            for bin_ in row:
+                bin_.clear()
+        self._fl_bitmap = 0
+        self._sl_bitmaps = [0] * len(self._bins)
+        self._size_at = {}
+        self._start_of_end = {}
+        self._free = 0
+        self._insert(0, self._capacity)
+
+    # --- hot paths -------------------------------------------------------------------------
+
+    def find_class(self, nbytes: int) -> tuple[int, int] | None:
+        """The non-empty class ``reserve`` takes ``nbytes`` from, by bitmaps alone; or ``None``."""
+        if nbytes >= _SL_COUNT:
+            nbytes += (1 << (nbytes.bit_length() - 1 - SL_BITS)) - 1
+            e = nbytes.bit_length() - 1 - SL_BITS
+            fl = e + 1
+            sl = (nbytes >> e) - _SL_COUNT
+        else:
+            fl = 0
+            sl = nbytes
+        if fl >= len(self._sl_bitmaps):
+            return None
+        sl_map = self._sl_bitmaps[fl] >> sl
+        if sl_map:
+            return fl, sl + (sl_map & -sl_map).bit_length() - 1
+        fl_map = self._fl_bitmap >> (fl + 1)
+        if not fl_map:
+            return None
+        fl += (fl_map & -fl_map).bit_length()
+        sl_map = self._sl_bitmaps[fl]
+        return fl, (sl_map & -sl_map).bit_length() - 1
+
+    def reserve(self, nbytes: int, alignment: int) -> int | None:
+        """Take ``nbytes`` from a class found in O(1); split off and bin the remainder."""
+        found = self.find_class(nbytes)
+        if found is None:
+            return self._reserve_slow(nbytes, alignment)
+        fl, sl = found
+        bin_ = self._bins[fl][sl]
+        start, size = bin_.popitem()
+        if start & (alignment - 1):
+            bin_[start] = size
+            return self._reserve_padded(nbytes, alignment)
+        if not bin_:
+            sl_map = self._sl_bitmaps[fl] ^ (1 << sl)
+            self._sl_bitmaps[fl] = sl_map
+            if not sl_map:
+                self._fl_bitmap ^= 1 << fl
+        size_at = self._size_at
+        del size_at[start]
+        self._free -= nbytes
+        rest = size - nbytes
+        if rest:
+            taken_end = start + nbytes
+            size_at[taken_end] = rest
+            self._start_of_end[taken_end + rest] = taken_end
+            if rest < _SL_COUNT:
+                fl = 0
+                sl = rest
+            else:
+                e = rest.bit_length() - 1 - SL_BITS
+                fl = e + 1
+                sl = (rest >> e) - _SL_COUNT
+            self._bins[fl][sl][taken_end] = rest
+            self._sl_bitmaps[fl] |= 1 << sl
+            self._fl_bitmap |= 1 << fl
+        else:
+            del self._start_of_end[start + size]
+        return start
+
+    def release(self, offset: int, nbytes: int) -> None:
+        """Give back ``[offset, offset + nbytes)``, merged with its free neighbours."""
+        size_at = self._size_at
+        start_of_end = self._start_of_end
+        self._free += nbytes
+        end = offset + nbytes
+        before = start_of_end.pop(offset, None)
+        if before is not None:
+            self._unbin(before, offset - before)
+            offset = before
+        after = size_at.pop(end, None)
+        if after is not None:
+            self._unbin(end, after)
+            end += after
+        size = end - offset
+        size_at[offset] = size
+        start_of_end[end] = offset
+        if size < _SL_COUNT:
+            fl = 0
+            sl = size
+        else:
+            e = size.bit_length() - 1 - SL_BITS
+            fl = e + 1
+            sl = (size >> e) - _SL_COUNT
+        self._bins[fl][sl][offset] = size
+        self._sl_bitmaps[fl] |= 1 << sl
+        self._fl_bitmap |= 1 << fl
+
+    def _unbin(self, start: int, size: int) -> None:
+        """Take a neighbour out of its class (its boundary entries are handled by the caller)."""
+        if size < _SL_COUNT:
+            fl = 0
+            sl = size
+        else:
+            e = size.bit_length() - 1 - SL_BITS
+            fl = e + 1
+            sl = (size >> e) - _SL_COUNT
+        bin_ = self._bins[fl][sl]
+        del bin_[start]
+        if not bin_:
+            sl_map = self._sl_bitmaps[fl] ^ (1 << sl)
+            self._sl_bitmaps[fl] = sl_map
+            if not sl_map:
+                self._fl_bitmap ^= 1 << fl
+
+    # --- slow paths ------------------------------------------------------------------------
+
+    def _reserve_padded(self, nbytes: int, alignment: int) -> int | None:
+        """An unaligned extent came up: any of ``nbytes + alignment - 1`` bytes holds it aligned."""
+        found = self.find_class(nbytes + alignment - 1)
+        if found is None:
+            return self._reserve_slow(nbytes, alignment)
+        start, size = next(iter(self._bins[found[0]][found[1]].items()))
+        return self._carve(start, size, (start + alignment - 1) & -alignment, nbytes)
+
+    def _reserve_slow(self, nbytes: int, alignment: int) -> int | None:
+        """Scan the request's own class, then every larger one, for an aligned fit."""
+        if nbytes > self._free:
+            return None
+        mask = alignment - 1
+        fl, sl = mapping_insert(nbytes)
+        for row in range(fl, len(self._bins)):
+            if not self._fl_bitmap >> row & 1:
+                continue
+            for column in range(sl if row == fl else 0, _SL_COUNT):
+                for start, size in self._bins[row][column].items():
+                    offset = (start + mask) & ~mask
+                    if offset + nbytes <= start + size:
+                        return self._carve(start, size, offset, nbytes)
+        return None
+
+    def _carve(self, start: int, size: int, offset: int, nbytes: int) -> int:
+        """Take ``[offset, offset + nbytes)`` out of the free extent ``[start, start + size)``."""
+        self._unbin(start, size)
+        del self._size_at[start]
+        del self._start_of_end[start + size]
+        self._free -= size
+        if offset > start:
+            self._insert(start, offset - start)
+        if offset + nbytes < start + size:
+            self._insert(offset + nbytes, start + size - offset - nbytes)
+        return offset
+
+    def _insert(self, start: int, size: int) -> None:
+        """Add the free extent ``[start, start + size)`` (no merging; counts its bytes)."""
+        fl, sl = mapping_insert(size)
+        self._bins[fl][sl][start] = size
+        self._sl_bitmaps[fl] |= 1 << sl
+        self._fl_bitmap |= 1 << fl
+        self._size_at[start] = size
+        self._start_of_end[start + size] = start
+        self._free += size
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def free_bytes(self) -> int:
+        """Total free bytes."""
+        return self._free
+
+    def largest_free(self) -> int:
+        """Size of the largest free extent (0 when none): the top class's largest member."""
+        if not self._fl_bitmap:
+            return 0
+        fl = self._fl_bitmap.bit_length() - 1
+        sl = self._sl_bitmaps[fl].bit_length() - 1
+        return max(self._bins[fl][sl].values())
+
+    def free_extent_count(self) -> int:
+        """Number of separate free extents."""
+        return len(self._size_at)
+
+    def free_extents(self) -> list[tuple[int, int]]:
+        """Every free extent as ``(offset, nbytes)``, sorted by offset."""
+        return sorted(self._size_at.items())
+
+    def __repr__(self) -> str:
+        return (
+            f"TLSF(capacity={self._capacity}, free={self._free}, "
+            f"extents={len(self._size_at)})"
+        )
