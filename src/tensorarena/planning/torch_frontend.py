@@ -1,0 +1,514 @@
+"""Planning problems from PyTorch graphs: ``torch.export`` programs and ``torch.fx`` graph modules.
+
+One buffer per tensor a node creates in fresh storage, sized from its shape, strides and dtype (the
+storage extent, so a padded or strided output counts every byte it spans). Views and in-place
+results are not new buffers: they alias their base and keep its root alive as long as they are
+used. Parameters, module buffers, constants and user inputs are left out of the plan and reported
+with their sizes. Time is the node index in ``graph.nodes``; see
+:mod:`~tensorarena.planning.graph_problem`.
+
+How aliasing is decided, most reliable first:
+
+1. **Storage identity.** ``torch.export`` and ``make_fx`` leave a (fake) tensor in
+   ``node.meta["val"]``, and views share their base's storage object, so a tensor whose storage
+   was seen before is an alias of that storage's root. This also tells a ``reshape`` that copies
+   (of a transposed input) from one that views, which an op's schema cannot.
+2. **Op schema.** With only ``node.meta["tensor_meta"]`` (from ``ShapeProp``), a return annotated
+   ``Tensor(a)`` or ``Tensor(a!)`` aliases the argument annotated with the same set ``a`` (views,
+   ``split``'s ``Tensor(a -> *)``, in-place ``add_``, ``out=`` variants). ``reshape``-like ops
+   that view only contiguous inputs are checked against the input's strides. Methods and
+   ``torch.*`` functions of a symbolically traced graph are looked up by name among the aten ops.
+
+:func:`trace_training` traces forward, loss and ``torch.autograd.grad`` together with ``make_fx``,
+so the training graph's saved activations and gradients are planned too.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from tensorarena._optional import require
+from tensorarena.errors import InvalidProblemError
+from tensorarena.planning.graph_problem import GraphProblem, Liveness
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+__all__ = ["problem_from_exported", "problem_from_fx", "trace_training"]
+
+#: The node meta keys :func:`trace_training` sets on placeholders: kind and source name.
+KIND_KEY = "tensorarena_kind"
+SOURCE_KEY = "tensorarena_source"
+
+# Ops whose schema says "alias" but which copy when the input is not contiguous.
+_VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
+# Ops that reuse their input's storage without saying so in their schema.
+_UNANNOTATED_ALIASES = frozenset({"_unsafe_view"})
+
+
+def _torch() -> Any:
+    return require("torch", extra="torch", feature="planning from PyTorch graphs")
+
+
+# ----------------------------------------------------------------------------------------------
+# Public entry points
+# ----------------------------------------------------------------------------------------------
+
+
+def problem_from_exported(
+    ep: torch.export.ExportedProgram, *, alignment: int = 64, name: str = ""
+) -> GraphProblem:
+    """The planning problem of an ``ExportedProgram`` (from ``torch.export.export``).
+
+    Inputs are classified by the program's graph signature: parameters, module buffers, lifted
+    constants and user inputs are unplanned. Every buffer gets ``alignment``.
+    """
+    _torch()
+    from torch.export.graph_signature import InputKind
+
+    kinds = {
+        InputKind.PARAMETER: "parameter",
+        InputKind.BUFFER: "buffer",
+        InputKind.CONSTANT_TENSOR: "constant",
+        InputKind.USER_INPUT: "input",
+    }
+    by_name = {
+        spec.arg.name: kinds.get(spec.kind, "input")
+        for spec in ep.graph_signature.input_specs
+        if hasattr(spec.arg, "name")
+    }
+
+    def kind_of(node: torch.fx.Node) -> str:
+        return by_name.get(node.name, "input")
+
+    return _walk(ep.graph, kind_of, lambda node: None, alignment=alignment, name=name)
+
+
+def problem_from_fx(
+    gm: torch.fx.GraphModule, *, alignment: int = 64, name: str = ""
+) -> GraphProblem:
+    """The planning problem of a ``GraphModule`` whose nodes carry shapes.
+
+    Shapes come from ``node.meta["val"]`` (``make_fx``, dynamo, export) or
+    ``node.meta["tensor_meta"]`` (``torch.fx.passes.shape_prop.ShapeProp``). Placeholders are
+    unplanned inputs, unless :func:`trace_training` marked them as parameters or buffers;
+    ``get_attr`` tensors are unplanned parameters, buffers or constants.
+    """
+    th = _torch()
+    params = {id(p) for p in gm.parameters()}
+    buffers = {id(b) for b in gm.buffers()}
+
+    def kind_of(node: torch.fx.Node) -> str:
+        return str(node.meta.get(KIND_KEY, "input"))
+
+    def attr_of(node: torch.fx.Node) -> tuple[Any, str] | None:
+        value: Any = gm
+        try:
+            for part in str(node.target).split("."):
+                value = getattr(value, part)
+        except AttributeError:
+            return None
+        if not isinstance(value, th.Tensor):
+            return None
+        kind = "parameter" if id(value) in params else "buffer" if id(value) in buffers else None
+        return value, kind or "constant"
+
+    return _walk(gm.graph, kind_of, attr_of, alignment=alignment, name=name)
+
+
+def trace_training(
+    model: torch.nn.Module,
+    example_inputs: Sequence[Any] | Any = (),
+    example_kwargs: Mapping[str, Any] | None = None,
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    tracing_mode: Literal["fake", "real"] = "fake",
+) -> torch.fx.GraphModule:
+    """Trace one training step (forward, loss, gradients of every trainable parameter) as a graph.
+
+    The loss is ``loss_fn(output)``, or else ``output.loss`` when the model returns one, or else
+    the sum of every floating-point tensor in the output. The graph returns the loss and the
+    gradients; its placeholders are the parameters, the module buffers, then the inputs, marked
+    in ``node.meta`` so that :func:`problem_from_fx` leaves them out of the plan. The model is
+    traced in its current mode (call ``model.train()`` first for dropout and batch statistics).
+    ``tracing_mode="fake"`` (default) runs no real kernel; ``"real"`` does.
+    """
+    th = _torch()
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils import _pytree as pytree
+
+    if isinstance(example_inputs, th.Tensor):
+        example_inputs = (example_inputs,)
+    args = tuple(example_inputs)
+    kwargs = dict(example_kwargs or {})
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    trainable = [p.requires_grad for p in params.values()]
+    if not any(trainable):
+        raise InvalidProblemError("the model has no trainable parameter to differentiate")
+
+    def step(
+        p: list[torch.Tensor], b: list[torch.Tensor], a: tuple[Any, ...], k: dict[str, Any]
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        state = {**dict(zip(params, p, strict=True)), **dict(zip(buffers, b, strict=True))}
+        out = th.func.functional_call(model, state, a, k)
+        loss = loss_fn(out) if loss_fn is not None else _default_loss(out)
+        wrt = [t for t, grad in zip(p, trainable, strict=True) if grad]
+        grads = th.autograd.grad(loss, wrt, allow_unused=True)
+        return loss, list(grads)
+
+    inputs = (list(params.values()), list(buffers.values()), args, kwargs)
+    gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
+    sources = (
+        [("parameter", n) for n in params]
+        + [("buffer", n) for n in buffers]
+        + [("input", f"input{i}") for i in range(len(pytree.tree_leaves((args, kwargs))))]
+    )
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) == len(sources):  # make_fx gives one placeholder per flattened leaf
+        for node, (kind, source) in zip(placeholders, sources, strict=True):
+            node.meta[KIND_KEY] = kind
+            node.meta[SOURCE_KEY] = source
+    return gm
+
+
+def _default_loss(out: Any) -> torch.Tensor:
+    th = _torch()
+    from torch.utils import _pytree as pytree
+
+    loss = getattr(out, "loss", None)
+    if isinstance(loss, th.Tensor):
+        return cast("torch.Tensor", loss)
+    if hasattr(out, "to_tuple"):  # transformers' ModelOutput
+        out = out.to_tuple()
+    leaves = [
+        t
+        for t in pytree.tree_leaves(out)
+        if isinstance(t, th.Tensor) and t.is_floating_point() and t.requires_grad
+    ]
+    if not leaves:
+        raise InvalidProblemError("the model's output has no differentiable tensor to sum")
+    return cast("torch.Tensor", sum((t.sum() for t in leaves[1:]), leaves[0].sum()))
+
+
+# ----------------------------------------------------------------------------------------------
+# The graph walk
+# ----------------------------------------------------------------------------------------------
+
+
+def _walk(
+    graph: torch.fx.Graph,
+    kind_of: Callable[[torch.fx.Node], str],
+    attr_of: Callable[[torch.fx.Node], tuple[Any, str] | None],
+    *,
+    alignment: int,
+    name: str,
+) -> GraphProblem:
+    torch = _torch()
+    nodes = list(graph.nodes)
+    steps = len(nodes)
+    live = Liveness()
+    # Storage identity -> the tensor name that owns it; None when the storages of different
+    # nodes cannot be compared (make_fx in real mode fakes every value in its own fake mode).
+    by_storage: dict[int, str] | None = {} if _storages_comparable(nodes) else None
+    elements: dict[str, list[str | None]] = {}  # multi-output node -> tensor name per output
+    for step, node in enumerate(nodes):
+        if node.op == "output":
+            outs = [n for n in _flat_nodes(node.args) if isinstance(n, torch.fx.Node)]
+            live.output((t for n in outs for t in _names(n, live, elements)), steps)
+            continue
+        if node.op == "placeholder":
+            value = _meta_value(node)
+            if _is_tensor_like(value):
+                live.external(node.name, _nbytes(value, node.name), kind_of(node))
+                _remember_storage(value, node.name, by_storage)
+            continue
+        if node.op == "get_attr":
+            attr = attr_of(node)
+            value = node.meta.get("val", attr[0] if attr else None)
+            if _is_tensor_like(value):
+                live.external(node.name, _nbytes(value, node.name), attr[1] if attr else "constant")
+                _remember_storage(value, node.name, by_storage)
+            continue
+        selector = _selected_output(node, elements)
+        for arg in node.all_input_nodes:
+            if selector is None or arg is not node.args[0]:  # picking an output is no use
+                for tensor in _names(arg, live, elements):
+                    live.use(tensor, step)
+        if selector is not None:
+            picked = elements[selector[0]][selector[1]]
+            if picked is not None and picked != node.name:
+                live.alias(node.name, picked, step)
+            continue
+        value = _meta_value(node)
+        if value is _MISSING:
+            if _returns_nothing(node):
+                continue
+            raise InvalidProblemError(
+                f"node {node.name!r} ({node.target}) has no shape metadata: trace with "
+                "torch.export or make_fx, or run torch.fx.passes.shape_prop.ShapeProp first",
+                column=node.name,
+            )
+        if _is_tensor_like(value):
+            _place(node, 0, node.name, value, step, live, by_storage, elements)
+        elif isinstance(value, (list, tuple)):
+            names = _element_names(node, len(value))
+            elements[node.name] = [
+                n if _is_tensor_like(v) else None for n, v in zip(names, value, strict=True)
+            ]
+            for k, (tensor, v) in enumerate(zip(names, value, strict=True)):
+                if _is_tensor_like(v):
+                    _place(node, k, tensor, v, step, live, by_storage, elements)
+    return live.build(steps=steps, name=name, alignment=alignment)
+
+
+def _place(
+    node: torch.fx.Node,
+    k: int,
+    tensor: str,
+    value: Any,
+    step: int,
+    live: Liveness,
+    by_storage: dict[int, str] | None,
+    elements: dict[str, list[str | None]],
+) -> None:
+    """Record output ``k`` of ``node`` (named ``tensor``): an alias of a known root, or new."""
+    key = _storage_key(value) if by_storage is not None else None
+    if by_storage is not None and key is not None:
+        base = by_storage.get(key)
+    else:
+        base = _schema_alias_base(node, k, live, elements)
+    if base is not None:
+        live.alias(tensor, base, step)
+    else:
+        live.produce(tensor, step, _nbytes(value, tensor))
+        _remember_storage(value, tensor, by_storage)
+
+
+def _names(node: torch.fx.Node, live: Liveness, elements: dict[str, list[str | None]]) -> list[str]:
+    """The tensor names a node's value stands for (none, one, or one per output)."""
+    if node.name in live:
+        return [node.name]
+    return [t for t in elements.get(node.name, ()) if t is not None]
+
+
+def _selected_output(
+    node: torch.fx.Node, elements: dict[str, list[str | None]]
+) -> tuple[str, int] | None:
+    """``(parent, index)`` if ``node`` is ``getitem`` picking one output of a multi-output node."""
+    if node.target is not operator.getitem or not node.args:
+        return None
+    parent, index = node.args[0], node.args[1] if len(node.args) > 1 else None
+    name = getattr(parent, "name", None)
+    if (
+        name in elements
+        and isinstance(index, int)
+        and -len(elements[name]) <= index < len(elements[name])
+    ):
+        return name, index % len(elements[name])
+    return None
+
+
+def _element_names(node: torch.fx.Node, count: int) -> list[str]:
+    """Output ``k`` is named after the first ``getitem`` user that picks it, else ``node.k``."""
+    names = [f"{node.name}.{k}" for k in range(count)]
+    named: set[int] = set()
+    for user in node.users:
+        if user.target is operator.getitem and len(user.args) > 1:
+            index = user.args[1]
+            if isinstance(index, int) and -count <= index < count and index % count not in named:
+                names[index % count] = user.name
+                named.add(index % count)
+    return names
+
+
+# ----------------------------------------------------------------------------------------------
+# Tensor metadata: sizes and storages
+# ----------------------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _meta_value(node: torch.fx.Node) -> Any:
+    if "val" in node.meta:
+        return node.meta["val"]
+    if "tensor_meta" in node.meta:
+        return node.meta["tensor_meta"]
+    return _MISSING
+
+
+def _is_tensor_like(value: Any) -> bool:
+    torch = _torch()
+    from torch.fx.passes.shape_prop import TensorMetadata
+
+    return isinstance(value, (torch.Tensor, TensorMetadata))
+
+
+def _storage_key(value: Any) -> int | None:
+    torch = _torch()
+    if not isinstance(value, torch.Tensor):
+        return None
+    try:
+        return int(value.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None  # sparse, nested and other storage-less tensors
+
+
+def _storages_comparable(nodes: list[torch.fx.Node]) -> bool:
+    """True if all fake values come from one fake mode, so equal storages mean shared bytes."""
+    from torch.utils import _pytree as pytree
+
+    modes = set()
+    for node in nodes:
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            mode = getattr(value, "fake_mode", None)
+            if mode is not None:
+                modes.add(id(mode))
+                if len(modes) > 1:
+                    return False
+    return True
+
+
+def _remember_storage(value: Any, tensor: str, by_storage: dict[int, str] | None) -> None:
+    key = _storage_key(value) if by_storage is not None else None
+    if by_storage is not None and key is not None:
+        by_storage.setdefault(key, tensor)
+
+
+def _nbytes(value: Any, tensor: str) -> int:
+    """Bytes of storage the tensor spans: ``(offset + 1 + Σ (size - 1) × stride) × itemsize``."""
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        shape, stride, offset = value.shape, value.stride(), value.storage_offset()
+    else:  # ShapeProp's TensorMetadata has no storage offset: the tensor starts its storage
+        shape, stride, offset = value.shape, value.stride, 0
+    itemsize = value.dtype.itemsize
+    sizes = [_concrete(s, tensor) for s in shape]
+    if any(s == 0 for s in sizes):
+        return 0
+    strides = [_concrete(s, tensor) for s in stride]
+    extent = _concrete(offset, tensor) + 1
+    extent += sum((s - 1) * abs(st) for s, st in zip(sizes, strides, strict=True))
+    return int(extent * itemsize)
+
+
+def _concrete(value: Any, tensor: str) -> int:
+    if isinstance(value, int):
+        return value
+    as_int = getattr(getattr(value, "node", None), "maybe_as_int", lambda: None)()
+    if isinstance(as_int, int):
+        return as_int
+    raise InvalidProblemError(
+        f"tensor {tensor!r} has a symbolic size ({value}); a static plan needs concrete "
+        "shapes: export with static shapes or trace with concrete example inputs",
+        column=tensor,
+    )
+
+
+def _is_contiguous(value: Any) -> bool:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return bool(value.is_contiguous())
+    expected = 1
+    for size, stride in reversed(list(zip(value.shape, value.stride, strict=True))):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# Aliasing from op schemas (used when the metadata has no storages)
+# ----------------------------------------------------------------------------------------------
+
+
+def _schemas(node: torch.fx.Node) -> list[Any]:
+    """The aten schemas that may describe ``node``: its own, or those of the aten op of the same
+    name for ``call_method`` nodes and ``torch.*`` functions."""
+    torch = _torch()
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        return [schema]
+    op_name = node.target if node.op == "call_method" else getattr(node.target, "__name__", None)
+    if not isinstance(op_name, str) or node.op not in ("call_method", "call_function"):
+        return []
+    packet = getattr(torch.ops.aten, op_name, None)
+    if packet is None:
+        return []
+    try:
+        return [getattr(packet, overload)._schema for overload in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return []
+
+
+def _schema_alias_base(
+    node: torch.fx.Node, k: int, live: Liveness, elements: dict[str, list[str | None]]
+) -> str | None:
+    """The tensor that output ``k`` of ``node`` aliases according to its schema, if any."""
+    base = _schema_alias_arg(node, k)
+    if base is None or not hasattr(base, "name"):
+        return None
+    name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+    if name in _VIEW_IF_CONTIGUOUS:
+        value = _meta_value(base)
+        if not _is_tensor_like(value) or not _is_contiguous(value):
+            return None  # a reshape of a non-contiguous tensor copies
+    names = _names(base, live, elements)
+    return names[0] if len(names) == 1 else None
+
+
+def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
+    torch = _torch()
+    if node.target is operator.getitem:  # tensor indexing: basic indices view, tensors copy
+        index = node.args[1] if len(node.args) > 1 else None
+        indices = index if isinstance(index, tuple) else (index,)
+        basic = all(
+            i is None or i is Ellipsis or isinstance(i, (int, slice))
+            for i in indices
+            if not isinstance(i, torch.fx.Node)
+        ) and not any(isinstance(i, torch.fx.Node) for i in indices)
+        return node.args[0] if basic else None
+    target_name = getattr(node.target, "__name__", str(node.target))
+    if target_name.split(".")[0] in _UNANNOTATED_ALIASES and node.args:
+        return node.args[0]
+    for schema in _schemas(node):
+        returns = schema.returns
+        if k < len(returns):
+            ret = returns[k]
+        elif len(returns) == 1 and str(returns[0].type).startswith("List["):
+            ret = returns[0]  # a list return: every element shares the annotation
+        else:
+            continue
+        if ret.alias_info is None:
+            continue
+        sets = set(ret.alias_info.before_set)
+        for i, arg in enumerate(schema.arguments):
+            info = arg.alias_info
+            if info is None:
+                continue
+            # ``Tensor(a)[]`` hides its set inside the list type; its source is the argument
+            # whose annotation ends in the wildcard: ``Tensor(a -> *) self``.
+            if sets & set(info.before_set) or (not sets and "*" in info.after_set):
+                if not arg.kwarg_only and i < len(node.args):
+                    return node.args[i]
+                return node.kwargs.get(arg.name)
+    return None
+
+
+def _returns_nothing(node: torch.fx.Node) -> bool:
+    schemas = _schemas(node)
+    return bool(schemas) and all(len(s.returns) == 0 for s in schemas)
+
+
+def _flat_nodes(args: Any) -> Iterator[Any]:
+    if isinstance(args, (list, tuple)):
+        for arg in args:
+            yield from _flat_nodes(arg)
+    elif isinstance(args, dict):
+        for arg in args.values():
+            yield from _flat_nodes(arg)
+    else:
+        yield args
