@@ -180,7 +180,11 @@ class Pool:
                 break
         else:
             arena = self._grow(nbytes, active, alignment, stream)
-            address = arena.allocate(nbytes, alignment)
+            try:
+                address = arena.allocate(nbytes, alignment)
+            except OutOfMemoryError:
+                self._remove_arena(arena, stream)  # the probe in _grow makes this unreachable
+                raise
         self._blocks[address] = (arena, active)
         allocated = self._allocated + nbytes
         self._allocated = allocated
@@ -238,14 +242,7 @@ class Pool:
         """Give every empty arena back to the upstream; return the bytes released."""
         released = 0
         for arena in [a for a in self._arenas if not len(a)]:
-            self._upstream.deallocate(arena.base, arena.capacity, stream)
-            # Forget the arena only once the upstream took it back: a failure leaves it here.
-            self._arenas.remove(arena)
-            del self._bases[bisect_right(self._bases, arena.base) - 1]
-            del self._by_base[arena.base]
-            self._reserved -= arena.capacity
-            self._total_released += arena.capacity
-            self._upstream_deallocs += 1
+            self._remove_arena(arena, stream)
             released += arena.capacity
         return released
 
@@ -338,16 +335,28 @@ class Pool:
                 "to add one"
             )
         size = align_up(max(wanted, active), _ARENA_GRANULE)
-        if self._maximum is not None:
-            headroom = self._maximum - self._reserved
-            if active > headroom:
-                raise self._out_of_memory(
-                    nbytes,
-                    f"a new arena of {format_size(active)} would exceed maximum_size "
-                    f"{format_size(self._maximum)} (headroom {format_size(headroom)})",
-                )
-            size = min(size, headroom)
-        return self._add_arena(size, alignment, stream, requested=nbytes)
+        headroom = None if self._maximum is None else self._maximum - self._reserved
+        if headroom is not None and active > headroom:
+            raise self._out_of_memory(
+                nbytes,
+                f"a new arena of {format_size(active)} would exceed maximum_size "
+                f"{format_size(self._maximum or 0)} (headroom {format_size(headroom)})",
+            )
+        # A strategy may not be able to use a whole region (a buddy system needs a power-of-two
+        # block): probe a throwaway strategy, pure bookkeeping, before asking the upstream, and
+        # fall back to a power-of-two arena. Growth is rare, so the probe costs nothing overall.
+        power_of_two = 1 << (active - 1).bit_length()
+        for candidate in (size, power_of_two, 2 * power_of_two):
+            if headroom is not None:
+                candidate = min(candidate, headroom)
+            probe = self._factory(candidate) if candidate >= active else None
+            if probe is not None and probe.reserve(active, alignment) is not None:
+                return self._add_arena(candidate, alignment, stream, requested=nbytes)
+        raise self._out_of_memory(
+            nbytes,
+            f"the {self._strategy_name} strategy cannot place {format_size(active)} in an arena "
+            f"of {format_size(size)}" + ("" if headroom is None else " within maximum_size"),
+        )
 
     def _add_arena(self, size: int, alignment: int, stream: Stream, *, requested: int) -> Arena:
         """Take ``size`` bytes from the upstream as a new arena; unchanged if anything fails."""
@@ -376,6 +385,16 @@ class Pool:
         self._peak_arenas = max(self._peak_arenas, len(self._arenas))
         self._upstream_allocs += 1
         return arena
+
+    def _remove_arena(self, arena: Arena, stream: Stream) -> None:
+        self._upstream.deallocate(arena.base, arena.capacity, stream)
+        # Forget the arena only once the upstream took it back: a failure leaves it here.
+        self._arenas.remove(arena)
+        del self._bases[bisect_right(self._bases, arena.base) - 1]
+        del self._by_base[arena.base]
+        self._reserved -= arena.capacity
+        self._total_released += arena.capacity
+        self._upstream_deallocs += 1
 
     # --- errors ------------------------------------------------------------------------------
 

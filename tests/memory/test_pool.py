@@ -1,0 +1,460 @@
+"""Pool: growth, own arenas for large requests, trim/reset, limit, errors that change nothing."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import sys
+
+import pytest
+
+from tensorarena.core import STRATEGIES
+from tensorarena.errors import (
+    DoubleFreeError,
+    InvalidAddressError,
+    InvalidAlignmentError,
+    InvalidSizeError,
+    OutOfMemoryError,
+    SizeMismatchError,
+)
+from tensorarena.memory.growth import Doubling, Fixed, NextPowerOfTwo, SameAsRequested
+from tensorarena.memory.pool import Pool, PoolStatistics
+from tensorarena.memory.summary import memory_summary
+from tensorarena.memory.virtual import VirtualMemory
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+class CountingMemory:
+    """Address space that counts its calls and can be told to fail (or to return junk)."""
+
+    def __init__(self) -> None:
+        self.inner = VirtualMemory()
+        self.allocations = 0
+        self.deallocations = 0
+        self.fail = False
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        if self.fail:
+            raise OutOfMemoryError(nbytes, free=0, largest_free=0, capacity=0, detail="injected")
+        address = self.inner.allocate(nbytes, alignment, stream)
+        self.allocations += 1
+        return address
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        self.inner.deallocate(address, nbytes, stream)
+        self.deallocations += 1
+
+
+class BufferMemory:
+    """Real bytes: one ctypes buffer per upstream allocation."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, ctypes.Array[ctypes.c_char]] = {}
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        buffer = ctypes.create_string_buffer(nbytes + alignment)
+        address = (ctypes.addressof(buffer) + alignment - 1) & -alignment
+        self.buffers[address] = buffer
+        return address
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        del self.buffers[address]
+
+
+def arena_sizes(pool: Pool) -> list[int]:
+    return [arena.capacity for arena in pool.arenas]
+
+
+# --- growth ---------------------------------------------------------------------------------
+
+
+def test_initial_arena_is_taken_at_once() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="64KiB")
+    assert arena_sizes(pool) == [64 * KiB]
+    assert upstream.allocations == 1
+    assert pool.statistics().reserved_bytes == 64 * KiB
+
+
+def test_lazy_pool_takes_nothing_until_the_first_request() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size=0, growth=SameAsRequested())
+    assert upstream.allocations == 0
+    pool.allocate(1000)
+    assert arena_sizes(pool) == [1024]
+
+
+def test_fixed_never_grows() -> None:
+    pool = Pool(CountingMemory(), initial_size="4KiB", growth=Fixed())
+    blocks = [pool.allocate(1 * KiB) for _ in range(4)]
+    before = pool.statistics()
+    with pytest.raises(OutOfMemoryError, match="refuses"):
+        pool.allocate(1)
+    assert pool.statistics() == before
+    assert arena_sizes(pool) == [4 * KiB]
+    pool.deallocate(blocks[0], 1 * KiB)
+    pool.allocate(1 * KiB)  # freed space is reused
+
+
+def test_same_as_requested_adds_arenas_of_the_request_size() -> None:
+    pool = Pool(CountingMemory(), initial_size="1KiB", growth=SameAsRequested())
+    pool.allocate(1 * KiB)
+    pool.allocate(3000)
+    pool.allocate(1)
+    assert arena_sizes(pool) == [1024, 3072, 256]  # arena sizes are multiples of 256 bytes
+
+
+def test_next_power_of_two_doubles_the_total() -> None:
+    pool = Pool(CountingMemory(), initial_size="1KiB", growth=NextPowerOfTwo())
+    for _ in range(8):
+        pool.allocate(1 * KiB)
+    assert arena_sizes(pool) == [1024, 1024, 2048, 4096]
+
+
+def test_doubling_is_capped_at_its_maximum() -> None:
+    pool = Pool(CountingMemory(), initial_size="1KiB", growth=Doubling("4KiB"))
+    for _ in range(16):
+        pool.allocate(1 * KiB)
+    assert arena_sizes(pool) == [1024, 1024, 2048, 4096, 4096, 4096]
+
+
+@pytest.mark.parametrize(
+    ("growth", "expected"),
+    [(NextPowerOfTwo(), 4 * MiB), (SameAsRequested(), 3 * MiB), (Doubling("1MiB"), 3 * MiB)],
+)
+def test_a_large_request_gets_its_own_arena(growth: object, expected: int) -> None:
+    pool = Pool(CountingMemory(), initial_size="1MiB", growth=growth)  # type: ignore[arg-type]
+    small = pool.allocate(100)
+    big = pool.allocate(3 * MiB)
+    assert arena_sizes(pool) == [1 * MiB, expected]
+    assert pool.arenas[1].is_live(big) and pool.arenas[0].is_live(small)
+
+
+def test_requests_fill_older_arenas_first() -> None:
+    pool = Pool(CountingMemory(), initial_size="1KiB", growth=SameAsRequested())
+    a = pool.allocate(1 * KiB)
+    pool.allocate(1 * KiB)  # second arena
+    pool.deallocate(a, 1 * KiB)
+    again = pool.allocate(512)
+    assert pool.arenas[0].is_live(again)
+
+
+def test_an_alignment_above_every_arena_base_gets_a_new_aligned_arena() -> None:
+    pool = Pool(BufferMemory(), initial_size="4KiB", growth=SameAsRequested())
+    address = pool.allocate(100, alignment=64 * KiB)
+    assert address % (64 * KiB) == 0
+    pool._check_invariants()
+
+
+def test_an_empty_pool_restarts_from_its_initial_size() -> None:
+    pool = Pool(CountingMemory(), initial_size="8KiB", growth=SameAsRequested())
+    pool.trim()
+    assert arena_sizes(pool) == []
+    pool.allocate(10)
+    assert arena_sizes(pool) == [8 * KiB]
+
+
+# --- trim, reset, close ---------------------------------------------------------------------
+
+
+def test_trim_gives_empty_arenas_back() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="1KiB", growth=SameAsRequested())
+    blocks = [pool.allocate(1 * KiB) for _ in range(4)]
+    assert upstream.allocations == 4
+    for address in blocks[1:3]:
+        pool.deallocate(address, 1 * KiB)
+    assert pool.trim() == 2 * KiB
+    stats = pool.statistics()
+    assert upstream.deallocations == 2 and stats.upstream_deallocations == 2
+    assert stats.reserved_bytes == 2 * KiB and stats.arena_count == 2
+    assert stats.total_released_bytes == 2 * KiB and stats.peak_reserved_bytes == 4 * KiB
+    assert pool.trim() == 0
+    pool.deallocate(blocks[3], 1 * KiB)  # its arena survived the trim
+    pool._check_invariants()
+
+
+def test_a_failing_upstream_deallocate_keeps_the_arena() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="1KiB")
+
+    def refuse(address: int, nbytes: int, stream: object = None) -> None:
+        raise OSError("munmap refused")
+
+    upstream.deallocate = refuse  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        pool.trim()
+    assert arena_sizes(pool) == [1 * KiB]
+    pool._check_invariants()
+
+
+def test_reset_frees_everything_and_old_addresses_are_double_frees() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="4KiB")
+    blocks = [pool.allocate(512) for _ in range(6)]
+    reserved = pool.statistics().reserved_bytes
+    pool.reset()
+    stats = pool.statistics()
+    assert stats.allocated_bytes == 0 and stats.active_bytes == 0 and len(pool) == 0
+    assert stats.reserved_bytes == reserved and upstream.deallocations == 0
+    assert stats.total_deallocations == 6 and stats.total_freed_bytes == 6 * 512
+    with pytest.raises(DoubleFreeError):
+        pool.deallocate(blocks[0], 512)
+    assert pool.statistics() == stats
+    pool.allocate(512)
+    pool._check_invariants()
+
+
+def test_close_and_context_manager_return_everything() -> None:
+    upstream = CountingMemory()
+    with Pool(upstream, initial_size="4KiB", growth=SameAsRequested()) as pool:
+        pool.allocate(100)
+        pool.allocate(8 * KiB)
+    assert upstream.allocations == upstream.deallocations == 2
+    assert len(upstream.inner.live_blocks()) == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmRSS is read from /proc")
+def test_trim_over_real_mmap_memory_lowers_the_resident_set() -> None:
+    from tensorarena.memory.host import HostMemory
+
+    def rss() -> int:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    pool = Pool(HostMemory(), initial_size=0, growth=SameAsRequested())
+    size = 64 * MiB
+    address = pool.allocate(size)
+    ctypes.memset(address, 0xA5, size)  # fault every page in
+    touched = rss()
+    pool.deallocate(address, size)
+    assert rss() > touched - size // 2  # freed into the pool: still resident
+    assert pool.trim() == size
+    assert rss() < touched - size // 2
+
+
+# --- maximum_size ---------------------------------------------------------------------------
+
+
+def test_maximum_size_caps_growth_and_explains_why() -> None:
+    pool = Pool(CountingMemory(), initial_size="4KiB", growth=Doubling("1MiB"), maximum_size="8KiB")
+    pool.allocate(3 * KiB)
+    pool.allocate(3 * KiB)  # second arena: clamped to the 4 KiB of headroom
+    assert arena_sizes(pool) == [4 * KiB, 4 * KiB]
+    before = pool.statistics()
+    with pytest.raises(OutOfMemoryError) as info:
+        pool.allocate(2 * KiB)
+    message = str(info.value)
+    assert "maximum_size" in message and "allocated 6 KiB" in message
+    assert "reserved 8 KiB" in message and "largest free extent 1 KiB" in message
+    assert info.value.limit == 8 * KiB and info.value.reserved == 8 * KiB
+    assert pool.statistics() == before
+
+
+def test_initial_size_above_maximum_is_refused() -> None:
+    with pytest.raises(InvalidSizeError, match="maximum_size"):
+        Pool(CountingMemory(), initial_size="2MiB", maximum_size="1MiB")
+
+
+# --- errors leave everything unchanged ------------------------------------------------------
+
+
+@pytest.fixture
+def busy_pool() -> tuple[Pool, CountingMemory, list[int]]:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="4KiB", growth=SameAsRequested())
+    blocks = [pool.allocate(1000) for _ in range(3)]
+    pool.deallocate(blocks.pop(), 1000)
+    return pool, upstream, blocks
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda p, b: p.allocate(0), InvalidSizeError),
+        (lambda p, b: p.allocate(-5), InvalidSizeError),
+        (lambda p, b: p.allocate("lots"), InvalidSizeError),
+        (lambda p, b: p.allocate(1.5), InvalidSizeError),
+        (lambda p, b: p.allocate(100, alignment=3), InvalidAlignmentError),
+        (lambda p, b: p.allocate(100, alignment=0), InvalidAlignmentError),
+        (lambda p, b: p.deallocate(b[0], 999), SizeMismatchError),
+        (lambda p, b: p.deallocate(b[0], None), SizeMismatchError),
+        (lambda p, b: p.deallocate(b[0] + 8, 1000), InvalidAddressError),
+        (lambda p, b: p.deallocate(12345, 1000), InvalidAddressError),
+        (lambda p, b: p.deallocate("0x10", 1000), InvalidAddressError),
+        (lambda p, b: p.deallocate(b[0] + 2048, 1000), DoubleFreeError),  # the freed third block
+    ],
+)
+def test_bad_calls_raise_and_change_nothing(
+    busy_pool: tuple[Pool, CountingMemory, list[int]], call: object, error: type[Exception]
+) -> None:
+    pool, upstream, blocks = busy_pool
+    before = pool.statistics()
+    calls = (upstream.allocations, upstream.deallocations)
+    with pytest.raises(error):
+        call(pool, blocks)  # type: ignore[operator]
+    assert pool.statistics() == before
+    assert (upstream.allocations, upstream.deallocations) == calls
+    pool._check_invariants()
+
+
+def test_freeing_into_the_wrong_pool_is_refused() -> None:
+    upstream = CountingMemory()
+    first, second = Pool(upstream), Pool(upstream)
+    address = first.allocate(100)
+    before = second.statistics()
+    with pytest.raises(InvalidAddressError, match="not allocated by this pool"):
+        second.deallocate(address, 100)
+    assert second.statistics() == before
+    first.deallocate(address, 100)
+
+
+def test_an_upstream_failure_during_growth_changes_nothing() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="1KiB", growth=SameAsRequested())
+    pool.allocate(1 * KiB)
+    before = pool.statistics()
+    upstream.fail = True
+    with pytest.raises(OutOfMemoryError, match="upstream refused") as info:
+        pool.allocate(1 * KiB)
+    assert isinstance(info.value.__cause__, OutOfMemoryError)
+    assert pool.statistics() == before and arena_sizes(pool) == [1 * KiB]
+    upstream.fail = False
+    pool.allocate(1 * KiB)
+
+
+def test_a_misaligned_upstream_is_caught_and_given_back() -> None:
+    upstream = CountingMemory()
+    upstream.inner.allocate(8, 8)  # move VirtualMemory's cursor off every large alignment
+    real_allocate = upstream.allocate
+
+    def crooked(nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        return real_allocate(nbytes, 8, stream)  # ignores the alignment asked for
+
+    upstream.allocate = crooked  # type: ignore[method-assign]
+    with pytest.raises(InvalidAlignmentError):
+        Pool(upstream, initial_size="1KiB")
+    assert upstream.allocations == upstream.deallocations == 1
+
+
+def test_constructor_rejects_bad_arguments() -> None:
+    with pytest.raises(TypeError):
+        Pool(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Pool(CountingMemory(), growth="double")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown strategy"):
+        Pool(CountingMemory(), strategy="worst_fit")
+    with pytest.raises(InvalidSizeError):
+        Pool(CountingMemory(), initial_size="-1KiB")
+
+
+# --- statistics, summary, repr --------------------------------------------------------------
+
+
+def test_statistics_use_pytorch_vocabulary() -> None:
+    pool = Pool(CountingMemory(), initial_size="4KiB", growth=SameAsRequested())
+    a = pool.allocate(100)
+    b = pool.allocate(300, alignment=512)
+    stats = pool.statistics()
+    assert isinstance(stats, PoolStatistics)
+    assert stats.allocated_bytes == 400  # requested
+    assert stats.active_bytes == 256 + 512  # rounded up to each alignment
+    assert stats.reserved_bytes == 4 * KiB  # held from upstream
+    assert stats.allocation_count == 2 and stats.arena_count == 1
+    pool.deallocate(a, 100)
+    pool.deallocate(b, 300)
+    stats = pool.statistics()
+    assert stats.peak_allocated_bytes == 400 and stats.peak_active_bytes == 768
+    assert stats.total_allocations == stats.total_deallocations == 2
+    assert stats.free_bytes == stats.largest_free == 4 * KiB and stats.fragmentation == 0.0
+    with pytest.raises(AttributeError):
+        stats.allocated_bytes = 0  # type: ignore[misc]
+
+
+def test_fragmentation_is_measured_over_the_pool() -> None:
+    pool = Pool(CountingMemory(), initial_size="4KiB", growth=Fixed())
+    blocks = [pool.allocate(1 * KiB) for _ in range(4)]
+    pool.deallocate(blocks[0], 1 * KiB)
+    pool.deallocate(blocks[2], 1 * KiB)
+    stats = pool.statistics()
+    assert stats.free_bytes == 2 * KiB and stats.largest_free == 1 * KiB
+    assert stats.fragmentation == pytest.approx(0.5)
+    with pytest.raises(OutOfMemoryError) as info:
+        pool.allocate(2 * KiB)
+    assert info.value.is_fragmentation
+
+
+def test_memory_summary_and_repr_show_live_state() -> None:
+    pool = Pool(CountingMemory(), initial_size="1MiB", maximum_size="4MiB")
+    pool.allocate(1536)
+    text = memory_summary(pool)
+    assert "Allocated memory" in text and "1.5 KiB" in text
+    assert "Reserved memory" in text and "1 MiB" in text and "Limit" in text
+    assert "Fragmentation" in text
+    assert "Pool(" in text
+    summary_of_record = memory_summary(pool.statistics())
+    assert "PoolStatistics" in summary_of_record
+    text = repr(pool)
+    assert "arenas=1" in text and "allocated=1.5 KiB" in text and "first_fit" in text
+    with pytest.raises(TypeError):
+        memory_summary(42)
+
+
+def test_size_of_and_owns() -> None:
+    pool = Pool(CountingMemory())
+    address = pool.allocate(777)
+    assert pool.owns(address) and pool.size_of(address) == 777
+    pool.deallocate(address, 777)
+    assert not pool.owns(address)
+    with pytest.raises(DoubleFreeError):
+        pool.size_of(address)
+
+
+# --- every strategy, random workloads, real bytes -------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("growth", [NextPowerOfTwo(), SameAsRequested(), Doubling("64KiB")])
+def test_random_workload_keeps_invariants_and_bytes(strategy: str, growth: object) -> None:
+    rng = random.Random(f"{strategy}-{growth!r}")
+    pool = Pool(BufferMemory(), strategy=strategy, growth=growth,  # type: ignore[arg-type]
+                initial_size="16KiB", maximum_size="4MiB")
+    live: dict[int, tuple[int, int]] = {}  # address -> (nbytes, fill byte)
+    for step in range(400):
+        if live and rng.random() < 0.45:
+            address = rng.choice(list(live))
+            nbytes, fill = live.pop(address)
+            assert ctypes.string_at(address, nbytes) == bytes([fill]) * nbytes
+            pool.deallocate(address, nbytes)
+        else:
+            nbytes = rng.choice([1, 100, 256, 1000, 4096, 20000, 70000])
+            alignment = rng.choice([1, 8, 256, 4096])
+            address = pool.allocate(nbytes, alignment)
+            assert address % alignment == 0
+            fill = step % 251
+            ctypes.memset(address, fill, nbytes)
+            live[address] = (nbytes, fill)
+        if step % 20 == 0:
+            pool._check_invariants()
+            if rng.random() < 0.3:
+                pool.trim()
+    pool._check_invariants()
+    for address, (nbytes, fill) in live.items():
+        assert ctypes.string_at(address, nbytes) == bytes([fill]) * nbytes
+    assert pool.statistics().allocation_count == len(live)
+
+
+def test_pools_nest() -> None:
+    outer = Pool(CountingMemory(), initial_size="1MiB")
+    inner = Pool(outer, initial_size="64KiB", growth=SameAsRequested())
+    address = inner.allocate(100)
+    assert outer.statistics().allocated_bytes == 64 * KiB
+    inner.close()
+    assert outer.statistics().allocated_bytes == 0
+    with pytest.raises(DoubleFreeError):
+        inner.deallocate(address, 100) if inner.arenas else outer.deallocate(address, 64 * KiB)
