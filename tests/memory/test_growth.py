@@ -1,0 +1,91 @@
+"""Growth policies: the next arena size each one asks for, and their frozen, typed shape."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tensorarena.errors import InvalidSizeError
+from tensorarena.memory.growth import (
+    Doubling,
+    Fixed,
+    GrowthPolicy,
+    NextPowerOfTwo,
+    SameAsRequested,
+)
+
+KiB = 1024
+MiB = 1024 * KiB
+
+POLICIES = [Fixed(), SameAsRequested(), NextPowerOfTwo(), Doubling("1MiB")]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+def test_every_policy_satisfies_the_protocol_and_is_frozen(policy: GrowthPolicy) -> None:
+    assert isinstance(policy, GrowthPolicy)
+    assert dataclasses.is_dataclass(policy)
+    assert policy.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Doubling("1MiB").maximum = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+@pytest.mark.parametrize("request_size", [1, 256, 1000, 3 * MiB, 5 * MiB + 1])
+@pytest.mark.parametrize("reserved", [0, 1 * MiB, 64 * MiB])
+def test_an_arena_is_never_smaller_than_the_request(
+    policy: GrowthPolicy, request_size: int, reserved: int
+) -> None:
+    size = policy.next_size(request_size, reserved)
+    assert size is None or size >= request_size
+
+
+def test_fixed_only_makes_a_first_arena() -> None:
+    assert Fixed().next_size(4096, 0) == 4096
+    assert Fixed().next_size(1, 4096) is None
+
+
+def test_same_as_requested() -> None:
+    assert SameAsRequested().next_size(3000, 10 * MiB) == 3000
+
+
+def test_next_power_of_two_matches_everything_held() -> None:
+    policy = NextPowerOfTwo()
+    assert policy.next_size(1000, 0) == 1024
+    assert policy.next_size(1, 1 * MiB) == 1 * MiB
+    assert policy.next_size(1, 3 * MiB) == 4 * MiB
+    assert policy.next_size(5 * MiB, 1 * MiB) == 8 * MiB
+    sizes, reserved = [], 1 * MiB
+    for _ in range(4):
+        size = policy.next_size(256, reserved)
+        assert size is not None
+        sizes.append(size)
+        reserved += size
+    assert sizes == [1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB]
+
+
+def test_doubling_grows_by_the_pool_size_up_to_its_cap() -> None:
+    policy = Doubling("4MiB")
+    assert policy.maximum == 4 * MiB
+    sizes, reserved = [], 1 * MiB
+    for _ in range(5):
+        size = policy.next_size(256, reserved)
+        assert size is not None
+        sizes.append(size)
+        reserved += size
+    assert sizes == [1 * MiB, 2 * MiB, 4 * MiB, 4 * MiB, 4 * MiB]
+    assert policy.next_size(10 * MiB, 100 * MiB) == 10 * MiB  # above the cap: its own size
+    assert policy.next_size(300, 0) == 300
+
+
+def test_doubling_rejects_a_bad_maximum() -> None:
+    with pytest.raises(InvalidSizeError, match="maximum"):
+        Doubling(0)
+    with pytest.raises(InvalidSizeError):
+        Doubling("big")
+
+
+def test_policies_compare_and_print_by_value() -> None:
+    assert Doubling("1MiB") == Doubling(1 * MiB)
+    assert repr(Doubling("1KiB")) == "Doubling(maximum=1024)"
+    assert NextPowerOfTwo() == NextPowerOfTwo() and repr(Fixed()) == "Fixed()"
