@@ -1,0 +1,213 @@
+"""The named planners and :func:`plan`, the one entry point that chooses between them.
+
+Every planner is a named option (minimalloc's lesson: a heuristic is a parameter, and the tests
+run every parameter through the validator):
+
+========================  =====================================================================
+``naive``                 every buffer its own bytes (prefix sums): the no-reuse baseline
+``greedy_size``           TFLite's greedy by size, best fit
+``greedy_size_first_fit`` TFLite Micro's greedy planner: size order, lowest gap that fits
+``greedy_breadth``        TFLite's greedy by breadth: widest time steps first, best fit
+``heap_best_fit``         XLA's best-fit heap simulator, spatial and temporal orders
+``portfolio``             all of the above, the lowest plan
+``exact``                 branch and bound (``planning/exact.py``) seeded with the portfolio;
+                          proves optimality or stops at the time limit with the best plan found
+``auto`` (default)        the portfolio; if it is above the lower bound, the exact search
+                          within the time limit, seeded with it; never worse than the portfolio
+========================  =====================================================================
+
+:func:`plan` returns the lowest plan found. When a capacity is asked for (``capacity=`` or the
+problem's own) and that plan does not fit, it raises :class:`PlanDoesNotFitError`, which carries
+the best plan, so a caller can still report how close it came.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from tensorarena.errors import InfeasibleError, InvalidSizeError, TensorArenaError
+from tensorarena.planning import heuristics
+from tensorarena.planning.problem import Plan, Problem, lower_bound
+from tensorarena.sizes import check_alignment
+
+__all__ = [
+    "DEFAULT_TIME_LIMIT",
+    "PLANNERS",
+    "PlanDoesNotFitError",
+    "UnknownPlannerError",
+    "exact_available",
+    "plan",
+]
+
+#: Seconds the exact search may run by default (``auto`` and ``exact``).
+DEFAULT_TIME_LIMIT = 10.0
+
+
+class UnknownPlannerError(TensorArenaError, ValueError):
+    """A planner name that is not in :data:`PLANNERS` (or whose module is not available)."""
+
+
+class PlanDoesNotFitError(InfeasibleError):
+    """The best plan found is higher than the capacity asked for.
+
+    ``plan`` is that best plan; ``proven`` is True when the exact search showed that no plan
+    fits, False when it merely ran out of time (or was not run).
+    """
+
+    def __init__(self, plan: Plan, capacity: int, *, proven: bool) -> None:
+        self.plan = plan
+        self.capacity = capacity
+        self.proven = proven
+        how = "no plan fits" if proven else "no plan found that fits"
+        super().__init__(
+            f"{how} in capacity {capacity}: the best plan ({plan.planner}) needs {plan.height} "
+            f"bytes, the lower bound is {lower_bound(plan.problem)}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The exact search, through whatever planning/exact.py offers
+# ---------------------------------------------------------------------------------------------
+
+
+def exact_available() -> bool:
+    """True if the exact planner's module is importable in this build."""
+    try:
+        from tensorarena.planning import exact  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _exact(
+    problem: Problem,
+    *,
+    capacity: int | None,
+    time_limit: float,
+    alignment: int | None,
+    initial: Plan,
+) -> tuple[Plan | None, bool]:
+    """(best exact plan or None, whether the search proved its answer)."""
+    try:
+        from tensorarena.planning import exact
+    except ImportError as exc:
+        raise UnknownPlannerError(
+            "the exact planner is not available (tensorarena.planning.exact did not import)"
+        ) from exc
+    solve: Callable[..., Any] = exact.solve_exact
+    searched = problem if alignment is None else problem.with_alignment(alignment)
+    seed = Plan(searched, initial.offsets, planner=initial.planner)
+    result = solve(searched, capacity=capacity, time_limit=time_limit, initial=seed)
+    found = result if isinstance(result, Plan) else getattr(result, "plan", None)
+    proven = bool(getattr(result, "optimal", False) or getattr(result, "proven", False))
+    if found is None:
+        return None, proven
+    offsets = tuple(int(o) for o in found.offsets)
+    plan = Plan(problem, offsets, planner="exact", optimal=bool(found.optimal))
+    return plan, proven or plan.optimal
+
+
+# ---------------------------------------------------------------------------------------------
+# Planners by name
+# ---------------------------------------------------------------------------------------------
+
+PlannerFn = Callable[..., Plan]
+
+
+def _heuristic(name: str) -> PlannerFn:
+    run = heuristics.HEURISTICS[name]
+
+    def planner(
+        problem: Problem, *, capacity: int | None, time_limit: float, alignment: int | None
+    ) -> Plan:
+        return run(problem, alignment=alignment)
+
+    planner.__doc__ = run.__doc__
+    return planner
+
+
+def _search(problem: Problem, *, capacity: int | None, time_limit: float,
+            alignment: int | None, name: str) -> Plan:
+    start = time.perf_counter()
+    best = heuristics.portfolio(problem, alignment=alignment)
+    if best.optimal:
+        return replace(best, planner=f"{name}:{best.planner}")
+    remaining = max(0.0, time_limit - (time.perf_counter() - start))
+    found, proven = _exact(
+        problem, capacity=capacity, time_limit=remaining, alignment=alignment, initial=best
+    )
+    if found is not None and found.height <= best.height:
+        best = found
+    optimal = best.optimal or (proven and capacity is None)
+    return Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=optimal)
+
+
+def _auto(problem: Problem, *, capacity: int | None, time_limit: float,
+          alignment: int | None) -> Plan:
+    """The portfolio, then (if it is above the lower bound) the exact search seeded with it."""
+    if not exact_available():
+        best = heuristics.portfolio(problem, alignment=alignment)
+        return replace(best, planner=f"auto:{best.planner}")
+    return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
+                   name="auto")
+
+
+def _exact_planner(problem: Problem, *, capacity: int | None, time_limit: float,
+                   alignment: int | None) -> Plan:
+    """Branch and bound seeded with the portfolio; optimal when proven within the time limit."""
+    if not exact_available():
+        raise UnknownPlannerError(
+            "the exact planner is not available (tensorarena.planning.exact did not import)"
+        )
+    return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
+                   name="exact")
+
+
+#: name → planner ``(problem, *, capacity, time_limit, alignment) -> Plan``.
+PLANNERS: dict[str, PlannerFn] = {
+    "auto": _auto,
+    "exact": _exact_planner,
+    **{name: _heuristic(name) for name in heuristics.HEURISTICS},
+}
+
+
+def plan(
+    problem: Problem,
+    planner: str = "auto",
+    *,
+    capacity: int | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    alignment: int | None = None,
+) -> Plan:
+    """Plan offsets for ``problem`` with the named planner (see the module docstring).
+
+    ``capacity`` (default: ``problem.capacity``) is the arena size the plan must fit; when the
+    best plan found does not, :class:`PlanDoesNotFitError` is raised with that plan attached.
+    ``alignment`` raises every buffer's alignment to at least this power of two. ``time_limit``
+    bounds the exact search, in seconds.
+    """
+    if planner not in PLANNERS:
+        raise UnknownPlannerError(
+            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}"
+        )
+    if alignment is not None:
+        check_alignment(alignment)
+    if capacity is None:
+        capacity = problem.capacity
+    elif type(capacity) is not int or capacity < 0:
+        raise InvalidSizeError(f"capacity must be a non-negative int, got {capacity!r}")
+    if not time_limit >= 0:
+        raise ValueError(f"time_limit must be a non-negative number of seconds, got {time_limit}")
+    start = time.perf_counter()
+    result = PLANNERS[planner](
+        problem, capacity=capacity, time_limit=float(time_limit), alignment=alignment
+    )
+    stats = {"seconds": time.perf_counter() - start, "lower_bound": float(lower_bound(problem))}
+    result = replace(result, stats=stats)
+    if capacity is not None and result.height > capacity:
+        proven = result.optimal  # the optimum itself is too high
+        raise PlanDoesNotFitError(result, capacity, proven=proven)
+    return result
