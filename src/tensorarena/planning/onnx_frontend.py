@@ -1,0 +1,268 @@
+"""Planning problems from ONNX models, with shapes from ONNX shape inference.
+
+One buffer per node output, sized from its inferred shape and element type. Time is the node's
+position in topological order (the order of ``graph.node`` when it is already topological, as the
+standard requires; otherwise a stable topological sort). Graph inputs, initializers and the outputs
+of ``Constant`` nodes are not planned: their bytes are part of the model (runtimes fold constants
+into initializers) and are reported with their sizes. Initializers are reported as parameters:
+ONNX does not tell weights from other constants. Graph outputs live to the end.
+
+ONNX has no views: every output is fresh storage by default. Runtimes such as ONNX Runtime let
+the outputs of ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and ``Identity`` share their
+data input's bytes; ``alias_reshapes=True`` models that (those outputs then alias their input and
+extend its lifetime, as views do in the PyTorch front end).
+
+Tensors used inside the subgraphs of ``If``/``Loop``/``Scan`` count as used by that node; the
+subgraphs' own temporaries are not planned.
+
+A tensor whose shape or element type inference cannot pin down (a symbolic dimension such as
+``batch``, an unknown rank, a string tensor) raises :class:`InvalidProblemError` naming it;
+``input_shapes`` pins the graph inputs' symbolic dimensions so that inference can finish.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tensorarena._optional import require
+from tensorarena.errors import InvalidProblemError
+from tensorarena.planning.graph_problem import GraphProblem, Liveness
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["problem_from_onnx"]
+
+
+def _onnx() -> Any:
+    return require("onnx", extra="onnx", feature="planning from ONNX models")
+
+
+def problem_from_onnx(
+    model_or_path: onnx.ModelProto | str | os.PathLike[str],
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    alias_reshapes: bool = False,
+    alignment: int = 64,
+    name: str = "",
+) -> GraphProblem:
+    """The planning problem of an ONNX model (a ``ModelProto`` or a path to a ``.onnx`` file).
+
+    ``input_shapes`` maps graph input names to concrete shapes, replacing symbolic dimensions
+    before shape inference. The model passed in is not modified. Every buffer gets ``alignment``.
+    ``alias_reshapes`` lets shape-only ops share their input's storage (see the module doc).
+    """
+    onnx = _onnx()
+    if isinstance(model_or_path, (str, os.PathLike)):
+        # Shapes are all we need: leave external weight files on disk.
+        model = onnx.load(os.fspath(model_or_path), load_external_data=False)
+        name = name or os.path.splitext(os.path.basename(os.fspath(model_or_path)))[0]
+    elif isinstance(model_or_path, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(model_or_path)
+    else:
+        raise InvalidProblemError(
+            f"expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}"
+        )
+    name = name or model.graph.name
+    if input_shapes:
+        _pin_inputs(model.graph, input_shapes)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as exc:  # onnx raises its own C++-bound error types
+        raise InvalidProblemError(f"ONNX shape inference failed: {exc}") from exc
+    return _walk(model.graph, alias_reshapes=alias_reshapes, alignment=alignment, name=name)
+
+
+def _pin_inputs(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    inputs = {value.name: value for value in graph.input}
+    for input_name, shape in input_shapes.items():
+        if input_name not in inputs:
+            raise InvalidProblemError(
+                f"input_shapes names {input_name!r}, which is not a graph input; inputs are "
+                f"{sorted(inputs)}",
+                column=input_name,
+            )
+        dims = inputs[input_name].type.tensor_type.shape.dim
+        shape = list(shape)
+        if len(dims) and len(dims) != len(shape):
+            raise InvalidProblemError(
+                f"input {input_name!r} has rank {len(dims)}, but input_shapes gives {shape}",
+                column=input_name,
+            )
+        if any(type(d) is not int or d < 0 for d in shape):
+            raise InvalidProblemError(
+                f"input_shapes[{input_name!r}] must be non-negative ints, got {shape}",
+                column=input_name,
+            )
+        tensor_shape = inputs[input_name].type.tensor_type.shape
+        del tensor_shape.dim[:]
+        for d in shape:
+            tensor_shape.dim.add().dim_value = d
+
+
+#: Ops whose output may share the bytes of input 0 (ONNX Runtime's ``Alias(0, 0)`` kernels).
+_SHAPE_ONLY_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _walk(
+    graph: onnx.GraphProto, *, alias_reshapes: bool, alignment: int, name: str
+) -> GraphProblem:
+    types: dict[str, Any] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        types[value.name] = value.type
+    live = Liveness()
+    for init in graph.initializer:
+        itemsize = _itemsize(init.data_type, init.name)
+        live.external(init.name, _product(init.dims) * itemsize, "parameter")
+    for sparse in graph.sparse_initializer:
+        live.external(sparse.values.name, _nbytes_of_sparse(sparse), "parameter")
+    for value in graph.input:
+        if value.name not in live:
+            live.external(value.name, _nbytes(types[value.name], value.name), "input")
+    nodes = _topological(graph)
+    steps = len(nodes)
+    for step, node in enumerate(nodes):
+        for used in _used_names(node):
+            if used in live:
+                live.use(used, step)
+        for out in node.output:
+            if not out:
+                continue  # an omitted optional output
+            if out not in types:
+                raise InvalidProblemError(
+                    f"tensor {out!r} (output of {node.op_type} node {node.name!r}) has no "
+                    "inferred type: shape inference could not determine it",
+                    column=out,
+                )
+            nbytes = _nbytes(types[out], out)
+            standard = node.domain in ("", "ai.onnx")
+            shape_only = alias_reshapes and standard and node.op_type in _SHAPE_ONLY_OPS
+            if shape_only and node.input and node.input[0] in live:
+                live.alias(out, node.input[0], step)
+                continue
+            if standard and node.op_type == "Constant":
+                live.external(out, nbytes, "constant")
+            else:
+                live.produce(out, step, nbytes)
+    live.output((out.name for out in graph.output if out.name in live), steps)
+    return live.build(steps=steps, name=name, alignment=alignment)
+
+
+def _topological(graph: onnx.GraphProto) -> list[Any]:
+    """``graph.node`` in a topological order, keeping the given order wherever it is valid."""
+    nodes = list(graph.node)
+    given = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    given |= {s.values.name for s in graph.sparse_initializer} | {""}
+    available = set(given)
+    if all(_inputs_ready(n, available, add=True) for n in nodes):
+        return nodes
+    # Not in order: repeatedly take the first node whose inputs are all available.
+    available = set(given)
+    pending, ordered = nodes, []
+    while pending:
+        for i, node in enumerate(pending):
+            if _inputs_ready(node, available, add=True):
+                ordered.append(pending.pop(i))
+                break
+        else:
+            missing = sorted({u for n in pending for u in n.input if u not in available})
+            raise InvalidProblemError(
+                f"the ONNX graph has a cycle or uses tensors nothing produces: {missing[:5]}",
+                column=missing[0] if missing else None,
+            )
+    return ordered
+
+
+def _inputs_ready(node: Any, available: set[str], *, add: bool) -> bool:
+    if any(i not in available for i in node.input):
+        return False
+    if add:
+        available.update(node.output)
+    return True
+
+
+def _used_names(node: Any) -> Iterator[str]:
+    """Inputs of ``node``, plus outer-scope names its subgraphs refer to."""
+    yield from (i for i in node.input if i)
+    for attribute in node.attribute:
+        for subgraph in (attribute.g, *attribute.graphs):
+            if subgraph.ByteSize():
+                yield from _outer_names(subgraph)
+
+
+def _outer_names(graph: Any) -> Iterator[str]:
+    local = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    for node in graph.node:
+        for used in _used_names(node):
+            if used not in local:
+                yield used
+        local.update(node.output)
+
+
+def _nbytes(type_proto: Any, tensor: str) -> int:
+    if type_proto.WhichOneof("value") != "tensor_type":
+        raise InvalidProblemError(
+            f"tensor {tensor!r} is not a tensor (it is a {type_proto.WhichOneof('value')}); "
+            "only tensors can be planned",
+            column=tensor,
+        )
+    tensor_type = type_proto.tensor_type
+    itemsize = _itemsize(tensor_type.elem_type, tensor)
+    if not tensor_type.HasField("shape"):
+        raise InvalidProblemError(
+            f"tensor {tensor!r} has an unknown shape (not even its rank is known): pin the "
+            "inputs with input_shapes, or export with static shapes",
+            column=tensor,
+        )
+    count = 1
+    for i, dim in enumerate(tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            count *= dim.dim_value
+        elif dim.HasField("dim_param"):
+            raise InvalidProblemError(
+                f"tensor {tensor!r} has a symbolic dimension {dim.dim_param!r} (axis {i}): pin "
+                "it with input_shapes={input name: shape}",
+                column=tensor,
+            )
+        else:
+            raise InvalidProblemError(
+                f"tensor {tensor!r} has an unknown dimension (axis {i}): shape inference could "
+                "not determine it; pin the inputs with input_shapes",
+                column=tensor,
+            )
+    return count * itemsize
+
+
+def _itemsize(elem_type: int, tensor: str) -> int:
+    onnx = _onnx()
+    if elem_type in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING):
+        kind = "unknown" if elem_type == onnx.TensorProto.UNDEFINED else "string"
+        raise InvalidProblemError(
+            f"tensor {tensor!r} has an {kind} element type, so its size is unknown",
+            column=tensor,
+        )
+    try:
+        return int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidProblemError(
+            f"tensor {tensor!r} has element type {elem_type}, whose size is unknown",
+            column=tensor,
+        ) from exc
+
+
+def _product(dims: Sequence[int]) -> int:
+    count = 1
+    for d in dims:
+        count *= d
+    return count
+
+
+def _nbytes_of_sparse(sparse: Any) -> int:
+    values = sparse.values
+    indices = sparse.indices
+    return _product(values.dims) * _itemsize(values.data_type, values.name) + _product(
+        indices.dims
+    ) * _itemsize(indices.data_type, indices.name)
