@@ -42,10 +42,13 @@ def fake_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]
     with a valid plan at the lower bound of :func:`tight`."""
     calls: list[dict[str, Any]] = []
 
-    class Result:
-        def __init__(self, plan: Plan | None, optimal: bool) -> None:
+    class Result:  # the shape of planning/exact.py's ExactResult
+        def __init__(self, plan: Plan | None, proven: bool) -> None:
             self.plan = plan
-            self.optimal = optimal
+            self.feasible = plan is not None
+            self.proven = proven
+            self.nodes = 1
+            self.seconds = 0.0
 
     def solve_exact(problem: Problem, *, capacity: int | None = None,
                     time_limit: float = 10.0, initial: Plan | None = None) -> Result:
@@ -53,6 +56,8 @@ def fake_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]
             {"problem": problem, "capacity": capacity, "time_limit": time_limit,
              "initial": initial}
         )
+        if capacity is not None and capacity < 5:
+            return Result(None, True)  # proven: nothing fits below the lower bound
         if problem != tight():
             return Result(None, False)
         offsets = {"a": 0, "b": 3, "c": 0, "d": 1}
@@ -128,6 +133,22 @@ def test_auto_keeps_the_portfolio_when_exact_finds_nothing(
     assert result.height == heuristics.portfolio(problem).height
     assert result.planner.startswith("auto:portfolio:")
     assert len(fake_exact) == 1
+
+
+def test_auto_reports_proven_infeasibility(fake_exact: list[dict[str, Any]]) -> None:
+    with pytest.raises(PlanDoesNotFitError) as info:
+        plan(tight(), capacity=4)
+    assert info.value.proven
+    assert fake_exact[0]["capacity"] == 4
+    validate(tight(), info.value.plan)
+
+
+def test_auto_minimises_when_the_portfolio_already_fits(
+    fake_exact: list[dict[str, Any]],
+) -> None:
+    result = plan(tight(), capacity=100)
+    assert result.height == 5
+    assert fake_exact[0]["capacity"] is None
 
 
 def test_exact_planner_with_alignment(fake_exact: list[dict[str, Any]]) -> None:

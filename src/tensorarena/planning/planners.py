@@ -90,7 +90,12 @@ def _exact(
     alignment: int | None,
     initial: Plan,
 ) -> tuple[Plan | None, bool]:
-    """(best exact plan or None, whether the search proved its answer)."""
+    """(best plan the search found or None, whether it proved that nothing fits ``capacity``).
+
+    Talks to ``planning/exact.py``'s ``solve_exact(problem, *, capacity, time_limit, initial)
+    -> ExactResult(plan, feasible, proven, nodes, seconds)``: with a capacity it is the decision
+    version, without one it minimises the height; ``plan.optimal`` marks a proven optimum.
+    """
     try:
         from tensorarena.planning import exact
     except ImportError as exc:
@@ -102,12 +107,13 @@ def _exact(
     seed = Plan(searched, initial.offsets, planner=initial.planner)
     result = solve(searched, capacity=capacity, time_limit=time_limit, initial=seed)
     found = result if isinstance(result, Plan) else getattr(result, "plan", None)
-    proven = bool(getattr(result, "optimal", False) or getattr(result, "proven", False))
+    proven = bool(getattr(result, "proven", False))
     if found is None:
-        return None, proven
+        return None, proven and capacity is not None
     offsets = tuple(int(o) for o in found.offsets)
     plan = Plan(problem, offsets, planner="exact", optimal=bool(found.optimal))
-    return plan, proven or plan.optimal
+    fits = capacity is None or plan.height <= capacity
+    return plan, proven and not fits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,13 +142,18 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
     if best.optimal:
         return replace(best, planner=f"{name}:{best.planner}")
     remaining = max(0.0, time_limit - (time.perf_counter() - start))
-    found, proven = _exact(
-        problem, capacity=capacity, time_limit=remaining, alignment=alignment, initial=best
+    # If the portfolio already fits, spend the time lowering it; if not, ask the decision
+    # question the caller cares about: does anything fit the capacity?
+    target = capacity if capacity is not None and best.height > capacity else None
+    found, infeasible = _exact(
+        problem, capacity=target, time_limit=remaining, alignment=alignment, initial=best
     )
     if found is not None and found.height <= best.height:
         best = found
-    optimal = best.optimal or (proven and capacity is None)
-    return Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=optimal)
+    best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal)
+    if infeasible and capacity is not None:
+        raise PlanDoesNotFitError(best, capacity, proven=True)
+    return best
 
 
 def _auto(problem: Problem, *, capacity: int | None, time_limit: float,

@@ -1,0 +1,154 @@
+"""``tensorarena plan PROBLEM.csv``: plan offsets for a minimalloc CSV and report the result.
+
+A contract other tools rely on. With ``--json`` stdout holds exactly one JSON object::
+
+    {"buffers": n, "lower_bound": int, "height": int, "ratio": float, "optimal": bool,
+     "feasible": bool, "planner": str, "seconds": float}
+
+``feasible`` means the plan fits ``--capacity`` (always true without one); ``optimal`` means
+proven, which includes a height equal to the lower bound. Exit status: 0 for a valid plan that
+fits; 1 when none was found that fits within the time limit (the best height is still printed);
+2 for bad input (malformed CSV, with line and column on stderr; unreadable file; bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tensorarena.errors import InvalidPlanError, TensorArenaError
+from tensorarena.sizes import check_alignment, format_size, parse_size
+
+__all__ = ["configure", "run"]
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``plan`` command's arguments."""
+    from tensorarena.planning.planners import DEFAULT_TIME_LIMIT, PLANNERS
+
+    parser.add_argument("problem", metavar="PROBLEM.csv", help="minimalloc CSV problem file")
+    parser.add_argument(
+        "--planner", default="auto", choices=list(PLANNERS),
+        help="planner to run (default: auto = portfolio, then exact search if above the bound)",
+    )
+    parser.add_argument("--capacity", metavar="N",
+                        help="arena size the plan must fit, e.g. 1048576 or 1MiB")
+    parser.add_argument("--alignment", metavar="N",
+                        help="minimum alignment of every offset (a power of two, e.g. 64)")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
+                        help=f"limit for the exact search (default {DEFAULT_TIME_LIMIT:g})")
+    parser.add_argument("--out", metavar="SOLUTION.csv",
+                        help="write the plan as a minimalloc solution CSV (only when it fits)")
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object on stdout")
+
+
+def _fail(message: str) -> int:
+    print(f"tensorarena plan: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _with_progress(label: str, work: Callable[[], Any]) -> Any:
+    """Run ``work``; show a rich spinner with elapsed time on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return work()
+    try:
+        from rich.console import Console
+    except ImportError:
+        return work()
+    console = Console(stderr=True)
+    with console.status(f"planning {label} …", spinner="dots"):
+        return work()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; return the exit status (0 fits, 1 no fit found, 2 bad input)."""
+    from tensorarena.planning.csv_io import read_problem, write_solution
+    from tensorarena.planning.planners import PlanDoesNotFitError, plan
+    from tensorarena.planning.validate import validate
+
+    try:
+        capacity = (None if args.capacity is None
+                    else parse_size(args.capacity, name="--capacity", allow_zero=True))
+        alignment = None
+        if args.alignment is not None:
+            alignment = check_alignment(parse_size(args.alignment, name="--alignment"),
+                                        name="--alignment")
+    except TensorArenaError as exc:
+        return _fail(str(exc))
+    if not args.time_limit >= 0:
+        return _fail(f"--time-limit must be a non-negative number, got {args.time_limit}")
+    try:
+        # The capacity goes to plan() rather than into the problem, so that the validator below
+        # checks the geometry alone and a plan that misses the capacity can still be reported.
+        problem = read_problem(args.problem)
+    except TensorArenaError as exc:
+        message = str(exc)
+        return _fail(message if args.problem in message else f"{args.problem}: {message}")
+
+    start = time.perf_counter()
+    fits = True
+    try:
+        result = _with_progress(
+            f"{len(problem)} buffers with {args.planner}",
+            lambda: plan(problem, args.planner, capacity=capacity, time_limit=args.time_limit,
+                         alignment=alignment),
+        )
+    except PlanDoesNotFitError as exc:
+        result, fits = exc.plan, False
+    except TensorArenaError as exc:
+        return _fail(str(exc))
+    seconds = time.perf_counter() - start
+    checked = problem if alignment is None else problem.with_alignment(alignment)
+    try:
+        validate(checked, result)
+    except InvalidPlanError as exc:  # a planner bug: never report an invalid plan as a result
+        print(f"tensorarena plan: internal error: invalid plan: {exc}", file=sys.stderr)
+        return 1
+
+    bound = problem.lower_bound()
+    height = result.height
+    ratio = height / bound if bound else (1.0 if height == 0 else float("inf"))
+    summary = {
+        "buffers": len(problem),
+        "lower_bound": bound,
+        "height": height,
+        "ratio": ratio,
+        "optimal": bool(result.optimal or height == bound),
+        "feasible": fits,
+        "planner": result.planner,
+        "seconds": seconds,
+    }
+    if args.out is not None and fits:
+        try:
+            write_solution(result, args.out)
+        except OSError as exc:
+            return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(args, summary, capacity)
+    return 0 if fits else 1
+
+
+def _print_summary(args: argparse.Namespace, summary: dict[str, Any], capacity: int | None
+                   ) -> None:
+    height = summary["height"]
+    lines = [
+        f"problem      {args.problem} ({summary['buffers']} buffers)",
+        f"planner      {summary['planner']}",
+        f"lower bound  {summary['lower_bound']} ({format_size(summary['lower_bound'])})",
+        f"height       {height} ({format_size(height)}), {summary['ratio']:.4f} x lower bound"
+        + (", optimal" if summary["optimal"] else ""),
+    ]
+    if capacity is not None:
+        verdict = "fits" if summary["feasible"] else "DOES NOT FIT (best plan found shown)"
+        lines.append(f"capacity     {capacity} ({format_size(capacity)}): {verdict}")
+    lines.append(f"time         {summary['seconds']:.3f} s")
+    if args.out is not None:
+        written = args.out if summary["feasible"] else "not written (the plan does not fit)"
+        lines.append(f"solution     {written}")
+    print("\n".join(lines))
