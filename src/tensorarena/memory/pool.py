@@ -45,6 +45,9 @@ __all__ = ["Pool", "PoolStatistics"]
 
 #: Arena sizes are rounded up to this, so that every arena can serve default-aligned requests.
 _ARENA_GRANULE = DEFAULT_ALIGNMENT
+#: Arenas are asked to start on a page boundary at least, so that page-aligned requests fit in
+#: any arena (an arena can honour no alignment above its base's).
+_ARENA_ALIGNMENT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,9 +333,12 @@ class Pool:
             # An empty pool (new, or trimmed) starts again from its initial size.
             wanted = max(wanted or 0, self._initial, active)
         if wanted is None:
+            misaligned = any(arena.base & (alignment - 1) for arena in self._arenas)
+            why = f"no arena base is aligned to {alignment}" if misaligned else (
+                "no arena can hold it"
+            )
             raise self._out_of_memory(
-                nbytes, f"no arena can hold it and the growth policy {self._growth!r} refuses "
-                "to add one"
+                nbytes, f"{why} and the growth policy {self._growth!r} refuses to add one"
             )
         size = align_up(max(wanted, active), _ARENA_GRANULE)
         headroom = None if self._maximum is None else self._maximum - self._reserved
@@ -360,7 +366,7 @@ class Pool:
 
     def _add_arena(self, size: int, alignment: int, stream: Stream, *, requested: int) -> Arena:
         """Take ``size`` bytes from the upstream as a new arena; unchanged if anything fails."""
-        arena_alignment = max(alignment, DEFAULT_ALIGNMENT)
+        arena_alignment = max(alignment, _ARENA_ALIGNMENT)
         try:
             base = self._upstream.allocate(size, arena_alignment, stream)
         except MemoryError as exc:
