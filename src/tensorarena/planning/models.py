@@ -1,0 +1,324 @@
+"""Planning problems from real transformer architectures, for benchmarks and tests.
+
+Each architecture is built from a ``transformers`` config with random weights (never downloaded),
+then traced two ways: *inference* with ``torch.export`` (eval mode) and *training* with
+:func:`~tensorarena.planning.torch_frontend.trace_training` (train mode: forward, loss and every
+gradient in one ``make_fx`` graph). Two sizes:
+
+``"small"``
+    Test-sized: two layers, hidden size 64, short sequences, small images; seconds for all.
+``"base"``
+    The published base configurations (GPT-2 small, BERT-base, ViT-B/16, ResNet-50, ...) at
+    sequence length 128 / 224×224 images and batch 4: what a runtime would plan. Tracing one takes
+    seconds to a minute; weights are initialised on the CPU (hundreds of MB each).
+
+An architecture that fails to build or trace on the installed torch/transformers is skipped with a
+:class:`ModelSkippedWarning` (or re-raised with ``errors="raise"``), so one broken model never
+stops a benchmark.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tensorarena._optional import require
+from tensorarena.errors import TensorArenaWarning
+from tensorarena.planning.graph_problem import GraphProblem
+from tensorarena.planning.torch_frontend import (
+    problem_from_exported,
+    problem_from_fx,
+    trace_training,
+)
+
+__all__ = ["ARCHITECTURES", "ModelSkippedWarning", "build_model", "model_problem", "model_problems"]
+
+Size = Literal["small", "base"]
+
+
+class ModelSkippedWarning(TensorArenaWarning):
+    """An architecture could not be built or traced here and was left out."""
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """Example inputs: positional and keyword."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+# Each builder returns (model, inputs) for a size and batch; transformers is imported inside.
+_Builder = Callable[[Any, Any, Size, int], tuple[Any, _Inputs]]
+
+
+def _tokens(torch: Any, batch: int, seq: int, vocab: int) -> Any:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab, (batch, seq), generator=generator)
+
+
+def _images(torch: Any, batch: int, side: int, channels: int = 3) -> Any:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(batch, channels, side, side, generator=generator)
+
+
+def _gpt2(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.GPT2Config(
+            n_layer=2,
+            n_embd=64,
+            n_head=4,
+            vocab_size=128,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        seq = 16
+    else:  # GPT-2 small (124M)
+        config = tf.GPT2Config()
+        seq = 128
+    config.use_cache = False
+    return tf.GPT2LMHeadModel(config), _Inputs((_tokens(torch, batch, seq, config.vocab_size),), {})
+
+
+def _bert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.BertConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            vocab_size=128,
+            max_position_embeddings=64,
+        )
+        seq = 16
+    else:  # bert-base-uncased (110M)
+        config = tf.BertConfig()
+        seq = 128
+    return tf.BertModel(config), _Inputs((_tokens(torch, batch, seq, config.vocab_size),), {})
+
+
+def _distilbert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.DistilBertConfig(
+            n_layers=2,
+            dim=64,
+            n_heads=4,
+            hidden_dim=128,
+            vocab_size=128,
+            max_position_embeddings=64,
+        )
+        seq = 16
+    else:  # distilbert-base-uncased (66M)
+        config = tf.DistilBertConfig()
+        seq = 128
+    tokens = _tokens(torch, batch, seq, config.vocab_size)
+    return tf.DistilBertModel(config), _Inputs((tokens,), {})
+
+
+def _vit(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.ViTConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            image_size=32,
+            patch_size=8,
+        )
+    else:  # ViT-B/16 at 224×224 (86M)
+        config = tf.ViTConfig()
+    return tf.ViTModel(config), _Inputs((_images(torch, batch, config.image_size),), {})
+
+
+def _resnet(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.ResNetConfig(
+            embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"
+        )
+        side = 32
+    else:  # ResNet-50 at 224×224 (25M)
+        config = tf.ResNetConfig()
+        side = 224
+    return tf.ResNetModel(config), _Inputs((_images(torch, batch, side),), {})
+
+
+def _convnext(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)
+        side = 32
+    else:  # ConvNeXt-T at 224×224 (28M)
+        config = tf.ConvNextConfig()
+        side = 224
+    return tf.ConvNextModel(config), _Inputs((_images(torch, batch, side),), {})
+
+
+def _llama(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            vocab_size=128,
+            max_position_embeddings=64,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        seq = 16
+    else:  # the SmolLM-135M shape: a real Llama with grouped-query attention
+        config = tf.LlamaConfig(
+            num_hidden_layers=30,
+            hidden_size=576,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            intermediate_size=1536,
+            vocab_size=49152,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
+        )
+        seq = 128
+    config.use_cache = False
+    tokens = _tokens(torch, batch, seq, config.vocab_size)
+    return tf.LlamaForCausalLM(config), _Inputs((tokens,), {})
+
+
+def _t5(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.T5Config(
+            num_layers=2,
+            num_decoder_layers=2,
+            d_model=64,
+            d_kv=16,
+            num_heads=4,
+            d_ff=128,
+            vocab_size=128,
+        )
+        seq, target = 16, 8
+    else:  # t5-small (60M)
+        config = tf.T5Config()
+        seq, target = 128, 32
+    config.use_cache = False
+    tokens = _tokens(torch, batch, seq, config.vocab_size)
+    decoder = _tokens(torch, batch, target, config.vocab_size)
+    return tf.T5Model(config), _Inputs((tokens,), {"decoder_input_ids": decoder})
+
+
+def _whisper_encoder(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+    if size == "small":
+        config = tf.WhisperConfig(
+            encoder_layers=2,
+            decoder_layers=2,
+            d_model=64,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            num_mel_bins=16,
+            max_source_positions=32,
+            vocab_size=128,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+        )
+    else:  # whisper-base's encoder (20M), 30 s of audio
+        config = tf.WhisperConfig(
+            d_model=512,
+            encoder_layers=6,
+            decoder_layers=6,
+            encoder_attention_heads=8,
+            decoder_attention_heads=8,
+            encoder_ffn_dim=2048,
+            decoder_ffn_dim=2048,
+        )
+    encoder = tf.WhisperModel(config).get_encoder()
+    frames = 2 * config.max_source_positions  # the encoder insists on exactly this many
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(batch, config.num_mel_bins, frames, generator=generator)
+    return encoder, _Inputs((features,), {})
+
+
+_BUILDERS: dict[str, _Builder] = {
+    "gpt2": _gpt2,
+    "bert": _bert,
+    "distilbert": _distilbert,
+    "vit": _vit,
+    "resnet": _resnet,
+    "convnext": _convnext,
+    "llama": _llama,
+    "t5": _t5,
+    "whisper-encoder": _whisper_encoder,
+}
+
+#: The architectures :func:`model_problems` knows, in the order it yields them.
+ARCHITECTURES: tuple[str, ...] = tuple(_BUILDERS)
+
+_DEFAULT_BATCH: dict[Size, int] = {"small": 2, "base": 4}
+
+
+def build_model(name: str, *, size: Size = "small", batch: int | None = None) -> tuple[Any, Any]:
+    """``(model, (args, kwargs))`` for one architecture: random weights, example inputs."""
+    if name not in _BUILDERS:
+        raise KeyError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
+    if size not in _DEFAULT_BATCH:
+        raise ValueError(f"size must be 'small' or 'base', got {size!r}")
+    torch = require("torch", extra="torch", feature="real-model planning problems")
+    tf = require("transformers", extra="torch", feature="real-model planning problems")
+    torch.manual_seed(0)  # the same random weights every time
+    model, inputs = _BUILDERS[name](torch, tf, size, batch or _DEFAULT_BATCH[size])
+    return model, (inputs.args, inputs.kwargs)
+
+
+def model_problem(
+    name: str, *, size: Size = "small", training: bool = False, batch: int | None = None
+) -> GraphProblem:
+    """The planning problem of one architecture (errors propagate; see :func:`model_problems`)."""
+    torch = require("torch", extra="torch", feature="real-model planning problems")
+    model, (args, kwargs) = build_model(name, size=size, batch=batch)
+    mode = "train" if training else "infer"
+    label = f"{name}-{size}-{mode}"
+    if training:
+        model.train()
+        return problem_from_fx(trace_training(model, args, kwargs), name=label)
+    model.eval()
+    with torch.no_grad():
+        exported = torch.export.export(model, args, kwargs, strict=False)
+    return problem_from_exported(exported, name=label)
+
+
+def model_problems(
+    *,
+    size: Size = "small",
+    training: bool = False,
+    names: Iterable[str] | None = None,
+    batch: int | None = None,
+    errors: Literal["warn", "raise"] = "warn",
+) -> Iterator[tuple[str, GraphProblem]]:
+    """Yield ``(name, problem)`` for every architecture (or those in ``names``).
+
+    Inference graphs come from ``torch.export``, training graphs (``training=True``) from
+    ``make_fx`` over forward, loss and gradients. An architecture that fails is skipped with a
+    :class:`ModelSkippedWarning` naming it and the error, unless ``errors="raise"``.
+    """
+    require("torch", extra="torch", feature="real-model planning problems")
+    require("transformers", extra="torch", feature="real-model planning problems")
+    for name in ARCHITECTURES if names is None else tuple(names):
+        try:
+            problem = model_problem(name, size=size, training=training, batch=batch)
+        except KeyError:
+            raise
+        except Exception as exc:
+            if errors == "raise":
+                raise
+            mode = "training" if training else "inference"
+            warnings.warn(
+                f"skipped {name} ({size}, {mode}): {type(exc).__name__}: {exc}",
+                ModelSkippedWarning,
+                stacklevel=2,
+            )
+            continue
+        yield name, problem
