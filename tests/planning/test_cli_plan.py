@@ -1,0 +1,169 @@
+"""The ``tensorarena plan`` contract: one JSON object, exit codes 0/1/2, messages on stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tensorarena.cli.main as cli_main
+from tensorarena.planning.csv_io import read_problem, read_solution
+from tensorarena.planning.validate import validate
+
+DATA = Path(__file__).parent / "data"
+KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds"}
+
+
+@pytest.fixture(autouse=True)
+def only_planning_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    # main() builds every command's parser; keep these tests independent of the other
+    # benchmark modules, which other parts of the project provide.
+    monkeypatch.setattr(
+        cli_main, "BENCHMARKS", {k: v for k, v in cli_main.BENCHMARKS.items() if k == "plan"}
+    )
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
+    status = cli_main.main(["plan", *argv, "--json"])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, out  # exactly one JSON object, one line
+    return status, json.loads(out)
+
+
+def test_json_summary_for_an_optimal_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    status, summary = run_json(capsys, str(DATA / "pisarchyk_lee.csv"))
+    assert status == 0
+    assert set(summary) == KEYS
+    assert summary["buffers"] == 8
+    assert summary["lower_bound"] == 124
+    assert summary["height"] == 124
+    assert summary["ratio"] == 1.0
+    assert summary["optimal"] is True
+    assert summary["feasible"] is True
+    assert str(summary["planner"]).startswith("auto")
+    assert isinstance(summary["seconds"], float)
+
+
+@pytest.mark.parametrize("planner", ["naive", "greedy_size", "greedy_size_first_fit",
+                                     "greedy_breadth", "heap_best_fit", "portfolio"])
+def test_every_heuristic_by_name(capsys: pytest.CaptureFixture[str], planner: str) -> None:
+    status, summary = run_json(capsys, str(DATA / "toy.12.csv"), "--planner", planner)
+    assert status == 0
+    assert str(summary["planner"]).startswith(planner)
+    assert summary["feasible"] is True  # no capacity asked for
+
+
+def test_capacity_that_does_not_fit_exits_1_with_the_best_height(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "s.csv"
+    status, summary = run_json(capsys, str(DATA / "pisarchyk_lee.csv"), "--planner", "naive",
+                               "--capacity", "200", "--out", str(out))
+    assert status == 1
+    assert summary["feasible"] is False
+    assert summary["height"] == 234
+    assert not out.exists()
+
+
+def test_capacity_as_size_string_and_solution_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "s.csv"
+    status, summary = run_json(capsys, str(DATA / "toy.12.csv"), "--capacity", "1KiB",
+                               "--alignment", "8", "--out", str(out))
+    assert status == 0 and summary["feasible"] is True
+    problem = read_problem(DATA / "toy.12.csv")
+    plan = read_solution(out, problem)
+    validate(problem.with_alignment(8), plan, capacity=1024)
+    assert plan.height == summary["height"]
+
+
+def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    status = cli_main.main(["plan", str(DATA / "toy.12.csv"), "--capacity", "11"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "DOES NOT FIT" in out and "lower bound  12" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("id,lower,upper,size\na,0,2,1\nb,0,2,zz\n", "line 3, column 'size'"),
+        ("id,lower,upper,size\na,0,2,-4\n", "negative size"),
+        ("id,lower,upper,size\na,3,3,4\n", "line 2, column 'upper'"),
+        ("id,lower,size\na,0,4\n", "missing column 'upper'"),
+    ],
+)
+def test_bad_input_exits_2_with_line_and_column(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, needle: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    assert cli_main.main(["plan", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert needle in captured.err
+
+
+def test_unreadable_file_and_bad_options_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert cli_main.main(["plan", str(tmp_path / "absent.csv")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    good = str(DATA / "toy.12.csv")
+    assert cli_main.main(["plan", good, "--capacity", "lots"]) == 2
+    assert "--capacity" in capsys.readouterr().err
+    assert cli_main.main(["plan", good, "--alignment", "12"]) == 2
+    assert "power of two" in capsys.readouterr().err
+    assert cli_main.main(["plan", good, "--time-limit", "-1"]) == 2
+    with pytest.raises(SystemExit) as info:
+        cli_main.main(["plan", good, "--planner", "nope"])
+    assert info.value.code == 2
+
+
+def test_subprocess_contract(tmp_path: Path) -> None:
+    code = (
+        "import sys, tensorarena.cli.main as m; "
+        "m.BENCHMARKS = {k: v for k, v in m.BENCHMARKS.items() if k == 'plan'}; "
+        "sys.exit(m.main(sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "plan", str(DATA / "pisarchyk_lee.csv"), "--json",
+         "--capacity", "124"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["height"] == 124 and summary["feasible"] and summary["optimal"]
+
+
+def test_bench_plan_json_and_skips(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status = cli_main.main(["bench", "plan", "--json", "--data", str(tmp_path),
+                            "--suite", "pisarchyk", "--suite", "minimalloc", "--suite",
+                            "idealloc", "--quick"])
+    assert status == 0
+    report = json.loads(capsys.readouterr().out)
+    suites = report["suites"]
+    rows = suites["pisarchyk"]["rows"]
+    assert [r["height"] for r in rows] == [124] * len(rows)
+    assert all(r["valid"] for r in rows)
+    assert "minimalloc" in suites["minimalloc"]["skipped"]
+    assert "idealloc" in suites["idealloc"]["skipped"]
+
+
+def test_bench_plan_table_on_our_own_minimalloc_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "minimalloc" / "challenging"
+    folder.mkdir(parents=True)
+    (folder / "toy.12.csv").write_text((DATA / "toy.12.csv").read_text())
+    status = cli_main.main(["bench", "plan", "--data", str(tmp_path), "--suite", "minimalloc",
+                            "--time-limit", "1"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "minimalloc challenging" in out
+    line = next(row for row in out.splitlines() if row.strip().startswith("toy"))
+    assert " 12 " in line and "yes" in line
