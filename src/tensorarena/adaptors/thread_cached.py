@@ -191,14 +191,16 @@ class ThreadCached:
         upstream's."""
         cache = None
         if stream is None and type(nbytes) is int and 0 < nbytes <= self._max_block:
-            cache = self._cache()
+            try:
+                cache = self._local.cache
+            except AttributeError:
+                cache = self._new_cache()
             key = (nbytes, alignment)
             with cache.lock:
                 stack = cache.buckets.get(key)
                 if stack:
+                    # An emptied bucket stays (no list churn); drain() removes empty ones.
                     address = stack.pop()
-                    if not stack:
-                        del cache.buckets[key]
                     cache.nbytes -= nbytes
                     cache.count -= 1
                     cache.hits += 1
@@ -228,7 +230,10 @@ class ThreadCached:
                 allocated=key[0],
             )
         if stream is None and nbytes <= self._max_block:
-            cache = self._cache()
+            try:
+                cache = self._local.cache
+            except AttributeError:
+                cache = self._new_cache()
             with cache.lock:
                 stack = cache.buckets.get(key)
                 if stack is None:
@@ -321,12 +326,8 @@ class ThreadCached:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _cache(self) -> _Cache:
-        try:
-            cache: _Cache = self._local.cache
-            return cache
-        except AttributeError:
-            pass
+    def _new_cache(self) -> _Cache:
+        """Make, register and return the calling thread's cache (its first call here)."""
         cache = _Cache()
         token = _Token()
         shared = self._shared
