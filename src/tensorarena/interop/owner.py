@@ -1,0 +1,73 @@
+"""The owner of an array's bytes: frees them back to their resource when the last view dies.
+
+A NumPy array made over foreign memory keeps one object alive as its ``.base``; every view keeps
+its parent alive in turn, so that object dies exactly when the last array or view over the bytes
+does. :class:`Allocation` is that object. It exposes ``__array_interface__`` (so ``np.asarray``
+builds the array directly over the address) and its ``__del__`` returns the block.
+
+Why this mechanism — measured per array made and dropped (a 64 KiB float32 array plus one view,
+``np.empty`` for scale: 0.54-0.69 µs; 2 shared cores, expect ±20 %):
+
+==========================================================  ============  ============
+owner mechanism                                             1-D           2-D
+==========================================================  ============  ============
+``__array_interface__`` owner with ``__del__`` (chosen)     1.44 µs       1.98 µs
+ctypes ``c_char * n`` buffer + owner attribute + frombuffer  1.26 µs       1.47 µs
+ctypes buffer + ``weakref.finalize``                        2.0 µs        —
+``np.ndarray(shape, buffer=ctypes buffer)``                 —             2.13 µs
+==========================================================  ============  ============
+
+The ctypes route is a little faster but creates one ctypes *type* per distinct byte count and
+CPython caches those types forever, a leak under dynamic shapes; ``weakref.finalize`` also
+registers every array in a global registry. The interface owner is close behind with no global
+state at all, so it is the one used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorarena.memory.resource import MemoryResource
+
+__all__ = ["Allocation"]
+
+
+class Allocation:
+    """``nbytes`` bytes at ``address`` from ``resource``; deallocated when this object dies."""
+
+    __slots__ = ("__array_interface__", "__weakref__", "address", "nbytes", "resource")
+
+    def __init__(
+        self,
+        resource: MemoryResource,
+        address: int,
+        nbytes: int,
+        shape: tuple[int, ...],
+        typestr: str,
+        descr: list[Any] | None = None,
+    ) -> None:
+        self.resource = resource
+        self.address = address
+        self.nbytes = nbytes
+        interface: dict[str, Any] = {
+            "data": (address, False),
+            "shape": shape,
+            "typestr": typestr,
+            "version": 3,
+        }
+        if descr is not None:
+            interface["descr"] = descr
+        self.__array_interface__ = interface
+
+    def __del__(self) -> None:
+        # Runs when the last array/view over the bytes is gone (refcount zero, or the cyclic
+        # collector). A failing deallocate here can only be reported, not raised: Python prints
+        # it as an "Exception ignored in" message.
+        self.resource.deallocate(self.address, self.nbytes)
+
+    def __repr__(self) -> str:
+        interface = self.__array_interface__
+        return (
+            f"Allocation(address={self.address:#x}, nbytes={self.nbytes}, "
+            f"shape={interface['shape']}, typestr={interface['typestr']!r})"
+        )
