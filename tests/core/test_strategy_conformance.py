@@ -90,7 +90,7 @@ class ArenaMachine(RuleBasedStateMachine):
             assert error.largest_free == arena.strategy.largest_free()
             return (-1, nbytes)
         assert address % alignment == 0, f"{address:#x} not aligned to {alignment}"
-        assert 0 <= address and address + nbytes <= arena.capacity, "block outside the region"
+        assert address >= 0 and address + nbytes <= arena.capacity, "block outside the region"
         assert address not in self.model
         self.model[address] = (nbytes, alignment)
         return (address, nbytes)
@@ -204,4 +204,5 @@ def test_strategy_conformance(name: str) -> None:
 
 
 def test_every_strategy_is_in_the_suite() -> None:
-    assert list(STRATEGIES) == ["first_fit", "next_fit", "best_fit", "segregated_fit", "buddy", "tlsf"]
+    expected = ["first_fit", "next_fit", "best_fit", "segregated_fit", "buddy", "tlsf"]
+    assert list(STRATEGIES) == expected

@@ -1,4 +1,4 @@
-"""``tensorarena bench alloc``: allocate/free latency, footprint and fragmentation of every strategy.
+"""``tensorarena bench alloc``: allocate/free latency, footprint and fragmentation per strategy.
 
 One fixed, seeded workload shaped like a model's intermediates — sizes from 256 B to 64 MiB,
 log-distributed and skewed toward small, about 500 blocks live, frees of random victims — is
@@ -69,7 +69,7 @@ def _draw_size(rng: random.Random) -> int:
 
 
 def make_workload(steady_ops: int, *, seed: int = 0, target_live: int = TARGET_LIVE) -> Workload:
-    """Build the seeded workload: a fill to ``target_live`` blocks, then ``steady_ops`` operations."""
+    """The seeded workload: a fill to ``target_live`` blocks, then ``steady_ops`` operations."""
     rng = random.Random(seed)
     free_slots: list[int] = []
     live: list[tuple[int, int]] = []  # (slot, nbytes)
@@ -257,7 +257,9 @@ def _print_table(
         f"bench alloc: {len(workload.fill)} blocks filled, then {len(workload.steady)} mixed "
         f"operations (sizes 256 B - 64 MiB, ~{TARGET_LIVE} live); median of {repeats} repeats"
     )
-    header = f"{'strategy':<16}{'ns/pair':>10}{'x libc':>9}{'x call':>9}{'footprint':>11}{'frag':>8}"
+    header = (
+        f"{'strategy':<16}{'ns/pair':>10}{'x libc':>9}{'x call':>9}{'footprint':>11}{'frag':>8}"
+    )
     print(header)
     print("-" * len(header))
     for name, result in results.items():
