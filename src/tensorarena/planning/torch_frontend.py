@@ -81,10 +81,23 @@ def problem_from_exported(
         if hasattr(spec.arg, "name")
     }
 
+    # Tied weights (an LM head sharing the embedding) are two placeholders over one tensor:
+    # the second is an alias of the first, not more bytes.
+    tensors = {**ep.state_dict, **ep.constants}
+    first_of: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for spec in ep.graph_signature.input_specs:
+        value = tensors.get(spec.target) if spec.target is not None else None
+        key = _storage_key(value)
+        if key is not None and hasattr(spec.arg, "name"):
+            tied_to = first_of.setdefault(key, spec.arg.name)
+            if tied_to != spec.arg.name:
+                tied[spec.arg.name] = tied_to
+
     def kind_of(node: torch.fx.Node) -> str:
         return by_name.get(node.name, "input")
 
-    return _walk(ep.graph, kind_of, lambda node: None, alignment=alignment, name=name)
+    return _walk(ep.graph, kind_of, lambda node: None, tied=tied, alignment=alignment, name=name)
 
 
 def problem_from_fx(
@@ -204,6 +217,7 @@ def _walk(
     kind_of: Callable[[torch.fx.Node], str],
     attr_of: Callable[[torch.fx.Node], tuple[Any, str] | None],
     *,
+    tied: Mapping[str, str] | None = None,
     alignment: int,
     name: str,
 ) -> GraphProblem:
@@ -222,7 +236,9 @@ def _walk(
             continue
         if node.op == "placeholder":
             value = _meta_value(node)
-            if _is_tensor_like(value):
+            if tied and node.name in tied and tied[node.name] in live:
+                live.alias(node.name, tied[node.name], step)
+            elif _is_tensor_like(value):
                 live.external(node.name, _nbytes(value, node.name), kind_of(node))
                 _remember_storage(value, node.name, by_storage)
             continue
