@@ -7,6 +7,9 @@ import random
 import sys
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tensorarena.core import STRATEGIES
 from tensorarena.errors import (
@@ -256,6 +259,30 @@ def test_maximum_size_caps_growth_and_explains_why() -> None:
     assert pool.statistics() == before
 
 
+def test_at_the_limit_empty_arenas_are_given_back_before_failing() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="2KiB", growth=SameAsRequested(), maximum_size="8KiB")
+    pool.allocate(2 * KiB)
+    three = [pool.allocate(3 * KiB) for _ in range(2)]
+    assert arena_sizes(pool) == [2 * KiB, 3 * KiB, 3 * KiB]
+    for address in three:
+        pool.deallocate(address, 3 * KiB)
+    pool.allocate(5 * KiB)  # fits only once the two empty 3 KiB arenas are released
+    assert arena_sizes(pool) == [2 * KiB, 5 * KiB]
+    assert upstream.deallocations == 2
+    pool._check_invariants()
+
+
+def test_debug_mode_checks_invariants_after_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = Pool(CountingMemory(), debug=True)
+    calls: list[int] = []
+    original = pool._check_invariants
+    monkeypatch.setattr(pool, "_check_invariants", lambda: calls.append(1) or original())
+    address = pool.allocate(100)
+    pool.deallocate(address, 100)
+    assert len(calls) == 2
+
+
 def test_initial_size_above_maximum_is_refused() -> None:
     with pytest.raises(InvalidSizeError, match="maximum_size"):
         Pool(CountingMemory(), initial_size="2MiB", maximum_size="1MiB")
@@ -458,3 +485,55 @@ def test_pools_nest() -> None:
     assert outer.statistics().allocated_bytes == 0
     with pytest.raises(DoubleFreeError):
         inner.deallocate(address, 100) if inner.arenas else outer.deallocate(address, 64 * KiB)
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Random interleavings of every pool operation; all invariants checked after each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.upstream = CountingMemory()
+        self.pool = Pool(self.upstream, initial_size="4KiB", growth=NextPowerOfTwo(),
+                         maximum_size="1MiB")
+        self.live: dict[int, int] = {}
+
+    @rule(nbytes=st.integers(1, 300_000), alignment=st.sampled_from([1, 16, 256, 4096]))
+    def allocate(self, nbytes: int, alignment: int) -> None:
+        before = self.pool.statistics()
+        try:
+            address = self.pool.allocate(nbytes, alignment)
+        except OutOfMemoryError:
+            assert self.pool.statistics().allocated_bytes == before.allocated_bytes
+            return
+        assert address % alignment == 0 and address not in self.live
+        self.live[address] = nbytes
+
+    @precondition(lambda self: bool(self.live))
+    @rule(data=st.data())
+    def deallocate(self, data: st.DataObject) -> None:
+        address = data.draw(st.sampled_from(sorted(self.live)))
+        self.pool.deallocate(address, self.live.pop(address))
+
+    @rule()
+    def trim(self) -> None:
+        self.pool.trim()
+
+    @rule()
+    def reset(self) -> None:
+        self.pool.reset()
+        self.live.clear()
+
+    @invariant()
+    def consistent(self) -> None:
+        self.pool._check_invariants()
+        stats = self.pool.statistics()
+        assert stats.allocation_count == len(self.live)
+        assert stats.allocated_bytes == sum(self.live.values())
+        assert stats.reserved_bytes <= 1 * MiB
+        assert stats.reserved_bytes == sum(self.upstream.inner.live_blocks().values())
+
+
+TestPoolMachine = PoolMachine.TestCase
+TestPoolMachine.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None, derandomize=True
+)

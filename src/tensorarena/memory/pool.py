@@ -24,6 +24,7 @@ The pool is not thread-safe by itself: wrap it in :class:`tensorarena.adaptors.T
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right, insort
 from dataclasses import dataclass
 from types import TracebackType
@@ -48,6 +49,8 @@ _ARENA_GRANULE = DEFAULT_ALIGNMENT
 #: Arenas are asked to start on a page boundary at least, so that page-aligned requests fit in
 #: any arena (an arena can honour no alignment above its base's).
 _ARENA_ALIGNMENT = 4096
+
+_DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,9 @@ class Pool:
     ``initial_size`` bytes are taken from the upstream at once (0: wait for the first request);
     whenever the pool holds nothing, its next arena is at least that large. ``growth`` sizes
     every further arena (default :class:`~tensorarena.memory.growth.NextPowerOfTwo`);
-    ``maximum_size`` caps the bytes held from the upstream.
+    ``maximum_size`` caps the bytes held from the upstream (at the cap, empty arenas are given
+    back before a request fails). ``debug`` (default: the ``TENSORARENA_DEBUG`` environment
+    variable) checks every invariant after every call.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class Pool:
         growth: GrowthPolicy | None = None,
         initial_size: Size = "1MiB",
         maximum_size: Size | None = None,
+        debug: bool = _DEBUG,
     ) -> None:
         if not callable(getattr(upstream, "allocate", None)) or not callable(
             getattr(upstream, "deallocate", None)
@@ -131,6 +137,7 @@ class Pool:
         self._reserved = self._peak_reserved = self._total_reserved = self._total_released = 0
         self._peak_count = self._total_allocations = self._total_deallocations = 0
         self._peak_arenas = self._upstream_allocs = self._upstream_deallocs = 0
+        self._debug = debug
         if initial:
             self._add_arena(initial, DEFAULT_ALIGNMENT, None, requested=initial)
 
@@ -200,6 +207,8 @@ class Pool:
         self._total_allocations += 1
         if len(self._blocks) > self._peak_count:
             self._peak_count = len(self._blocks)
+        if self._debug:
+            self._check_invariants()
         return address
 
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
@@ -227,6 +236,8 @@ class Pool:
         self._total_freed += nbytes
         self._active -= active
         self._total_deallocations += 1
+        if self._debug:
+            self._check_invariants()
 
     # --- whole-pool operations ---------------------------------------------------------------
 
@@ -343,6 +354,12 @@ class Pool:
         size = align_up(max(wanted, active), _ARENA_GRANULE)
         headroom = None if self._maximum is None else self._maximum - self._reserved
         if headroom is not None and active > headroom:
+            empty = sum(arena.capacity for arena in self._arenas if not len(arena))
+            if active <= headroom + empty:
+                # What PyTorch's caching allocator does at its limit: give the unused arenas
+                # back and retry, rather than fail with memory sitting idle.
+                self.trim(stream)
+                return self._grow(nbytes, active, alignment, stream)
             raise self._out_of_memory(
                 nbytes,
                 f"a new arena of {format_size(active)} would exceed maximum_size "
