@@ -39,8 +39,8 @@ _ROWS: tuple[tuple[str, bool, _Cell, _Cell, _Cell, _Cell], ...] = (
     ("Limit", True, ("maximum_size", "limit"), (), (), ()),
     ("Allocations", False, ("allocation_count", "live_blocks"), ("peak_allocation_count",),
      ("total_allocations", "alloc_count"), ("total_deallocations", "free_count")),
-    ("Arenas", False, ("arena_count",), ("peak_arena_count",), ("upstream_allocations",),
-     ("upstream_deallocations",)),
+    ("Arenas", False, ("arena_count",), ("peak_arena_count",), (), ()),
+    ("Upstream calls", False, (), (), ("upstream_allocations",), ("upstream_deallocations",)),
     ("Free extents", False, ("free_extents",), (), (), ()),
     ("Cached blocks", False, ("cached_blocks",), (), (), ()),
 )
