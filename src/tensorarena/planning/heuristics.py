@@ -165,6 +165,10 @@ def place(arrays: _Arrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
     p_top = np.empty(n, np.int64)
     p_start = np.empty(n, np.int64)
     p_end = np.empty(n, np.int64)
+    # Preallocated masks: the per-buffer passes then allocate only O(overlap) arrays.
+    mask = np.empty(n, np.bool_)
+    scratch = np.empty(n, np.bool_)
+    never = np.iinfo(np.int64).max
     placed = 0
     starts = arrays.start.tolist()
     ends = arrays.end.tolist()
@@ -178,34 +182,27 @@ def place(arrays: _Arrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
             continue
         offset = 0
         if placed:
-            mask = p_start[:placed] < end
-            mask &= p_end[:placed] > start
-            low = p_off[:placed][mask]
-            if len(low):
-                top = np.maximum.accumulate(p_top[:placed][mask])
+            live = mask[:placed]
+            np.less(p_start[:placed], end, out=live)
+            np.logical_and(live, np.greater(p_end[:placed], start, out=scratch[:placed]), out=live)
+            near = np.flatnonzero(live)  # time-overlapping placed buffers, by offset
+            if len(near):
+                low = p_off[near]
+                top = np.maximum.accumulate(p_top[near])
                 floor = np.empty_like(top)  # highest top below each buffer: its gap's floor
                 floor[0] = 0
                 floor[1:] = top[:-1]
+                gap = low - floor
                 if align > 1:
                     begin = (floor + (align - 1)) & -align
                     fits = begin + size <= low
                 else:
                     begin = floor
-                    fits = low - floor >= size
-                k = -1
-                if best_fit:
-                    if fits.any():
-                        gap = np.where(fits, low - floor, np.iinfo(np.int64).max)
-                        k = int(gap.argmin())
-                else:
-                    k = int(fits.argmax())
-                    if not fits[k]:
-                        k = -1
-                if k >= 0:
-                    offset = int(begin[k])
-                else:
-                    offset = int(top[-1])
-                    offset = (offset + align - 1) & -align
+                    fits = gap >= size
+                # Best fit: the smallest gap that fits; first fit: the lowest one.
+                k = int(np.where(fits, gap, never).argmin() if best_fit else fits.argmax())
+                # No gap fits: on top of the highest time-overlapping buffer.
+                offset = int(begin[k]) if fits[k] else (int(top[-1]) + align - 1) & -align
         offsets[i] = offset
         pos = int(np.searchsorted(p_off[:placed], offset, "right"))
         if pos < placed:
