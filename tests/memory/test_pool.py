@@ -537,3 +537,17 @@ TestPoolMachine = PoolMachine.TestCase
 TestPoolMachine.settings = settings(
     max_examples=60, stateful_step_count=40, deadline=None, derandomize=True
 )
+
+
+def test_memory_summary_reads_any_record_by_field_name() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Custom:
+        allocated_bytes: int
+        evictions: int
+
+    text = memory_summary(Custom(allocated_bytes=3 * MiB, evictions=7), title="custom")
+    assert "custom" in text and "Allocated memory" in text and "3 MiB" in text
+    assert "Evictions: 7" in text  # a field no row claims is still shown
+    assert "Reserved memory" not in text  # rows without any field are left out
