@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tensorarena.adaptors import Limiting, Statistics, ThreadCached, ThreadSafe
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
@@ -24,8 +25,10 @@ from tensorarena.errors import (
     InvalidSizeError,
     SizeMismatchError,
 )
+from tensorarena.memory.growth import SameAsRequested
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pinned import PinnedHostMemory
+from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.memory.virtual import VirtualMemory
 
@@ -37,6 +40,18 @@ RESOURCES = [
     pytest.param((lambda: HostMemory(numa_node=0), True), id="host-numa0"),
     pytest.param((lambda: PinnedHostMemory(limit="64MiB"), True), id="pinned"),
     pytest.param((VirtualMemory, False), id="virtual"),
+    pytest.param((lambda: Pool(HostMemory()), True), id="pool-host"),
+    pytest.param(
+        (lambda: Pool(VirtualMemory(), strategy="tlsf", growth=SameAsRequested()), False),
+        id="pool-virtual-tlsf",
+    ),
+    pytest.param((lambda: Pool(Pool(VirtualMemory()), strategy="buddy"), False), id="pool-pool"),
+    pytest.param((lambda: ThreadSafe(Pool(HostMemory())), True), id="thread-safe-pool"),
+    pytest.param(
+        (lambda: ThreadCached(ThreadSafe(Pool(HostMemory()))), True), id="thread-cached-pool"
+    ),
+    pytest.param((lambda: Statistics(Pool(VirtualMemory())), False), id="statistics-pool"),
+    pytest.param((lambda: Limiting(Pool(HostMemory()), "64MiB"), True), id="limiting-pool"),
 ]
 
 # ---------------------------------------------------------------------------------------------

@@ -190,7 +190,13 @@ class ThreadCached:
         """A cached block of exactly ``(nbytes, alignment)`` if this thread has one, else the
         upstream's."""
         cache = None
-        if stream is None and type(nbytes) is int and 0 < nbytes <= self._max_block:
+        # Exact types: True == 1 and 1.0 == 1 hash alike, and must not hit a (n, 1) bucket.
+        if (
+            stream is None
+            and type(nbytes) is int
+            and 0 < nbytes <= self._max_block
+            and type(alignment) is int
+        ):
             try:
                 cache = self._local.cache
             except AttributeError:

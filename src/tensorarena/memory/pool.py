@@ -292,6 +292,13 @@ class Pool:
             raise self._not_live(address)
         return entry[0].size_of(address)
 
+    def live_blocks(self) -> dict[int, int]:
+        """A copy of the live blocks: address → requested bytes."""
+        blocks: dict[int, int] = {}
+        for arena in self._arenas:
+            blocks.update(arena.live_blocks())
+        return blocks
+
     def __len__(self) -> int:
         return len(self._blocks)
 
