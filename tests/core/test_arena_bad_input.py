@@ -1,0 +1,234 @@
+"""Bad input to an ``Arena`` raises the specific error and leaves the arena exactly as it was.
+
+Each test builds an arena with a few live blocks and a freed one, takes a snapshot (live blocks,
+statistics, the strategy's free extents), makes the bad call, and compares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tensorarena.core import DEFAULT_STRATEGY, STRATEGIES, Arena
+from tensorarena.errors import (
+    DoubleFreeError,
+    InvalidAddressError,
+    InvalidAlignmentError,
+    InvalidSizeError,
+    OutOfMemoryError,
+    SizeMismatchError,
+    TensorArenaError,
+)
+
+K = 1024
+
+
+@pytest.fixture(params=list(STRATEGIES))
+def arena(request: pytest.FixtureRequest) -> Arena:
+    arena = Arena("1MiB", request.param)
+    for nbytes in (1000, 4 * K, 300, 64 * K):
+        arena.allocate(nbytes)
+    arena.deallocate(arena.allocate(2 * K))
+    return arena
+
+
+def snapshot(arena: Arena) -> tuple[object, ...]:
+    return arena.live_blocks(), arena.statistics(), arena.strategy.free_extents(), repr(arena)
+
+
+@pytest.mark.parametrize(
+    "nbytes", [0, -1, -(1 << 70), 2**61, 1.5, 1000.0, True, None, "abc", "-5", "0", "1.5B", [8]]
+)
+def test_bad_sizes_raise_invalid_size_and_change_nothing(arena: Arena, nbytes: object) -> None:
+    before = snapshot(arena)
+    with pytest.raises(InvalidSizeError):
+        arena.allocate(nbytes)  # type: ignore[arg-type]
+    assert snapshot(arena) == before
+
+
+@pytest.mark.parametrize("alignment", [0, -256, 3, 384, 1.0, 256.0, "256", None, True, 1 << 61])
+def test_bad_alignments_raise_and_change_nothing(arena: Arena, alignment: object) -> None:
+    before = snapshot(arena)
+    with pytest.raises(InvalidAlignmentError):
+        arena.allocate(256, alignment)  # type: ignore[arg-type]
+    assert snapshot(arena) == before
+
+
+def test_alignment_above_the_base_alignment_is_refused() -> None:
+    arena = Arena(1 << 20, base=0x10000)
+    assert arena.allocate(100, 1 << 16) % (1 << 16) == 0
+    before = snapshot(arena)
+    with pytest.raises(InvalidAlignmentError, match="base"):
+        arena.allocate(100, 1 << 17)
+    assert snapshot(arena) == before
+
+
+def test_sizes_accept_strings_and_integer_like_values(arena: Arena) -> None:
+    address = arena.allocate("8KiB")
+    assert arena.size_of(address) == 8 * K
+    arena.deallocate(address, "8KiB")
+    address = arena.allocate(np.int64(5000), np.int64(512))
+    assert address % 512 == 0 and arena.size_of(address) == 5000
+    arena.deallocate(address, np.int64(5000))
+
+
+def test_double_free_raises_and_changes_nothing(arena: Arena) -> None:
+    address = arena.allocate(K)
+    arena.deallocate(address)
+    before = snapshot(arena)
+    with pytest.raises(DoubleFreeError, match="double free"):
+        arena.deallocate(address)
+    assert snapshot(arena) == before
+
+
+def test_free_after_reset_is_a_double_free(arena: Arena) -> None:
+    addresses = list(arena.live_blocks())
+    arena.reset()
+    before = snapshot(arena)
+    for address in addresses:
+        with pytest.raises(DoubleFreeError):
+            arena.deallocate(address)
+    assert snapshot(arena) == before
+    assert arena.statistics().free == arena.strategy.free_bytes()
+
+
+@pytest.mark.parametrize("address", [12345, 1 << 40, -1, 3.5, "0x100", None, [1]])
+def test_never_allocated_addresses_raise(arena: Arena, address: object) -> None:
+    before = snapshot(arena)
+    with pytest.raises(InvalidAddressError) as info:
+        arena.deallocate(address)  # type: ignore[arg-type]
+    assert type(info.value) is InvalidAddressError  # not a double free
+    assert snapshot(arena) == before
+
+
+@pytest.mark.parametrize("wrong", [999, 1001, 1024, 0, -1000, "1000B5", 1000.5])
+def test_size_mismatch_on_free_raises_and_changes_nothing(arena: Arena, wrong: object) -> None:
+    address = next(a for a, n in arena.live_blocks().items() if n == 1000)
+    before = snapshot(arena)
+    with pytest.raises((SizeMismatchError, InvalidSizeError)) as info:
+        arena.deallocate(address, wrong)  # type: ignore[arg-type]
+    if isinstance(info.value, SizeMismatchError):
+        assert info.value.allocated == 1000 and info.value.address == address
+    assert snapshot(arena) == before
+    arena.deallocate(address, 1000)  # the block is still live and frees normally
+
+
+def test_every_error_is_a_tensorarena_error(arena: Arena) -> None:
+    with pytest.raises(TensorArenaError):
+        arena.allocate(0)
+    with pytest.raises(ValueError):  # and the built-in type callers already catch
+        arena.allocate(256, 3)
+    with pytest.raises(MemoryError):
+        arena.allocate("1GiB")
+
+
+# --- out of memory --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_out_of_memory_by_exhaustion(name: str) -> None:
+    arena = Arena(64 * K, name)
+    arena.allocate(48 * K)
+    before = snapshot(arena)
+    with pytest.raises(OutOfMemoryError) as info:
+        arena.allocate(32 * K)
+    error = info.value
+    assert not error.is_fragmentation
+    assert error.requested == 32 * K and error.capacity == 64 * K
+    assert error.free == arena.strategy.free_bytes() < 32 * K
+    assert "exhaustion" in str(error) and "32 KiB" in str(error)
+    assert snapshot(arena) == before
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_out_of_memory_by_fragmentation(name: str) -> None:
+    arena = Arena(64 * K, name)
+    blocks = [arena.allocate(4 * K) for _ in range(16)]
+    for address in blocks[::2]:
+        arena.deallocate(address)
+    before = snapshot(arena)
+    with pytest.raises(OutOfMemoryError) as info:
+        arena.allocate(8 * K)
+    error = info.value
+    assert error.is_fragmentation
+    assert error.free == 32 * K and error.largest_free == 4 * K
+    assert "fragmentation" in str(error)
+    assert snapshot(arena) == before
+    assert arena.statistics().fragmentation == pytest.approx(1 - 4 / 32)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_request_larger_than_the_region(name: str) -> None:
+    arena = Arena(64 * K, name)
+    with pytest.raises(OutOfMemoryError, match="exhaustion"):
+        arena.allocate(1 << 40)
+    assert arena.statistics().free_extents >= 1
+
+
+def test_out_of_memory_explains_an_alignment_that_no_extent_can_meet() -> None:
+    arena = Arena(8 * K + 256, "first_fit", base=1 << 20)
+    arena.allocate(256)
+    with pytest.raises(OutOfMemoryError, match="alignment 8192") as info:
+        arena.allocate(256, 8 * K)  # 8 KiB free, but its only 8 KiB-aligned byte is taken
+    assert info.value.largest_free == 8 * K
+
+
+# --- the arena itself -----------------------------------------------------------------------
+
+
+def test_default_strategy_is_best_fit() -> None:
+    assert DEFAULT_STRATEGY == "best_fit"
+    assert Arena(K).strategy.name == "best_fit"
+
+
+def test_unknown_strategy_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="best_fit"):
+        Arena(K, "worst_fit")
+
+
+def test_statistics_are_frozen_and_count_correctly() -> None:
+    arena = Arena("1MiB", "tlsf")
+    a = arena.allocate(1000)
+    b = arena.allocate(3000, 1024)
+    arena.deallocate(a)
+    stats = arena.statistics()
+    assert (stats.allocated, stats.reserved, stats.peak_allocated) == (3000, 3072, 4000)
+    assert (stats.alloc_count, stats.free_count, stats.live_blocks) == (2, 1, 1)
+    assert stats.free == (1 << 20) - 3072
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.allocated = 0  # type: ignore[misc]
+    arena.reset()
+    stats = arena.statistics()
+    assert (stats.allocated, stats.free_count, stats.free_extents) == (0, 2, 1)
+    assert not arena.is_live(b) and len(arena) == 0
+
+
+def test_repr_shows_live_state() -> None:
+    arena = Arena("1MiB", "buddy", base=0x1000)
+    arena.allocate(3000)
+    text = repr(arena)
+    assert "buddy" in text and "1 MiB" in text and "live=1" in text and "0x1000" in text
+
+
+def test_addresses_start_at_base() -> None:
+    arena = Arena(1 << 20, "first_fit", base=0x7F00_0000_0000)
+    address = arena.allocate(100)
+    assert address == 0x7F00_0000_0000 and arena.owns(address)
+    assert not arena.owns(address + (1 << 20))
+    arena.deallocate(address)
+
+
+def test_debug_mode_checks_invariants_after_every_call() -> None:
+    arena = Arena(64 * K, "segregated_fit", debug=True)
+    calls = []
+    arena._check_invariants = lambda: calls.append(1)  # type: ignore[method-assign]
+    arena.deallocate(arena.allocate(100))
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("capacity", [0, -1, "lots", 2.5])
+def test_bad_capacity(capacity: object) -> None:
+    with pytest.raises(InvalidSizeError):
+        Arena(capacity)  # type: ignore[arg-type]
