@@ -23,6 +23,7 @@ the best plan, so a caller can still report how close it came.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -41,6 +42,8 @@ __all__ = [
     "exact_available",
     "plan",
 ]
+
+_EXACT_MODULE = "tensorarena.planning.exact"
 
 #: Seconds the exact search may run by default (``auto`` and ``exact``).
 DEFAULT_TIME_LIMIT = 10.0
@@ -76,7 +79,7 @@ class PlanDoesNotFitError(InfeasibleError):
 def exact_available() -> bool:
     """True if the exact planner's module is importable in this build."""
     try:
-        from tensorarena.planning import exact  # noqa: F401
+        importlib.import_module(_EXACT_MODULE)
     except ImportError:
         return False
     return True
@@ -97,10 +100,11 @@ def _exact(
     version, without one it minimises the height; ``plan.optimal`` marks a proven optimum.
     """
     try:
-        from tensorarena.planning import exact
+        # Imported by name: the exact planner is a separate module that may be absent.
+        exact = importlib.import_module(_EXACT_MODULE)
     except ImportError as exc:
         raise UnknownPlannerError(
-            "the exact planner is not available (tensorarena.planning.exact did not import)"
+            f"the exact planner is not available ({_EXACT_MODULE} did not import)"
         ) from exc
     solve: Callable[..., Any] = exact.solve_exact
     searched = problem if alignment is None else problem.with_alignment(alignment)
@@ -111,7 +115,8 @@ def _exact(
     if found is None:
         return None, proven and capacity is not None
     offsets = tuple(int(o) for o in found.offsets)
-    plan = Plan(problem, offsets, planner="exact", optimal=bool(found.optimal))
+    plan = Plan(problem, offsets, planner="exact", optimal=bool(found.optimal),
+                stats=dict(found.stats))
     fits = capacity is None or plan.height <= capacity
     return plan, proven and not fits
 
@@ -150,7 +155,8 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
     )
     if found is not None and found.height <= best.height:
         best = found
-    best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal)
+    best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal,
+                stats=best.stats)
     if infeasible and capacity is not None:
         raise PlanDoesNotFitError(best, capacity, proven=True)
     return best
@@ -216,7 +222,8 @@ def plan(
     result = PLANNERS[planner](
         problem, capacity=capacity, time_limit=float(time_limit), alignment=alignment
     )
-    stats = {"seconds": time.perf_counter() - start, "lower_bound": float(lower_bound(problem))}
+    stats = {**result.stats, "seconds": time.perf_counter() - start,
+             "lower_bound": float(lower_bound(problem))}
     result = replace(result, stats=stats)
     if capacity is not None and result.height > capacity:
         proven = result.optimal  # the optimum itself is too high
