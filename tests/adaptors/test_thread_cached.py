@@ -15,6 +15,7 @@ from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
     InvalidAlignmentError,
+    InvalidSizeError,
     SizeMismatchError,
 )
 from tensorarena.memory.growth import SameAsRequested
@@ -251,3 +252,15 @@ def test_repr_and_properties() -> None:
     assert upstream.live == 0
     with pytest.raises(TypeError):
         ThreadCached(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSizeError, match="max_cached_blocks"):
+        ThreadCached(upstream, max_cached_blocks=-1)
+    with pytest.raises(InvalidSizeError, match="max_cached_bytes"):
+        ThreadCached(upstream, max_cached_bytes="lots")
+
+
+def test_cache_disabled_by_zero_bounds_still_works() -> None:
+    upstream = BufferMemory()
+    cached = ThreadCached(upstream, max_cached_blocks=0)
+    for _ in range(3):
+        cached.deallocate(cached.allocate(100), 100)
+    assert upstream.live == 0 and cached.statistics().cached_blocks == 0

@@ -27,6 +27,9 @@ dict operations are atomic in CPython, so the map needs no lock on the hot path.
 
 Stream-ordered allocations (``stream`` not ``None``) bypass the caches: a block freed on one
 stream may not be reused on another before that stream's work is done.
+
+Cached blocks are live blocks of the upstream: call ``flush_all()`` before resetting or closing
+the upstream pool, or the flush will find them already freed.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ import weakref
 from dataclasses import dataclass
 from types import TracebackType
 
-from tensorarena.errors import DoubleFreeError, InvalidAddressError, SizeMismatchError
+from tensorarena.errors import (
+    DoubleFreeError,
+    InvalidAddressError,
+    InvalidSizeError,
+    SizeMismatchError,
+)
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
 from tensorarena.sizes import Size, format_size, parse_size
 
@@ -164,7 +172,11 @@ class ThreadCached:
             raise TypeError(f"upstream must be a memory resource, not {type(upstream).__name__}")
         self._max_block = parse_size(max_block_size, name="max_block_size", allow_zero=True)
         self._max_bytes = parse_size(max_cached_bytes, name="max_cached_bytes", allow_zero=True)
-        self._max_blocks = parse_size(max_cached_blocks, name="max_cached_blocks", allow_zero=True)
+        if type(max_cached_blocks) is not int or max_cached_blocks < 0:
+            raise InvalidSizeError(
+                f"max_cached_blocks must be a non-negative int, got {max_cached_blocks!r}"
+            )
+        self._max_blocks = max_cached_blocks
         self._upstream = upstream
         self._shared = _Shared(upstream)
         self._local = threading.local()

@@ -54,7 +54,8 @@ class ThreadSafe:
         # that statistics(), trim(), reset()... run under the same lock as allocate().
         if name.startswith("__") or name in ("_upstream", "_lock"):
             raise AttributeError(name)
-        attribute = getattr(self._upstream, name)
+        with self._lock:  # a property may compute from state another thread is changing
+            attribute = getattr(self._upstream, name)
         if not callable(attribute):
             return attribute
         lock = self._lock
