@@ -1,0 +1,91 @@
+"""Byte sizes at the API edge: parsing, formatting, alignment checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorarena.errors import InvalidAlignmentError, InvalidSizeError
+from tensorarena.sizes import MAX_SIZE, align_up, check_alignment, format_size, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "nbytes"),
+    [
+        (4096, 4096),
+        ("4096", 4096),
+        ("256MiB", 256 << 20),
+        ("256 MiB", 256 << 20),
+        ("  64kib ", 64 << 10),
+        ("1.5GB", 1_500_000_000),
+        ("1.5GiB", 3 << 29),
+        ("2k", 2048),
+        ("2kB", 2000),
+        ("1T", 1 << 40),
+        ("1TB", 10**12),
+        ("0.5KiB", 512),
+        (".5MiB", 512 << 10),
+        ("10b", 10),
+        ("1.", 1),
+    ],
+)
+def test_parse_size(text: int | str, nbytes: int) -> None:
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "abc", "1.5", "0.3KB7", "10XB", "1e3", "-5", "- 5", "5 M iB", "0x10", 0, -1, True, 1.0,
+     None, [1], "2EiB", MAX_SIZE + 1, "2000000TiB"],
+)
+def test_parse_size_rejects(bad: object) -> None:
+    with pytest.raises(InvalidSizeError):
+        parse_size(bad)  # type: ignore[arg-type]
+
+
+def test_parse_size_names_the_argument_and_allows_zero_on_request() -> None:
+    with pytest.raises(InvalidSizeError, match="capacity"):
+        parse_size("lots", name="capacity")
+    assert parse_size(0, allow_zero=True) == 0
+    assert parse_size("0B", allow_zero=True) == 0
+    assert parse_size(MAX_SIZE) == MAX_SIZE
+    with pytest.raises(InvalidSizeError, match="non-negative"):
+        parse_size(-1, allow_zero=True)
+
+
+def test_fractions_must_come_out_whole() -> None:
+    assert parse_size("1.25KiB") == 1280
+    with pytest.raises(InvalidSizeError, match="whole"):
+        parse_size("1.1B")
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (256 << 20, "256 MiB"),
+        (3 << 30, "3 GiB"),
+        (5 << 40, "5 TiB"),
+        (-2048, "-2 KiB"),
+    ],
+)
+def test_format_size(nbytes: int, text: str) -> None:
+    assert format_size(nbytes) == text
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 256, 4096, 1 << 40])
+def test_check_alignment_accepts_powers_of_two(alignment: int) -> None:
+    assert check_alignment(alignment) == alignment
+
+
+@pytest.mark.parametrize("alignment", [0, -4, 3, 12, 1.0, "8", None, True, 1 << 61])
+def test_check_alignment_rejects(alignment: object) -> None:
+    with pytest.raises(InvalidAlignmentError, match="power of two"):
+        check_alignment(alignment)
+
+
+def test_align_up() -> None:
+    assert [align_up(n, 256) for n in (0, 1, 255, 256, 257)] == [0, 256, 256, 256, 512]
+    assert align_up(5, 1) == 5
