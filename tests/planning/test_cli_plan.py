@@ -167,3 +167,12 @@ def test_bench_plan_table_on_our_own_minimalloc_folder(
     assert "minimalloc challenging" in out
     line = next(row for row in out.splitlines() if row.strip().startswith("toy"))
     assert " 12 " in line and "yes" in line
+
+
+def test_progress_goes_to_a_terminal_stderr_only(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("rich")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    status, summary = run_json(capsys, str(DATA / "toy.12.csv"))
+    assert status == 0 and summary["height"] == 12

@@ -52,15 +52,17 @@ def _fail(message: str) -> int:
 
 
 def _with_progress(label: str, work: Callable[[], Any]) -> Any:
-    """Run ``work``; show a rich spinner with elapsed time on stderr when it is a terminal."""
+    """Run ``work``; on a terminal, show a spinner with the elapsed time on stderr meanwhile."""
     if not sys.stderr.isatty():
         return work()
     try:
         from rich.console import Console
-    except ImportError:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    except ImportError:  # rich is optional: plan quietly
         return work()
-    console = Console(stderr=True)
-    with console.status(f"planning {label} …", spinner="dots"):
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        progress.add_task(f"planning {label}", total=None)
         return work()
 
 
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     fits = True
     try:
         result = _with_progress(
-            f"{len(problem)} buffers with {args.planner}",
+            f"{len(problem)} buffers with {args.planner} (time limit {args.time_limit:g} s)",
             lambda: plan(problem, args.planner, capacity=capacity, time_limit=args.time_limit,
                          alignment=alignment),
         )
