@@ -16,6 +16,7 @@ and the default resource is read from a module global.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 from typing import Any, Literal
 
@@ -116,9 +117,12 @@ def empty(
     else:
         dims = _normalize_shape(shape)
         nbytes = math.prod(dims) * itemsize
-    if like != "numpy" and like != "torch":
-        raise ValueError(f"like must be 'numpy' or 'torch', not {like!r}")
-    if torch_dtype is not None and like != "torch":
+    torch = None
+    if like != "numpy":
+        if like != "torch":
+            raise ValueError(f"like must be 'numpy' or 'torch', not {like!r}")
+        torch = require("torch", extra="torch", feature="tensorarena.empty(like='torch')")
+    elif torch_dtype is not None:
         raise TypeError(f"a torch dtype ({dtype}) needs like='torch'")
     if alignment != DEFAULT_ALIGNMENT:
         check_alignment(alignment)
@@ -136,8 +140,9 @@ def empty(
     array: Any = np.asarray(owner)
     if current is not None:
         current.track(owner)
-    if like == "torch":
-        return _to_torch(array, torch_dtype)
+    if torch is not None:
+        tensor = torch.from_numpy(array)
+        return tensor if torch_dtype is None else tensor.view(torch_dtype)
     return array
 
 
@@ -149,18 +154,12 @@ def zeros(
     like: Like = "numpy",
     alignment: int = DEFAULT_ALIGNMENT,
 ) -> Any:
-    """Like :func:`empty`, filled with zeros."""
+    """Like :func:`empty`, with every byte zero (``fill(0)`` would write ``b"0"`` into a string
+    dtype, so the bytes are cleared directly)."""
     array = empty(shape, dtype, resource=resource, like=like, alignment=alignment)
     if like == "torch":
         array.zero_()
     else:
-        array.fill(0)
+        owner: Allocation = array.base
+        ctypes.memset(owner.address, 0, owner.nbytes)
     return array
-
-
-def _to_torch(array: np.ndarray[Any, Any], torch_dtype: Any | None) -> Any:
-    torch = require("torch", extra="torch", feature="tensorarena.empty(like='torch')")
-    tensor = torch.from_numpy(array)
-    if torch_dtype is not None and tensor.dtype != torch_dtype:
-        tensor = tensor.view(torch_dtype)
-    return tensor

@@ -85,11 +85,14 @@ class Scope:
         gc.collect()  # arrays held only by reference cycles die here, freeing their bytes
         escaped = self.live()
         self._refs.clear()
-        if escaped and check:
-            raise ScopeEscapeError(
-                [repr(allocation) for allocation in escaped],
-                sum(allocation.nbytes for allocation in escaped),
-            )
+        if not escaped or not check:
+            return
+        descriptions = [repr(allocation) for allocation in escaped]
+        nbytes = sum(allocation.nbytes for allocation in escaped)
+        # The traceback keeps this frame alive: drop our references before raising, or the
+        # escaped memory could not be freed when the user drops theirs.
+        del escaped
+        raise ScopeEscapeError(descriptions, nbytes)
 
     def __repr__(self) -> str:
         return f"Scope(allocations={self.allocations}, live={len(self.live())})"

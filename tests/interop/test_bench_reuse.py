@@ -1,0 +1,35 @@
+"""``tensorarena bench reuse --quick --json`` runs and prints the documented shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tensorarena.bench import reuse
+
+KEYS = {"numpy_us", "tensorarena_us", "speedup"}
+
+
+def _check(document: dict[str, object]) -> None:
+    assert set(document) >= KEYS
+    sizes = document["sizes"]
+    assert isinstance(sizes, dict) and list(sizes) == ["64KiB", "1MiB", "16MiB", "64MiB"]
+    for row in sizes.values():
+        assert set(row) == KEYS
+        assert row["numpy_us"] > 0 and row["tensorarena_us"] > 0
+        assert row["speedup"] == pytest.approx(row["numpy_us"] / row["tensorarena_us"], rel=0.01)
+    assert {key: document[key] for key in KEYS} == sizes["64MiB"]
+
+
+def test_quick_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert reuse.main(["--quick", "--json"]) == 0
+    _check(json.loads(capsys.readouterr().out))
+
+
+def test_through_the_cli_with_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorarena.cli.main import main
+
+    assert main(["bench", "reuse", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "np.empty" in out and "64MiB" in out and "speedup" in out
