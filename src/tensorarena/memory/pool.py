@@ -195,18 +195,20 @@ class Pool:
             except OutOfMemoryError:
                 self._remove_arena(arena, stream)  # the probe in _grow makes this unreachable
                 raise
-        self._blocks[address] = (arena, active)
+        blocks = self._blocks
+        blocks[address] = (arena, active)
         allocated = self._allocated + nbytes
         self._allocated = allocated
         if allocated > self._peak_allocated:
             self._peak_allocated = allocated
         self._total_allocated += nbytes
-        self._active += active
-        if self._active > self._peak_active:
-            self._peak_active = self._active
+        active += self._active
+        self._active = active
+        if active > self._peak_active:
+            self._peak_active = active
         self._total_allocations += 1
-        if len(self._blocks) > self._peak_count:
-            self._peak_count = len(self._blocks)
+        if len(blocks) > self._peak_count:
+            self._peak_count = len(blocks)
         if self._debug:
             self._check_invariants()
         return address
