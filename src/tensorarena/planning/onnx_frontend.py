@@ -69,6 +69,13 @@ def problem_from_onnx(
     name = name or model.graph.name
     if input_shapes:
         _pin_inputs(model.graph, input_shapes)
+    ordered = _topological(model.graph)  # shape inference, too, needs the nodes in order
+    if [id(n) for n in ordered] != [id(n) for n in model.graph.node]:
+        copies = [type(n)() for n in ordered]
+        for copy, node in zip(copies, ordered, strict=True):
+            copy.CopyFrom(node)
+        del model.graph.node[:]
+        model.graph.node.extend(copies)
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # onnx raises its own C++-bound error types
@@ -122,7 +129,7 @@ def _walk(
     for value in graph.input:
         if value.name not in live:
             live.external(value.name, _nbytes(types[value.name], value.name), "input")
-    nodes = _topological(graph)
+    nodes = list(graph.node)  # already in topological order
     steps = len(nodes)
     for step, node in enumerate(nodes):
         for used in _used_names(node):
@@ -221,16 +228,16 @@ def _nbytes(type_proto: Any, tensor: str) -> int:
     for i, dim in enumerate(tensor_type.shape.dim):
         if dim.HasField("dim_value"):
             count *= dim.dim_value
-        elif dim.HasField("dim_param"):
+        elif dim.HasField("dim_param") and not dim.dim_param.startswith("unk__"):
             raise InvalidProblemError(
                 f"tensor {tensor!r} has a symbolic dimension {dim.dim_param!r} (axis {i}): pin "
                 "it with input_shapes={input name: shape}",
                 column=tensor,
             )
-        else:
+        else:  # no value, or a placeholder ("unk__0") that shape inference made up
             raise InvalidProblemError(
                 f"tensor {tensor!r} has an unknown dimension (axis {i}): shape inference could "
-                "not determine it; pin the inputs with input_shapes",
+                "not determine it (data-dependent?); pin the inputs with input_shapes",
                 column=tensor,
             )
     return count * itemsize

@@ -1,0 +1,272 @@
+"""The ONNX front end: hand-built graphs checked by hand, models exported from torch."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from tensorarena.errors import InvalidProblemError  # noqa: E402
+from tensorarena.planning import Plan, Problem, validate  # noqa: E402
+from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
+from tensorarena.planning.onnx_frontend import problem_from_onnx  # noqa: E402
+
+pytestmark = pytest.mark.onnx
+
+F32 = TensorProto.FLOAT
+
+
+def prefix_sum_plan(problem: Problem) -> Plan:
+    offsets, top = [], 0
+    for b in problem.buffers:
+        offset = -(-top // b.alignment) * b.alignment
+        offsets.append(offset)
+        top = offset + b.nbytes
+    return Plan(problem, tuple(offsets), planner="prefix-sum")
+
+
+def check_consistent(gp: GraphProblem) -> None:
+    ids = {b.id for b in gp.problem.buffers}
+    for b in gp.problem.buffers:
+        assert 0 <= b.start < b.end <= gp.steps
+    assert not ids & set(gp.unplanned)
+    for out in gp.outputs:
+        assert next(b for b in gp.problem.buffers if b.id == out).end == gp.steps
+    validate(gp.problem, prefix_sum_plan(gp.problem))
+
+
+def make_model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto] = (),  # type: ignore[assignment]
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def small_graph(batch: int | str = 2) -> onnx.ModelProto:
+    """x[batch, 4] @ W[4, 8] -> h; relu(h) -> r; r + h -> y; reshape(y) -> z (output)."""
+    weight = helper.make_tensor("W", F32, [4, 8], [0.5] * 32)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [1], [-1])
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "h"], ["y"], name="add"),
+        helper.make_node("Reshape", ["y", "shape"], ["z"], name="reshape"),
+    ]
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", F32, [batch, 4])],
+        [helper.make_tensor_value_info("z", F32, None)],
+        [weight, shape],
+    )
+
+
+def test_hand_built_graph_buffers_by_hand() -> None:
+    gp = problem_from_onnx(small_graph())
+    assert gp.steps == 4
+    got = [(b.id, b.start, b.end, b.nbytes, b.alignment) for b in gp.problem.buffers]
+    assert got == [
+        ("h", 0, 3, 64, 64),  # used by relu (1) and add (2)
+        ("r", 1, 3, 64, 64),
+        ("y", 2, 4, 64, 64),
+        ("z", 3, 4, 64, 64),  # the graph output lives to the end
+    ]
+    assert gp.unplanned == {"W": 128, "shape": 8, "x": 32}
+    assert gp.unplanned_kinds == {"W": "parameter", "shape": "parameter", "x": "input"}
+    assert gp.outputs == ("z",)
+    assert gp.lower_bound() == 128 + 64  # h, r, y at step 2
+    check_consistent(gp)
+
+
+def test_alias_reshapes_lets_reshape_share_its_input() -> None:
+    gp = problem_from_onnx(small_graph(), alias_reshapes=True)
+    assert [b.id for b in gp.problem.buffers] == ["h", "r", "y"]
+    assert gp.aliases == {"z": "y"}
+    assert gp.problem.buffers[2].end == gp.steps  # y is the output, through z
+    check_consistent(gp)
+
+
+def test_symbolic_dimension_names_the_tensor_and_input_shapes_pins_it() -> None:
+    model = small_graph(batch="batch")
+    with pytest.raises(InvalidProblemError, match=r"'x'.*symbolic dimension 'batch'"):
+        problem_from_onnx(model)
+    gp = problem_from_onnx(model, input_shapes={"x": (3, 4)})
+    assert [b.nbytes for b in gp.problem.buffers] == [96, 96, 96, 96]
+    # The model passed in is left as it was.
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        ({"nope": (2, 4)}, "not a graph input"),
+        ({"x": (2, 4, 1)}, "rank 2"),
+        ({"x": (2, -4)}, "non-negative"),
+    ],
+)
+def test_bad_input_shapes_are_rejected(shapes: dict[str, tuple[int, ...]], match: str) -> None:
+    model = small_graph(batch="batch")
+    with pytest.raises(InvalidProblemError, match=match):
+        problem_from_onnx(model, input_shapes=shapes)
+
+
+def test_unknown_output_type_names_the_tensor() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Mystery", ["a"], ["b"], domain="custom.domain"),
+        helper.make_node("Relu", ["b"], ["c"]),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", F32, [2, 2])],
+        [helper.make_tensor_value_info("c", F32, None)],
+    )
+    model.opset_import.append(helper.make_opsetid("custom.domain", 1))
+    with pytest.raises(InvalidProblemError, match="'b'"):
+        problem_from_onnx(model)
+
+
+def test_unknown_rank_names_the_tensor() -> None:
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", F32, None)],
+        [helper.make_tensor_value_info("y", F32, None)],
+    )
+    with pytest.raises(InvalidProblemError, match=r"'x'.*unknown shape"):
+        problem_from_onnx(model)
+
+
+def test_data_dependent_dimension_names_the_tensor() -> None:
+    model = make_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        [
+            helper.make_tensor_value_info("x", F32, [2, 3]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", F32, None)],
+    )
+    with pytest.raises(InvalidProblemError, match=r"'y'.*unknown dimension"):
+        problem_from_onnx(model)
+
+
+def test_constant_nodes_are_not_planned() -> None:
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["k"], value=helper.make_tensor("v", F32, [2, 2], [1.0] * 4)
+        ),
+        helper.make_node("Add", ["x", "k"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", F32, [2, 2])],
+        [helper.make_tensor_value_info("y", F32, None)],
+    )
+    gp = problem_from_onnx(model)
+    assert [(b.id, b.start, b.end) for b in gp.problem.buffers] == [("y", 1, 2)]
+    assert gp.unplanned_kinds["k"] == "constant" and gp.unplanned["k"] == 16
+
+
+def test_nodes_out_of_order_are_sorted_and_dangling_inputs_rejected() -> None:
+    model = small_graph()
+    nodes = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend([nodes[2], nodes[0], nodes[3], nodes[1]])
+    gp = problem_from_onnx(model)
+    assert [b.id for b in gp.problem.buffers] == ["h", "r", "y", "z"]
+    model.graph.node[0].input[0] = "ghost"
+    with pytest.raises(InvalidProblemError, match="ghost"):
+        problem_from_onnx(model)
+
+
+def test_outer_scope_tensors_used_in_a_subgraph_count_as_used() -> None:
+    branch_out = helper.make_tensor_value_info("b_out", F32, [2])
+    then_graph = helper.make_graph(
+        [helper.make_node("Relu", ["early"], ["b_out"])], "then", [], [branch_out]
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Neg", ["early"], ["b_out"])], "else", [], [branch_out]
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["early"]),  # 0: used only inside the If's branches
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),  # 1
+        helper.make_node("Greater", ["total", "zero"], ["cond"]),  # 2
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", F32, [2])],
+        [helper.make_tensor_value_info("y", F32, [2])],
+        [helper.make_tensor("zero", F32, [], [0.0])],
+    )
+    gp = problem_from_onnx(model)
+    early = next(b for b in gp.problem.buffers if b.id == "early")
+    assert (early.start, early.end) == (0, 4)
+    check_consistent(gp)
+
+
+def test_a_path_works_and_names_the_problem(tmp_path: Path) -> None:
+    path = tmp_path / "small.onnx"
+    onnx.save(small_graph(), path)
+    gp = problem_from_onnx(path)
+    assert gp.name == "small"
+    assert len(gp.problem) == 4
+    with pytest.raises(InvalidProblemError, match="ModelProto or a path"):
+        problem_from_onnx(42)  # type: ignore[arg-type]
+
+
+# -- models exported from torch ----------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+def export_onnx(model: torch.nn.Module, args: tuple, path: Path, **kwargs: object) -> None:  # type: ignore[type-arg]
+    with contextlib.redirect_stdout(io.StringIO()):  # the exporter reports its progress
+        torch.onnx.export(model, args, path, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the legacy exporter is the fast one
+def test_tiny_torch_module_matches_the_torch_front_end(tmp_path: Path) -> None:
+    from tensorarena.planning.torch_frontend import problem_from_exported
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(16, 32)
+            self.b = torch.nn.Linear(32, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(x))) + x
+
+    net, x = Net(), torch.ones(4, 16)
+    export_onnx(net, (x,), tmp_path / "net.onnx", dynamo=False)
+    gp = problem_from_onnx(tmp_path / "net.onnx")
+    reference = problem_from_exported(torch.export.export(net, (x,)))
+    assert gp.lower_bound() == reference.lower_bound()
+    assert gp.unplanned_bytes_of("parameter") == reference.unplanned_bytes_of("parameter")
+    assert gp.unplanned_bytes_of("input") == x.numel() * 4
+    check_consistent(gp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "resnet"])
+def test_exported_transformer_is_in_the_ballpark_of_torch(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    from tensorarena.planning.models import build_model, model_problem
+
+    model, (args, kwargs) = build_model(name, size="small")
+    model.eval()
+    path = tmp_path / f"{name}.onnx"
+    export_onnx(model, args, path, kwargs=kwargs, dynamo=True)
+    gp = problem_from_onnx(path)
+    reference = model_problem(name, size="small")
+    assert 0.5 <= gp.lower_bound() / reference.lower_bound() <= 2.0
+    check_consistent(gp)
