@@ -9,8 +9,10 @@ from _stress import stress
 from _upstreams import BufferMemory
 
 from tensorarena.adaptors import ThreadSafe
+from tensorarena.core import STRATEGIES
 from tensorarena.errors import DoubleFreeError
-from tensorarena.memory.growth import SameAsRequested
+from tensorarena.memory.growth import NextPowerOfTwo, SameAsRequested
+from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool
 
 
@@ -24,6 +26,17 @@ def test_eight_threads_on_a_thread_safe_pool() -> None:
     assert stats.total_allocations == stats.total_deallocations > 1000
     pool.trim()
     assert upstream.live == 0
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_eight_threads_on_every_strategy_over_mmap_memory(strategy: str) -> None:
+    upstream = HostMemory()
+    pool = Pool(upstream, strategy=strategy, initial_size="256KiB", growth=NextPowerOfTwo())
+    stress(ThreadSafe(pool), threads=8, operations=600, seed=sum(map(ord, strategy)))
+    pool._check_invariants()
+    assert len(pool) == 0
+    pool.trim()
+    assert upstream.live_blocks() == {}
 
 
 def test_upstream_is_read_only_and_calls_are_forwarded_under_the_lock() -> None:
