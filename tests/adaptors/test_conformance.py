@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from _upstreams import BufferMemory
+from _adaptor_upstreams import BufferMemory
 
 from tensorarena.adaptors import Limiting, Statistics, ThreadCached, ThreadSafe
 from tensorarena.errors import (

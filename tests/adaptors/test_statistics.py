@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _upstreams import BufferMemory
+from _adaptor_upstreams import BufferMemory
 
 from tensorarena.adaptors import AllocationStatistics, Statistics, ThreadSafe
 from tensorarena.errors import DoubleFreeError, InvalidAlignmentError, OutOfMemoryError

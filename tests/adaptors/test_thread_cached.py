@@ -7,8 +7,8 @@ import gc
 import threading
 
 import pytest
-from _stress import stress
-from _upstreams import BufferMemory
+from _adaptor_stress import stress
+from _adaptor_upstreams import BufferMemory
 
 from tensorarena.adaptors import ThreadCached, ThreadSafe
 from tensorarena.errors import (
