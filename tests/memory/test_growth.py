@@ -49,10 +49,10 @@ def test_same_as_requested() -> None:
     assert SameAsRequested().next_size(3000, 10 * MiB) == 3000
 
 
-def test_next_power_of_two_matches_everything_held() -> None:
+def test_next_power_of_two_doubles_arena_by_arena() -> None:
     policy = NextPowerOfTwo()
     assert policy.next_size(1000, 0) == 1024
-    assert policy.next_size(1, 1 * MiB) == 1 * MiB
+    assert policy.next_size(1, 1 * MiB) == 2 * MiB
     assert policy.next_size(1, 3 * MiB) == 4 * MiB
     assert policy.next_size(5 * MiB, 1 * MiB) == 8 * MiB
     sizes, reserved = [], 1 * MiB
@@ -61,7 +61,7 @@ def test_next_power_of_two_matches_everything_held() -> None:
         assert size is not None
         sizes.append(size)
         reserved += size
-    assert sizes == [1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB]
+    assert sizes == [2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]  # each arena doubles the last
 
 
 def test_doubling_grows_by_the_pool_size_up_to_its_cap() -> None:

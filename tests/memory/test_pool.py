@@ -109,11 +109,11 @@ def test_same_as_requested_adds_arenas_of_the_request_size() -> None:
     assert arena_sizes(pool) == [1024, 3072, 256]  # arena sizes are multiples of 256 bytes
 
 
-def test_next_power_of_two_doubles_the_total() -> None:
+def test_next_power_of_two_doubles_each_arena() -> None:
     pool = Pool(CountingMemory(), initial_size="1KiB", growth=NextPowerOfTwo())
     for _ in range(8):
         pool.allocate(1 * KiB)
-    assert arena_sizes(pool) == [1024, 1024, 2048, 4096]
+    assert arena_sizes(pool) == [1024, 2048, 4096, 8192]
 
 
 def test_doubling_is_capped_at_its_maximum() -> None:

@@ -12,12 +12,14 @@ ones real runtimes ship:
 - :class:`Fixed` — the initial arena is all there is (a static budget, TensorFlow Lite style).
 - :class:`SameAsRequested` — each new arena is exactly the request (ONNX Runtime's
   ``kSameAsRequested``): no over-allocation, many small arenas.
-- :class:`NextPowerOfTwo` — the next arena is the power of two at least as large as both the
-  request and everything held so far, so arena sizes go 1, 1, 2, 4, 8… (ONNX Runtime's default
-  ``kNextPowerOfTwo``): few upstream calls, up to 2× over-reservation.
-- :class:`Doubling` — the next arena is as large as everything held so far (the pool doubles),
-  but never larger than ``maximum`` (RMM's pool grows by its current size up to a cap): after the
-  cap, growth is linear in ``maximum``-sized steps.
+- :class:`NextPowerOfTwo` — the next arena is the smallest power of two above everything held
+  so far (and at least the request rounded up to a power of two), so from a power-of-two initial
+  arena the sizes go 1, 2, 4, 8… as ONNX Runtime's default ``kNextPowerOfTwo`` doubles its region
+  size at each extension: few upstream calls, up to 2× over-reservation.
+- :class:`Doubling` — the next arena is as large as everything held so far (the pool doubles,
+  as RMM's pool grows by its current size), but never larger than ``maximum``: after that,
+  growth is linear in ``maximum``-sized steps. (RMM caps the pool's total instead; here that is
+  ``Pool(maximum_size=...)``, which composes with every policy.)
 """
 
 from __future__ import annotations
@@ -61,12 +63,11 @@ class SameAsRequested:
 
 @dataclass(frozen=True, slots=True)
 class NextPowerOfTwo:
-    """The next arena is the smallest power of two ≥ max(request, reserved): the total held
-    roughly doubles with each growth, as ONNX Runtime's BFC arena does by default."""
+    """The next arena is the smallest power of two above ``reserved`` and not below the request:
+    each arena doubles the last, as in ONNX Runtime's BFC arena by default."""
 
     def next_size(self, request: int, reserved: int) -> int | None:
-        wanted = max(request, reserved)
-        return 1 << (wanted - 1).bit_length()
+        return max(1 << reserved.bit_length() if reserved else 0, 1 << (request - 1).bit_length())
 
 
 @dataclass(frozen=True, slots=True, init=False)
