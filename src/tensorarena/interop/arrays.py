@@ -131,7 +131,10 @@ def empty(
         if current is not None and current.resource is not None:
             resource = current.resource
         else:
-            resource = _default._default or _default.default_resource()
+            # Not `or`: a resource may define __len__ (live blocks) and be falsy when empty.
+            resource = _default._default
+            if resource is None:
+                resource = _default.default_resource()
     # A zero-size array still gets a (1-byte) block: it has an address and an owner like any.
     request = nbytes or 1
     address = resource.allocate(request, alignment)
