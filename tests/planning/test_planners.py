@@ -61,8 +61,9 @@ def fake_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]
         if problem != tight():
             return Result(None, False)
         offsets = {"a": 0, "b": 3, "c": 0, "d": 1}
+        # The decision version stops at the first plan that fits: it proves nothing more.
         found = Plan(problem, tuple(offsets[b.id] for b in problem.buffers),
-                     planner="exact", optimal=True)
+                     planner="exact", optimal=capacity is None)
         return Result(found, True)
 
     module = types.ModuleType("tensorarena.planning.exact")
@@ -149,6 +150,15 @@ def test_auto_minimises_when_the_portfolio_already_fits(
     result = plan(tight(), capacity=100)
     assert result.height == 5
     assert fake_exact[0]["capacity"] is None
+
+
+def test_auto_lowers_a_decision_answer_with_the_time_left(
+    fake_exact: list[dict[str, Any]],
+) -> None:
+    result = plan(tight(), capacity=5, time_limit=5.0)
+    assert result.height == 5 and result.optimal
+    assert [call["capacity"] for call in fake_exact] == [5, None]
+    assert fake_exact[1]["initial"].height == 5
 
 
 def test_exact_planner_with_alignment(fake_exact: list[dict[str, Any]]) -> None:

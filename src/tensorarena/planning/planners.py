@@ -155,6 +155,14 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
     )
     if found is not None and found.height <= best.height:
         best = found
+    remaining = time_limit - (time.perf_counter() - start)
+    if target is not None and not best.optimal and best.height <= target and remaining > 0:
+        # The decision search stops at the first plan that fits: lower it with the time left.
+        lower, _ = _exact(
+            problem, capacity=None, time_limit=remaining, alignment=alignment, initial=best
+        )
+        if lower is not None and lower.height <= best.height:
+            best = lower
     best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal,
                 stats=best.stats)
     if infeasible and capacity is not None:
