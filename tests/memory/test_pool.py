@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import random
 import sys
 
@@ -217,6 +218,16 @@ def test_close_and_context_manager_return_everything() -> None:
         pool.allocate(8 * KiB)
     assert upstream.allocations == upstream.deallocations == 2
     assert len(upstream.inner.live_blocks()) == 0
+
+
+def test_a_collected_pool_gives_its_arenas_back() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="4KiB", growth=SameAsRequested())
+    pool.allocate(100)
+    pool.allocate(8 * KiB)
+    del pool
+    gc.collect()
+    assert upstream.allocations == upstream.deallocations == 2
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmRSS is read from /proc")

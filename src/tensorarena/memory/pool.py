@@ -24,7 +24,9 @@ The pool is not thread-safe by itself: wrap it in :class:`tensorarena.adaptors.T
 
 from __future__ import annotations
 
+import contextlib
 import os
+import weakref
 from bisect import bisect_right, insort
 from dataclasses import dataclass
 from types import TracebackType
@@ -85,6 +87,13 @@ class PoolStatistics:
         return 1.0 - self.largest_free / self.free_bytes if self.free_bytes else 0.0
 
 
+def _release_arenas(upstream: MemoryResource, arenas: dict[int, Arena]) -> None:
+    for base, arena in list(arenas.items()):
+        with contextlib.suppress(Exception):  # nobody to report to from a finalizer
+            upstream.deallocate(base, arena.capacity, None)
+    arenas.clear()
+
+
 class Pool:
     """A resource whose arenas come from ``upstream``, one placement strategy per arena.
 
@@ -138,6 +147,10 @@ class Pool:
         self._peak_count = self._total_allocations = self._total_deallocations = 0
         self._peak_arenas = self._upstream_allocs = self._upstream_deallocs = 0
         self._debug = debug
+        # A pool that is garbage-collected gives its arenas back, as RMM's pool destructor does.
+        # The finalizer holds the upstream and the arena index, never the pool itself.
+        finalizer = weakref.finalize(self, _release_arenas, upstream, self._by_base)
+        finalizer.atexit = False  # at interpreter exit the process's memory goes anyway
         if initial:
             self._add_arena(initial, DEFAULT_ALIGNMENT, None, requested=initial)
 
