@@ -211,3 +211,17 @@ def test_exact_planner_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(UnknownPlannerError, match="not available"):
         plan(tight(), "exact")
     assert plan(tight(), "auto").height == heuristics.portfolio(tight()).height
+
+
+@pytest.mark.skipif(not exact_available(), reason="planning/exact.py is not in this build")
+def test_auto_and_exact_with_the_real_search() -> None:
+    problem = tight()
+    for name in ("auto", "exact"):
+        result = plan(problem, name, time_limit=5.0)
+        validate(problem, result)
+        assert result.height == 5 and result.optimal, name
+    fitted = plan(problem, capacity=5, time_limit=5.0)
+    assert fitted.height == 5
+    with pytest.raises(PlanDoesNotFitError) as info:
+        plan(problem, capacity=4, time_limit=5.0)
+    assert info.value.proven
