@@ -275,6 +275,35 @@ def test_fx_graph_with_shape_prop_uses_schemas_for_aliasing() -> None:
     check_consistent(gp)
 
 
+def test_dynamo_graph_uses_example_values() -> None:
+    graphs: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, inputs: object) -> object:
+        graphs.append(gm)
+        return gm.forward
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a, b = torch.split(self.lin(x).view(2, 4, 8).transpose(1, 2), 4, dim=1)
+            return (a + b).relu_().sum()
+
+    torch.compile(Net(), backend=capture, fullgraph=True)(torch.ones(8, 8))
+    gp = problem_from_fx(graphs[0])
+    assert [(b.id, b.nbytes) for b in gp.problem.buffers] == [
+        ("linear", 256),
+        ("add", 128),
+        ("sum_1", 4),
+    ]
+    assert set(gp.aliases.values()) == {"linear", "add"}
+    assert gp.unplanned_bytes_of("parameter") == 256 + 32
+    assert gp.unplanned_bytes_of("input") == 256
+    check_consistent(gp)
+
+
 def test_fx_graph_without_shapes_is_rejected() -> None:
     gm = torch.fx.symbolic_trace(Traced())
     with pytest.raises(InvalidProblemError, match="no shape metadata"):

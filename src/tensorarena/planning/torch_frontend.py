@@ -105,17 +105,21 @@ def problem_from_fx(
 ) -> GraphProblem:
     """The planning problem of a ``GraphModule`` whose nodes carry shapes.
 
-    Shapes come from ``node.meta["val"]`` (``make_fx``, dynamo, export) or
+    Shapes come from ``node.meta["val"]`` (``make_fx``, export), ``["example_value"]`` (dynamo) or
     ``node.meta["tensor_meta"]`` (``torch.fx.passes.shape_prop.ShapeProp``). Placeholders are
-    unplanned inputs, unless :func:`trace_training` marked them as parameters or buffers;
-    ``get_attr`` tensors are unplanned parameters, buffers or constants.
+    unplanned inputs, unless :func:`trace_training` marked them as parameters or buffers or
+    their value is a ``Parameter`` (dynamo); ``get_attr`` tensors are unplanned parameters,
+    buffers or constants.
     """
     th = _torch()
     params = {id(p) for p in gm.parameters()}
     buffers = {id(b) for b in gm.buffers()}
 
     def kind_of(node: torch.fx.Node) -> str:
-        return str(node.meta.get(KIND_KEY, "input"))
+        if KIND_KEY in node.meta:
+            return str(node.meta[KIND_KEY])
+        # Dynamo lifts parameters to placeholders whose example value is still a Parameter.
+        return "parameter" if isinstance(_meta_value(node), th.nn.Parameter) else "input"
 
     def attr_of(node: torch.fx.Node) -> tuple[Any, str] | None:
         value: Any = gm
@@ -349,8 +353,9 @@ _MISSING = object()
 
 
 def _meta_value(node: torch.fx.Node) -> Any:
-    if "val" in node.meta:
-        return node.meta["val"]
+    for key in ("val", "example_value"):  # export/make_fx, dynamo
+        if key in node.meta:
+            return node.meta[key]
     if "tensor_meta" in node.meta:
         return node.meta["tensor_meta"]
     return _MISSING
@@ -379,7 +384,7 @@ def _storages_comparable(nodes: list[torch.fx.Node]) -> bool:
 
     modes = set()
     for node in nodes:
-        for value in pytree.tree_leaves(node.meta.get("val")):
+        for value in pytree.tree_leaves(_meta_value(node)):
             mode = getattr(value, "fake_mode", None)
             if mode is not None:
                 modes.add(id(mode))
