@@ -33,3 +33,20 @@ def test_through_the_cli_with_a_table(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["bench", "reuse", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "np.empty" in out and "64MiB" in out and "speedup" in out
+
+
+def test_owner_measurements_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    assert reuse.main(["--quick", "--json", "--owners"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    _check(document)
+    owners = document["owners"]
+    assert {
+        "owner_interface_us",
+        "owner_ctypes_attribute_us",
+        "owner_ctypes_finalize_us",
+        "default_resource_pair_us",
+        "empty_over_null_resource_us",
+        "empty_touch_free_us",
+        "np_empty_touch_free_us",
+    } <= set(owners)
+    assert all(value > 0 for value in owners.values())

@@ -15,6 +15,11 @@ For each size: warm-up iterations (untimed), then ``repeats`` batches, each the 
 and ``speedup = numpy_us / tensorarena_us``. ``--json`` prints ``{"numpy_us", "tensorarena_us",
 "speedup"}`` for 64 MiB at top level plus the same three keys per size under ``"sizes"``.
 
+``--owners`` also times the ways an array can own foreign memory (the measurements behind
+:mod:`tensorarena.interop.owner`) and splits a 64 KiB ``tensorarena.empty`` into its pieces:
+the default resource's allocate+deallocate pair, ``empty`` over a resource that does nothing,
+and the whole cycle — where the time goes when NumPy's heap is faster than a pool in Python.
+
 A benchmark, not a test: it asserts nothing. On a shared machine expect noise of ±20 % or more.
 """
 
@@ -28,7 +33,7 @@ from time import perf_counter
 
 import numpy as np
 
-__all__ = ["SIZES", "configure", "main", "measure", "run"]
+__all__ = ["SIZES", "configure", "main", "measure", "measure_owners", "run"]
 
 PAGE = 4096
 
@@ -93,19 +98,141 @@ def measure(sizes: Sequence[int], *, quick: bool = False) -> dict[int, dict[str,
     return results
 
 
+# --- owner mechanisms and the 64 KiB breakdown (--owners) -------------------------------------
+
+
+class _NullResource:
+    """Hands out one fixed address and frees nothing: isolates the cost of making the array."""
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        return self.address
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        pass
+
+
+class _SlotOwner:
+    __slots__ = ("__weakref__", "address", "nbytes", "resource")
+
+    def __init__(self, resource: _NullResource, address: int, nbytes: int) -> None:
+        self.resource = resource
+        self.address = address
+        self.nbytes = nbytes
+
+    def __del__(self) -> None:
+        self.resource.deallocate(self.address, self.nbytes)
+
+
+def _best_us(statement: Callable[[], object], number: int, repeats: int) -> float:
+    """Best of ``repeats`` batch means, in µs (the least disturbed batch on a shared machine)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = perf_counter()
+        for _ in range(number):
+            statement()
+        best = min(best, (perf_counter() - start) / number * 1e6)
+    return best
+
+
+def measure_owners(*, quick: bool = False) -> dict[str, float]:
+    """µs to make and drop a 64 KiB float32 array (plus one view) with each owner mechanism,
+    and the pieces of ``tensorarena.empty`` at 64 KiB."""
+    import ctypes
+    import weakref
+
+    from tensorarena.interop import default_resource, empty
+    from tensorarena.interop.owner import Allocation
+    from tensorarena.memory.host import HostMemory
+
+    number, repeats = (2000, 3) if quick else (20000, 7)
+    host = HostMemory()
+    nbytes = 64 << 10
+    address = host.allocate(nbytes)
+    null = _NullResource(address)
+    count = nbytes // 4
+
+    def interface_owner() -> None:
+        array = np.asarray(Allocation(null, address, nbytes, (count,), "<f4"))
+        view = array[1:]
+        del array, view
+
+    def ctypes_owner_attribute() -> None:
+        buffer = (ctypes.c_char * nbytes).from_address(address)
+        buffer._owner = _SlotOwner(null, address, nbytes)  # type: ignore[attr-defined]
+        array = np.frombuffer(buffer, np.float32)  # type: ignore[call-overload]
+        view = array[1:]
+        del array, view
+
+    def ctypes_finalize() -> None:
+        buffer = (ctypes.c_char * nbytes).from_address(address)
+        weakref.finalize(buffer, null.deallocate, address, nbytes)
+        array = np.frombuffer(buffer, np.float32)  # type: ignore[call-overload]
+        view = array[1:]
+        del array, view
+
+    def numpy_empty() -> None:
+        array = np.empty(count, np.float32)
+        view = array[1:]
+        del array, view
+
+    resource = default_resource()
+
+    def resource_pair() -> None:
+        block = resource.allocate(nbytes)
+        resource.deallocate(block, nbytes)
+
+    def empty_null() -> None:
+        array = empty(nbytes, np.uint8, resource=null)
+        del array
+
+    def empty_default() -> None:
+        array = empty(nbytes, np.uint8)
+        array[::PAGE] = 1
+        del array
+
+    def numpy_cycle() -> None:
+        _numpy_cycle(nbytes)
+
+    cases = {
+        "owner_interface_us": interface_owner,
+        "owner_ctypes_attribute_us": ctypes_owner_attribute,
+        "owner_ctypes_finalize_us": ctypes_finalize,
+        "owner_none_np_empty_us": numpy_empty,
+        "default_resource_pair_us": resource_pair,
+        "empty_over_null_resource_us": empty_null,
+        "empty_touch_free_us": empty_default,
+        "np_empty_touch_free_us": numpy_cycle,
+    }
+    try:
+        return {name: round(_best_us(case, number, repeats), 3) for name, case in cases.items()}
+    finally:
+        host.deallocate(address, nbytes)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the benchmark's options to ``parser``."""
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
     parser.add_argument("--quick", action="store_true", help="a short run (for tests)")
+    parser.add_argument(
+        "--owners",
+        action="store_true",
+        help="also time the array-owner mechanisms and the pieces of a 64 KiB tensorarena.empty",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; print a table (or JSON with ``--json``); return the exit status."""
     results = measure(list(SIZES.values()), quick=args.quick)
     by_name = {name: results[nbytes] for name, nbytes in SIZES.items()}
+    owners = measure_owners(quick=args.quick) if getattr(args, "owners", False) else None
     if args.json:
         document: dict[str, object] = dict(by_name["64MiB"])
         document["sizes"] = by_name
+        if owners is not None:
+            document["owners"] = owners
         print(json.dumps(document, indent=2))
         return 0
     print("alloc + first touch (1 byte / 4 KiB page) + free, median of batch means")
@@ -115,6 +242,10 @@ def run(args: argparse.Namespace) -> int:
             f"{name:>8}  {row['numpy_us']:>12.2f}  {row['tensorarena_us']:>15.2f}  "
             f"{row['speedup']:>7.2f}x"
         )
+    if owners is not None:
+        print("\n64 KiB pieces, best batch mean (µs):")
+        for name, value in owners.items():
+            print(f"  {name:<30} {value:>8.3f}")
     return 0
 
 
