@@ -157,6 +157,37 @@ def test_data_dependent_dimension_names_the_tensor() -> None:
         problem_from_onnx(model)
 
 
+@pytest.mark.parametrize(
+    ("elem_type", "nbytes"),
+    [
+        (TensorProto.FLOAT, 4 * 15),
+        (TensorProto.BFLOAT16, 2 * 15),
+        (TensorProto.INT64, 8 * 15),
+        (TensorProto.BOOL, 15),
+        (TensorProto.INT4, 8),  # two to a byte, rounded up
+    ],
+)
+def test_element_types_set_the_size(elem_type: int, nbytes: int) -> None:
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", elem_type, [3, 5])],
+        [helper.make_tensor_value_info("y", elem_type, None)],
+    )
+    gp = problem_from_onnx(model)
+    assert [b.nbytes for b in gp.problem.buffers] == [nbytes]
+    assert gp.unplanned == {"x": nbytes}
+
+
+def test_string_tensors_cannot_be_planned() -> None:
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, None)],
+    )
+    with pytest.raises(InvalidProblemError, match=r"'x'.*string"):
+        problem_from_onnx(model)
+
+
 def test_constant_nodes_are_not_planned() -> None:
     nodes = [
         helper.make_node(

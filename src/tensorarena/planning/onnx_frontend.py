@@ -122,8 +122,8 @@ def _walk(
         types[value.name] = value.type
     live = Liveness()
     for init in graph.initializer:
-        itemsize = _itemsize(init.data_type, init.name)
-        live.external(init.name, _product(init.dims) * itemsize, "parameter")
+        nbytes = _packed(_product(init.dims), _bits(init.data_type, init.name))
+        live.external(init.name, nbytes, "parameter")
     for sparse in graph.sparse_initializer:
         live.external(sparse.values.name, _nbytes_of_sparse(sparse), "parameter")
     for value in graph.input:
@@ -217,7 +217,7 @@ def _nbytes(type_proto: Any, tensor: str) -> int:
             column=tensor,
         )
     tensor_type = type_proto.tensor_type
-    itemsize = _itemsize(tensor_type.elem_type, tensor)
+    bits = _bits(tensor_type.elem_type, tensor)
     if not tensor_type.HasField("shape"):
         raise InvalidProblemError(
             f"tensor {tensor!r} has an unknown shape (not even its rank is known): pin the "
@@ -240,10 +240,15 @@ def _nbytes(type_proto: Any, tensor: str) -> int:
                 "not determine it (data-dependent?); pin the inputs with input_shapes",
                 column=tensor,
             )
-    return count * itemsize
+    return _packed(count, bits)
 
 
-def _itemsize(elem_type: int, tensor: str) -> int:
+def _packed(count: int, bits: int) -> int:
+    """Bytes of ``count`` elements of ``bits`` each: 4-bit types pack two to a byte."""
+    return (count * bits + 7) // 8
+
+
+def _bits(elem_type: int, tensor: str) -> int:
     onnx = _onnx()
     if elem_type in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING):
         kind = "unknown" if elem_type == onnx.TensorProto.UNDEFINED else "string"
@@ -251,8 +256,11 @@ def _itemsize(elem_type: int, tensor: str) -> int:
             f"tensor {tensor!r} has an {kind} element type, so its size is unknown",
             column=tensor,
         )
+    four_bit = {getattr(onnx.TensorProto, t, -1) for t in ("INT4", "UINT4", "FLOAT4E2M1")}
+    if elem_type in four_bit:  # NumPy stands these in with one byte each
+        return 4
     try:
-        return int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
+        return 8 * int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidProblemError(
             f"tensor {tensor!r} has element type {elem_type}, whose size is unknown",
@@ -270,6 +278,6 @@ def _product(dims: Sequence[int]) -> int:
 def _nbytes_of_sparse(sparse: Any) -> int:
     values = sparse.values
     indices = sparse.indices
-    return _product(values.dims) * _itemsize(values.data_type, values.name) + _product(
-        indices.dims
-    ) * _itemsize(indices.data_type, indices.name)
+    return _packed(_product(values.dims), _bits(values.data_type, values.name)) + _packed(
+        _product(indices.dims), _bits(indices.data_type, indices.name)
+    )
