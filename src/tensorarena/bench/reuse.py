@@ -155,7 +155,8 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
     count = nbytes // 4
 
     def interface_owner() -> None:
-        array = np.asarray(Allocation(null, address, nbytes, (count,), "<f4"))
+        interface = {"data": (address, False), "shape": (count,), "typestr": "<f4", "version": 3}
+        array = np.asarray(Allocation(null, address, nbytes, interface))
         view = array[1:]
         del array, view
 

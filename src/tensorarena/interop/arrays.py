@@ -33,6 +33,7 @@ from tensorarena.sizes import check_alignment
 __all__ = ["empty", "zeros"]
 
 Shape = int | tuple[int, ...] | list[int]
+_asarray = np.asarray  # bound once: this module's hot path calls it for every array
 Like = Literal["numpy", "torch"]
 
 # dtype argument -> (item size, typestr, descr or None, torch dtype or None), resolved once.
@@ -139,8 +140,11 @@ def empty(
     request = nbytes or 1
     address = resource.allocate(request, alignment)
     # From here the owner is responsible: if anything below raises, its __del__ frees the block.
-    owner = Allocation(resource, address, request, dims, typestr, descr)
-    array: Any = np.asarray(owner)
+    interface = {"data": (address, False), "shape": dims, "typestr": typestr, "version": 3}
+    if descr is not None:
+        interface["descr"] = descr
+    owner = Allocation(resource, address, request, interface)
+    array: Any = _asarray(owner)
     if current is not None:
         current.track(owner)
     if torch is not None:

@@ -38,25 +38,13 @@ class Allocation:
     __slots__ = ("__array_interface__", "__weakref__", "address", "nbytes", "resource")
 
     def __init__(
-        self,
-        resource: MemoryResource,
-        address: int,
-        nbytes: int,
-        shape: tuple[int, ...],
-        typestr: str,
-        descr: list[Any] | None = None,
+        self, resource: MemoryResource, address: int, nbytes: int, interface: dict[str, Any]
     ) -> None:
+        # The caller builds the interface dict (data, shape, typestr, version[, descr]): one
+        # argument instead of four keeps this constructor, on every array's path, short.
         self.resource = resource
         self.address = address
         self.nbytes = nbytes
-        interface: dict[str, Any] = {
-            "data": (address, False),
-            "shape": shape,
-            "typestr": typestr,
-            "version": 3,
-        }
-        if descr is not None:
-            interface["descr"] = descr
         self.__array_interface__ = interface
 
     def __del__(self) -> None:
