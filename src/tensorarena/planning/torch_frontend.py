@@ -47,6 +47,10 @@ SOURCE_KEY = "tensorarena_source"
 _VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
 # Ops that reuse their input's storage without saying so in their schema.
 _UNANNOTATED_ALIASES = frozenset({"_unsafe_view"})
+# Ops that read only a tensor's metadata: using a tensor this way does not keep its bytes alive.
+_METADATA_ONLY = frozenset(
+    {"_assert_tensor_metadata", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
+)
 
 
 def _torch() -> Any:
@@ -254,7 +258,8 @@ def _walk(
                 _remember_storage(value, node.name, by_storage)
             continue
         selector = _selected_output(node, elements)
-        for arg in node.all_input_nodes:
+        metadata_only = _op_name(node) in _METADATA_ONLY
+        for arg in () if metadata_only else node.all_input_nodes:
             if selector is None or arg is not node.args[0]:  # picking an output is no use
                 for tensor in _names(arg, live, elements):
                     live.use(tensor, step)
@@ -446,6 +451,13 @@ def _is_contiguous(value: Any) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
+def _op_name(node: torch.fx.Node) -> str:
+    """The op's base name: ``reshape`` for ``aten.reshape.default``, a method or a function."""
+    if node.op == "call_method":
+        return str(node.target)
+    return str(getattr(node.target, "__name__", node.target)).split(".")[0]
+
+
 def _schemas(node: torch.fx.Node) -> list[Any]:
     """The aten schemas that may describe ``node``: its own, or those of the aten op of the same
     name for ``call_method`` nodes and ``torch.*`` functions."""
@@ -472,8 +484,7 @@ def _schema_alias_base(
     base = _schema_alias_arg(node, k)
     if base is None or not hasattr(base, "name"):
         return None
-    name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
-    if name in _VIEW_IF_CONTIGUOUS:
+    if _op_name(node) in _VIEW_IF_CONTIGUOUS:
         value = _meta_value(base)
         if not _is_tensor_like(value) or not _is_contiguous(value):
             return None  # a reshape of a non-contiguous tensor copies
@@ -492,8 +503,7 @@ def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
             if not isinstance(i, torch.fx.Node)
         ) and not any(isinstance(i, torch.fx.Node) for i in indices)
         return node.args[0] if basic else None
-    target_name = getattr(node.target, "__name__", str(node.target))
-    if target_name.split(".")[0] in _UNANNOTATED_ALIASES and node.args:
+    if _op_name(node) in _UNANNOTATED_ALIASES and node.args:
         return node.args[0]
     for schema in _schemas(node):
         returns = schema.returns
