@@ -5,22 +5,24 @@ its parent alive in turn, so that object dies exactly when the last array or vie
 does. :class:`Allocation` is that object. It exposes ``__array_interface__`` (so ``np.asarray``
 builds the array directly over the address) and its ``__del__`` returns the block.
 
-Why this mechanism — measured per array made and dropped (a 64 KiB float32 array plus one view,
-``np.empty`` for scale: 0.54-0.69 µs; 2 shared cores, expect ±20 %):
+Why this mechanism — measured by ``tensorarena bench reuse --owners`` (µs to make and drop a
+64 KiB float32 array plus one view; 2 shared cores, best batch of 7, expect ±20 %):
 
-==========================================================  ============  ============
-owner mechanism                                             1-D           2-D
-==========================================================  ============  ============
-``__array_interface__`` owner with ``__del__`` (chosen)     1.44 µs       1.98 µs
-ctypes ``c_char * n`` buffer + owner attribute + frombuffer  1.26 µs       1.47 µs
-ctypes buffer + ``weakref.finalize``                        2.0 µs        —
-``np.ndarray(shape, buffer=ctypes buffer)``                 —             2.13 µs
-==========================================================  ============  ============
+==========================================================  ==========
+owner mechanism                                             µs
+==========================================================  ==========
+``__array_interface__`` owner with ``__del__`` (chosen)     1.26
+ctypes ``c_char * n`` buffer + owner attribute + frombuffer 1.07
+ctypes buffer + ``weakref.finalize``                        1.78
+(``np.empty``, no foreign memory, for scale)                0.39
+==========================================================  ==========
 
-The ctypes route is a little faster but creates one ctypes *type* per distinct byte count and
-CPython caches those types forever, a leak under dynamic shapes; ``weakref.finalize`` also
-registers every array in a global registry. The interface owner is close behind with no global
-state at all, so it is the one used.
+The ctypes route is a little faster in one dimension, but only while the byte count repeats:
+``c_char * n`` builds a new ctypes *type* for every byte count not seen recently (13.7 µs each,
+measured the same way), which dynamic shapes hit all the time; an n-d shape also costs it a
+``reshape``, and it hands users a ctypes object as ``.base``. ``weakref.finalize`` registers
+every array in a global registry. The interface owner costs the same for every shape and keeps
+no global state, so it is the one used.
 """
 
 from __future__ import annotations
