@@ -229,13 +229,13 @@ def test_tlsf_mapping() -> None:
         assert floor >= n and mapping_insert(floor) == (fl, sl)
 
 
-class CountingRow(list):  # type: ignore[type-arg]
-    """A row of bins that counts how many bins are looked at."""
+class CountingBins(list):  # type: ignore[type-arg]
+    """TLSF's bins, counting how many of them are looked at."""
 
     touched = 0
 
     def __getitem__(self, index):  # type: ignore[no-untyped-def]
-        CountingRow.touched += 1
+        CountingBins.touched += 1
         return super().__getitem__(index)
 
 
@@ -247,13 +247,16 @@ def test_tlsf_finds_a_fit_in_a_constant_number_of_classes() -> None:
     for i in range(0, 600, 2):
         tlsf.release(offsets[i], sizes[i])
     assert tlsf.free_extent_count() == 301
-    tlsf._bins = [CountingRow(row) for row in tlsf._bins]
-    CountingRow.touched = 0
+    tlsf._bins = CountingBins(tlsf._bins)
+    CountingBins.touched = 0
     found = tlsf.find_class(1 << 20)
-    assert found is not None and CountingRow.touched == 0  # bitmaps only
+    assert found is not None and CountingBins.touched == 0  # bitmaps only
     offset = tlsf.reserve(1 << 20, 256)
     assert offset == sum(sizes) + 256  # from the large extent past every block
-    assert CountingRow.touched <= 2  # the bin it came from and the bin of the remainder
+    assert CountingBins.touched <= 2  # the bin it came from and the bin of the remainder
+    for n in (1, 15, 16, 17, 31, 32, 33, 1000, 4097):  # the flat arithmetic matches the mapping
+        fl, sl = mapping_search(n)
+        assert tlsf._floors[(fl << SL_BITS) + sl] >= n
 
 
 def test_tlsf_retries_padded_when_an_extent_is_misaligned() -> None:

@@ -43,6 +43,14 @@ DEFAULT_ALIGNMENT = 256
 #: Default placement strategy: the lowest fragmentation for an O(log n) search.
 DEFAULT_STRATEGY = "best_fit"
 
+# MAX_SIZE is a power of two, so one shift tells whether a size is in range.
+_SIZE_BITS = MAX_SIZE.bit_length() - 1
+if 1 << _SIZE_BITS != MAX_SIZE:  # pragma: no cover - guards the shift test in allocate()
+    raise ImportError("tensorarena.sizes.MAX_SIZE must be a power of two")
+
+#: Built-in strategies that take exactly the bytes asked of them (checked by _check_invariants).
+_EXACT_STRATEGIES = frozenset({"first_fit", "next_fit", "best_fit", "segregated_fit", "tlsf"})
+
 _DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
 
 
@@ -53,7 +61,9 @@ class ArenaStatistics:
     capacity: int
     allocated: int  #: bytes requested by live blocks
     peak_allocated: int  #: the most ``allocated`` has been since creation
-    reserved: int  #: bytes taken from the strategy by live blocks (requests rounded up)
+    #: bytes the strategy holds for live blocks: requests rounded up to their alignment (and, for
+    #: a buddy system, to a power of two)
+    reserved: int
     free: int  #: free bytes according to the strategy
     largest_free: int  #: the largest request that could still succeed
     free_extents: int  #: number of separate free extents
@@ -91,10 +101,13 @@ class Arena:
         self._alignments = frozenset(
             1 << k for k in range(min(self._base_alignment, MAX_SIZE).bit_length())
         )
+        self._fast_alignment = DEFAULT_ALIGNMENT if DEFAULT_ALIGNMENT in self._alignments else -1
         self._live: dict[int, tuple[int, int]] = {}  # address -> (requested, reserved)
         self._released: set[int] = set()  # freed addresses, to tell double frees from foreign ones
         self._allocated = 0
-        self._reserved = 0
+        # Every byte the strategy does not count as free is held by a live block, so "reserved"
+        # is derived from its free bytes rather than counted on the hot path.
+        self._initial_free = self._strategy.free_bytes()
         self._peak = 0
         self._alloc_count = 0
         self._debug = debug
@@ -129,9 +142,13 @@ class Arena:
         Raises :class:`OutOfMemoryError` when no free extent is large enough, and
         :class:`InvalidSizeError` / :class:`InvalidAlignmentError` for bad arguments.
         """
-        if type(nbytes) is not int or nbytes <= 0 or nbytes > MAX_SIZE:
+        # (n - 1) >> log2(MAX_SIZE) is non-zero exactly when n <= 0 or n > MAX_SIZE.
+        if type(nbytes) is not int or (nbytes - 1) >> _SIZE_BITS:
             nbytes = _checked_size(nbytes, "nbytes")
-        if type(alignment) is not int or alignment not in self._alignments:
+        # The default alignment is a cached small int: identity settles the common case.
+        if alignment is not self._fast_alignment and (
+            type(alignment) is not int or alignment not in self._alignments
+        ):
             alignment = self._checked_alignment(alignment)
         reserved = (nbytes + alignment - 1) & -alignment
         offset = self._reserve(reserved, alignment)
@@ -139,7 +156,6 @@ class Arena:
             raise self._out_of_memory(nbytes, reserved, alignment)
         address = self._base + offset
         self._live[address] = (nbytes, reserved)
-        self._reserved += reserved
         allocated = self._allocated + nbytes
         self._allocated = allocated
         if allocated > self._peak:
@@ -156,17 +172,17 @@ class Arena:
         :class:`InvalidAddressError` for an address never allocated, :class:`SizeMismatchError`
         when ``nbytes`` differs from the allocation; the arena is unchanged after any of them.
         """
+        live = self._live
         try:
-            entry = self._live[address]
+            requested, reserved = live[address]
         except (KeyError, TypeError):
             raise self._not_live(address) from None
-        if nbytes is not None and (type(nbytes) is not int or nbytes != entry[0]):
-            self._check_free_size(address, entry[0], nbytes)
-        del self._live[address]
-        self._release(address - self._base, entry[1])
+        if nbytes is not None and (type(nbytes) is not int or nbytes != requested):
+            self._check_free_size(address, requested, nbytes)
+        del live[address]
+        self._release(address - self._base, reserved)
         self._released.add(address)
-        self._allocated -= entry[0]
-        self._reserved -= entry[1]
+        self._allocated -= requested
         if self._debug:
             self._check_invariants()
 
@@ -175,7 +191,6 @@ class Arena:
         self._released.update(self._live)
         self._live.clear()
         self._allocated = 0
-        self._reserved = 0
         self._strategy.reset()
 
     # --- queries ---------------------------------------------------------------------------
@@ -209,7 +224,7 @@ class Arena:
             capacity=self._capacity,
             allocated=self._allocated,
             peak_allocated=self._peak,
-            reserved=self._reserved,
+            reserved=self._initial_free - strategy.free_bytes(),
             free=strategy.free_bytes(),
             largest_free=strategy.largest_free(),
             free_extents=strategy.free_extent_count(),
@@ -267,7 +282,7 @@ class Arena:
             largest_free=largest_free,
             capacity=self._capacity,
             allocated=self._allocated,
-            reserved=self._reserved,
+            reserved=self._initial_free - self._strategy.free_bytes(),
             detail=detail,
         )
 
@@ -301,7 +316,12 @@ class Arena:
             previous_end = offset + reserved
         assert previous_end <= self._capacity, "a live block runs past the region"
         assert self._allocated == sum(n for n, _ in self._live.values()), "allocated bytes drift"
-        assert self._reserved == sum(r for _, r in self._live.values()), "reserved bytes drift"
+        reserved = self._initial_free - strategy.free_bytes()
+        requested_reserved = sum(r for _, r in self._live.values())
+        # Free-list strategies carve exactly what is asked; others (buddy) may round it up.
+        if strategy.name in _EXACT_STRATEGIES:
+            assert reserved == requested_reserved, "reserved bytes drift"
+        assert reserved >= requested_reserved, "reserved bytes drift"
         free_total = 0
         previous_end = 0
         for offset, size in extents:
@@ -310,7 +330,7 @@ class Arena:
             free_total += size
         assert previous_end <= self._capacity, "a free extent runs past the region"
         assert free_total == strategy.free_bytes(), "free bytes disagree with free extents"
-        assert free_total + self._reserved <= self._capacity, "bytes counted twice"
+        assert free_total + reserved <= self._capacity, "bytes counted twice"
         # No live block may intersect a free extent: merge-walk the two sorted lists.
         i = 0
         for offset, reserved in blocks:

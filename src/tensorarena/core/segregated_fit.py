@@ -16,7 +16,9 @@ This is a segregated *free list*, not a slab: the extent taken is split, the rem
 its own class, and a released block coalesces with its free neighbours (found through two boundary
 dicts, start → size and end → start) before it is binned, so freeing everything restores one
 extent. The class arithmetic is written out inline in the hot paths because a helper call would
-cost more than the arithmetic itself.
+cost more than the arithmetic itself, and the common cases skip work: a remainder that stays in
+its extent's class goes back into the same bin, and a released block that grows the free extent
+below it within that extent's class updates it in place.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ __all__ = ["SegregatedFit", "size_class"]
 
 def size_class(nbytes: int) -> int:
     """The class of a free extent of ``nbytes``: the class whose range contains it."""
-    if nbytes < 8:
-        return nbytes
-    e = nbytes.bit_length() - 3
-    return ((e + 1) << 2) | ((nbytes >> e) & 3)
+    e = (nbytes | 7).bit_length() - 3
+    return (e << 2) + (nbytes >> e)
 
 
 def class_floor(cls: int) -> int:
@@ -49,8 +49,11 @@ class SegregatedFit:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        # One class past the capacity's own, so a rounded-up request never indexes out of range.
-        self._bins: list[dict[int, int]] = [{} for _ in range(size_class(capacity) + 2)]
+        # One class past the capacity's own, so a rounded-up request that can fit has a bin; a
+        # larger one falls off the end of the list and is refused by the IndexError handler.
+        classes = size_class(capacity) + 2
+        self._bins: list[dict[int, int]] = [{} for _ in range(classes)]
+        self._floors = [class_floor(cls) for cls in range(classes + 1)]
         self._bitmap = 0
         self._size_at: dict[int, int] = {}
         self._start_of_end: dict[int, int] = {}
@@ -73,27 +76,30 @@ class SegregatedFit:
         self._insert(0, self._capacity)
 
     # --- hot paths -------------------------------------------------------------------------
+    #
+    # The class of n is (e << 2) + (n >> e) with e = (n | 7).bit_length() - 3: n >> e is the top
+    # three bits (4..7), the power of two adds 4 per step, and ``| 7`` makes sizes below 8 their
+    # own classes without a branch. Rounding n up to its class floor is the same with
+    # ``(n + (1 << e) - 1) >> e``.
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` from the lowest non-empty class that surely holds them."""
-        if nbytes < 8:
-            cls = nbytes
-        else:
-            e = nbytes.bit_length() - 3
-            cls = ((e + 1) << 2) | ((nbytes >> e) & 3)
-            if nbytes & ((1 << e) - 1):
-                cls += 1  # round up: every extent of the next class is large enough
-        m = self._bitmap >> cls
-        if not m:
-            return self._reserve_slow(nbytes, alignment)
-        cls += (m & -m).bit_length() - 1
-        bin_ = self._bins[cls]
+        e = (nbytes | 7).bit_length() - 3
+        cls = (e << 2) + ((nbytes + (1 << e) - 1) >> e)
+        try:
+            bin_ = self._bins[cls]
+        except IndexError:
+            return None  # larger than the region
+        if not bin_:
+            m = self._bitmap >> cls
+            if not m:
+                return self._reserve_slow(nbytes, alignment)
+            cls += (m & -m).bit_length() - 1
+            bin_ = self._bins[cls]
         start, size = bin_.popitem()
         if start & (alignment - 1):
             bin_[start] = size
             return self._reserve_slow(nbytes, alignment)
-        if not bin_:
-            self._bitmap ^= 1 << cls
         size_at = self._size_at
         del size_at[start]
         self._free -= nbytes
@@ -102,15 +108,17 @@ class SegregatedFit:
             taken_end = start + nbytes
             size_at[taken_end] = rest
             self._start_of_end[taken_end + rest] = taken_end
-            if rest < 8:
-                cls = rest
-            else:
-                e = rest.bit_length() - 3
-                cls = ((e + 1) << 2) | ((rest >> e) & 3)
-            self._bins[cls][taken_end] = rest
-            self._bitmap |= 1 << cls
+            if rest >= self._floors[cls]:
+                bin_[taken_end] = rest  # still this class: same bin, bitmap unchanged
+                return start
+            e = (rest | 7).bit_length() - 3
+            rest_cls = (e << 2) + (rest >> e)
+            self._bins[rest_cls][taken_end] = rest
+            self._bitmap |= 1 << rest_cls
         else:
             del self._start_of_end[start + size]
+        if not bin_:
+            self._bitmap ^= 1 << cls
         return start
 
     def release(self, offset: int, nbytes: int) -> None:
@@ -120,39 +128,37 @@ class SegregatedFit:
         start_of_end = self._start_of_end
         self._free += nbytes
         end = offset + nbytes
-        before = start_of_end.pop(offset, None)
-        if before is not None:
-            size = offset - before
-            if size < 8:
-                cls = size
-            else:
-                e = size.bit_length() - 3
-                cls = ((e + 1) << 2) | ((size >> e) & 3)
-            bin_ = bins[cls]
-            del bin_[before]
-            if not bin_:
-                self._bitmap ^= 1 << cls
-            offset = before
         after = size_at.pop(end, None)
         if after is not None:
-            if after < 8:
-                cls = after
-            else:
-                e = after.bit_length() - 3
-                cls = ((e + 1) << 2) | ((after >> e) & 3)
+            e = (after | 7).bit_length() - 3
+            cls = (e << 2) + (after >> e)
             bin_ = bins[cls]
             del bin_[end]
             if not bin_:
                 self._bitmap ^= 1 << cls
             end += after
-        size = end - offset
+        before = start_of_end.pop(offset, None)
+        if before is None:
+            size = end - offset
+        else:
+            size = end - before
+            below = offset - before
+            e = (below | 7).bit_length() - 3
+            cls = (e << 2) + (below >> e)
+            bin_ = bins[cls]
+            size_at[before] = size
+            start_of_end[end] = before
+            if size < self._floors[cls + 1]:
+                bin_[before] = size  # grown within its class: update in place
+                return
+            del bin_[before]
+            if not bin_:
+                self._bitmap ^= 1 << cls
+            offset = before
         size_at[offset] = size
         start_of_end[end] = offset
-        if size < 8:
-            cls = size
-        else:
-            e = size.bit_length() - 3
-            cls = ((e + 1) << 2) | ((size >> e) & 3)
+        e = (size | 7).bit_length() - 3
+        cls = (e << 2) + (size >> e)
         bins[cls][offset] = size
         self._bitmap |= 1 << cls
 

@@ -46,6 +46,12 @@ def mapping_search(nbytes: int) -> tuple[int, int]:
     return mapping_insert(nbytes)
 
 
+def _class_floor(index: int) -> int:
+    """The smallest size in the class at flat index ``index`` (= fl * 16 + sl)."""
+    fl, sl = index >> SL_BITS, index & (_SL_COUNT - 1)
+    return sl if fl == 0 else (_SL_COUNT + sl) << (fl - 1)
+
+
 class TLSF:
     """Two-level segregated fit over ``[0, capacity)``: O(1) search, splitting and coalescing."""
 
@@ -54,11 +60,13 @@ class TLSF:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        # One row past the capacity's own, so a rounded-up request never indexes out of range.
+        # One row past the capacity's own, so a rounded-up request that can fit has a row; a
+        # larger one falls off the end and is refused by the IndexError handler.
         rows = mapping_insert(capacity)[0] + 2
-        self._bins: list[list[dict[int, int]]] = [
-            [{} for _ in range(_SL_COUNT)] for _ in range(rows)
-        ]
+        # Bins are one flat list indexed by fl * 16 + sl, which is also (e << 4) + (n >> e)
+        # for e = (n | 31).bit_length() - 5: the size's top five bits plus 16 per power of two.
+        self._bins: list[dict[int, int]] = [{} for _ in range(rows << SL_BITS)]
+        self._floors = [_class_floor(index) for index in range((rows << SL_BITS) + 1)]
         self._fl_bitmap = 0
         self._sl_bitmaps: list[int] = [0] * rows
         self._size_at: dict[int, int] = {}
@@ -73,28 +81,18 @@ class TLSF:
 
     def reset(self) -> None:
         """Forget every reservation: the whole region is one free extent again."""
-        for row in self._bins:
-            for bin_ in row:
-                bin_.clear()
+        for bin_ in self._bins:
+            bin_.clear()
         self._fl_bitmap = 0
-        self._sl_bitmaps = [0] * len(self._bins)
+        self._sl_bitmaps = [0] * len(self._sl_bitmaps)
         self._size_at = {}
         self._start_of_end = {}
         self._free = 0
         self._insert(0, self._capacity)
 
-    # --- hot paths -------------------------------------------------------------------------
-
     def find_class(self, nbytes: int) -> tuple[int, int] | None:
         """The non-empty class ``reserve`` takes ``nbytes`` from, by bitmaps alone; or ``None``."""
-        if nbytes >= _SL_COUNT:
-            nbytes += (1 << (nbytes.bit_length() - 1 - SL_BITS)) - 1
-            e = nbytes.bit_length() - 1 - SL_BITS
-            fl = e + 1
-            sl = (nbytes >> e) - _SL_COUNT
-        else:
-            fl = 0
-            sl = nbytes
+        fl, sl = mapping_search(nbytes)
         if fl >= len(self._sl_bitmaps):
             return None
         sl_map = self._sl_bitmaps[fl] >> sl
@@ -107,22 +105,37 @@ class TLSF:
         sl_map = self._sl_bitmaps[fl]
         return fl, (sl_map & -sl_map).bit_length() - 1
 
+    # --- hot paths -------------------------------------------------------------------------
+    #
+    # find_class, the class arithmetic and the bitmap upkeep are written out inline: a helper
+    # call costs more than the arithmetic. A remainder that stays in its extent's class goes back
+    # into the same bin, and a block that grows the free extent below it within that extent's
+    # class updates it in place, so the bitmaps are left alone in the common cases.
+
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` from a class found in O(1); split off and bin the remainder."""
-        found = self.find_class(nbytes)
-        if found is None:
-            return self._reserve_slow(nbytes, alignment)
-        fl, sl = found
-        bin_ = self._bins[fl][sl]
+        e = (nbytes | 31).bit_length() - 5
+        index = (e << 4) + ((nbytes + (1 << e) - 1) >> e)  # mapping_search, flattened
+        fl = index >> 4
+        sl = index & 15
+        try:
+            sl_map = self._sl_bitmaps[fl] >> sl
+        except IndexError:
+            return None  # larger than the region
+        if sl_map:
+            index += (sl_map & -sl_map).bit_length() - 1
+        else:
+            fl_map = self._fl_bitmap >> (fl + 1)
+            if not fl_map:
+                return self._reserve_slow(nbytes, alignment)
+            fl += (fl_map & -fl_map).bit_length()
+            sl_map = self._sl_bitmaps[fl]
+            index = (fl << 4) + (sl_map & -sl_map).bit_length() - 1
+        bin_ = self._bins[index]
         start, size = bin_.popitem()
         if start & (alignment - 1):
             bin_[start] = size
             return self._reserve_padded(nbytes, alignment)
-        if not bin_:
-            sl_map = self._sl_bitmaps[fl] ^ (1 << sl)
-            self._sl_bitmaps[fl] = sl_map
-            if not sl_map:
-                self._fl_bitmap ^= 1 << fl
         size_at = self._size_at
         del size_at[start]
         self._free -= nbytes
@@ -131,64 +144,69 @@ class TLSF:
             taken_end = start + nbytes
             size_at[taken_end] = rest
             self._start_of_end[taken_end + rest] = taken_end
-            if rest < _SL_COUNT:
-                fl = 0
-                sl = rest
-            else:
-                e = rest.bit_length() - 1 - SL_BITS
-                fl = e + 1
-                sl = (rest >> e) - _SL_COUNT
-            self._bins[fl][sl][taken_end] = rest
-            self._sl_bitmaps[fl] |= 1 << sl
-            self._fl_bitmap |= 1 << fl
+            if rest >= self._floors[index]:
+                bin_[taken_end] = rest  # still this class: same bin, bitmaps unchanged
+                return start
+            e = (rest | 31).bit_length() - 5
+            rest_index = (e << 4) + (rest >> e)
+            self._bins[rest_index][taken_end] = rest
+            self._sl_bitmaps[rest_index >> 4] |= 1 << (rest_index & 15)
+            self._fl_bitmap |= 1 << (rest_index >> 4)
         else:
             del self._start_of_end[start + size]
+        if not bin_:
+            self._empty(index)
         return start
 
     def release(self, offset: int, nbytes: int) -> None:
         """Give back ``[offset, offset + nbytes)``, merged with its free neighbours."""
+        bins = self._bins
         size_at = self._size_at
         start_of_end = self._start_of_end
         self._free += nbytes
         end = offset + nbytes
-        before = start_of_end.pop(offset, None)
-        if before is not None:
-            self._unbin(before, offset - before)
-            offset = before
         after = size_at.pop(end, None)
         if after is not None:
-            self._unbin(end, after)
+            e = (after | 31).bit_length() - 5
+            index = (e << 4) + (after >> e)
+            bin_ = bins[index]
+            del bin_[end]
+            if not bin_:
+                self._empty(index)
             end += after
-        size = end - offset
+        before = start_of_end.pop(offset, None)
+        if before is None:
+            size = end - offset
+        else:
+            size = end - before
+            below = offset - before
+            e = (below | 31).bit_length() - 5
+            index = (e << 4) + (below >> e)
+            bin_ = bins[index]
+            size_at[before] = size
+            start_of_end[end] = before
+            if size < self._floors[index + 1]:
+                bin_[before] = size  # grown within its class: update in place
+                return
+            del bin_[before]
+            if not bin_:
+                self._empty(index)
+            offset = before
         size_at[offset] = size
         start_of_end[end] = offset
-        if size < _SL_COUNT:
-            fl = 0
-            sl = size
-        else:
-            e = size.bit_length() - 1 - SL_BITS
-            fl = e + 1
-            sl = (size >> e) - _SL_COUNT
-        self._bins[fl][sl][offset] = size
-        self._sl_bitmaps[fl] |= 1 << sl
-        self._fl_bitmap |= 1 << fl
+        e = (size | 31).bit_length() - 5
+        index = (e << 4) + (size >> e)
+        bins[index][offset] = size
+        self._sl_bitmaps[index >> 4] |= 1 << (index & 15)
+        self._fl_bitmap |= 1 << (index >> 4)
 
-    def _unbin(self, start: int, size: int) -> None:
-        """Take a neighbour out of its class (its boundary entries are handled by the caller)."""
-        if size < _SL_COUNT:
-            fl = 0
-            sl = size
-        else:
-            e = size.bit_length() - 1 - SL_BITS
-            fl = e + 1
-            sl = (size >> e) - _SL_COUNT
-        bin_ = self._bins[fl][sl]
-        del bin_[start]
-        if not bin_:
-            sl_map = self._sl_bitmaps[fl] ^ (1 << sl)
-            self._sl_bitmaps[fl] = sl_map
-            if not sl_map:
-                self._fl_bitmap ^= 1 << fl
+    def _empty(self, index: int) -> None:
+        """Clear the bitmap bits of a class whose bin just became empty."""
+        fl = index >> 4
+        sl_map = self._sl_bitmaps[fl] ^ (1 << (index & 15))
+        self._sl_bitmaps[fl] = sl_map
+        if not sl_map:
+            self._fl_bitmap ^= 1 << fl
 
     # --- slow paths ------------------------------------------------------------------------
 
@@ -197,7 +215,7 @@ class TLSF:
         found = self.find_class(nbytes + alignment - 1)
         if found is None:
             return self._reserve_slow(nbytes, alignment)
-        start, size = next(iter(self._bins[found[0]][found[1]].items()))
+        start, size = next(iter(self._bins[(found[0] << SL_BITS) + found[1]].items()))
         return self._carve(start, size, (start + alignment - 1) & -alignment, nbytes)
 
     def _reserve_slow(self, nbytes: int, alignment: int) -> int | None:
@@ -206,19 +224,21 @@ class TLSF:
             return None
         mask = alignment - 1
         fl, sl = mapping_insert(nbytes)
-        for row in range(fl, len(self._bins)):
-            if not self._fl_bitmap >> row & 1:
-                continue
-            for column in range(sl if row == fl else 0, _SL_COUNT):
-                for start, size in self._bins[row][column].items():
-                    offset = (start + mask) & ~mask
-                    if offset + nbytes <= start + size:
-                        return self._carve(start, size, offset, nbytes)
+        for index in range((fl << SL_BITS) + sl, len(self._bins)):
+            for start, size in self._bins[index].items():
+                offset = (start + mask) & ~mask
+                if offset + nbytes <= start + size:
+                    return self._carve(start, size, offset, nbytes)
         return None
 
     def _carve(self, start: int, size: int, offset: int, nbytes: int) -> int:
         """Take ``[offset, offset + nbytes)`` out of the free extent ``[start, start + size)``."""
-        self._unbin(start, size)
+        fl, sl = mapping_insert(size)
+        index = (fl << SL_BITS) + sl
+        bin_ = self._bins[index]
+        del bin_[start]
+        if not bin_:
+            self._empty(index)
         del self._size_at[start]
         del self._start_of_end[start + size]
         self._free -= size
@@ -231,7 +251,7 @@ class TLSF:
     def _insert(self, start: int, size: int) -> None:
         """Add the free extent ``[start, start + size)`` (no merging; counts its bytes)."""
         fl, sl = mapping_insert(size)
-        self._bins[fl][sl][start] = size
+        self._bins[(fl << SL_BITS) + sl][start] = size
         self._sl_bitmaps[fl] |= 1 << sl
         self._fl_bitmap |= 1 << fl
         self._size_at[start] = size
@@ -250,7 +270,7 @@ class TLSF:
             return 0
         fl = self._fl_bitmap.bit_length() - 1
         sl = self._sl_bitmaps[fl].bit_length() - 1
-        return max(self._bins[fl][sl].values())
+        return max(self._bins[(fl << SL_BITS) + sl].values())
 
     def free_extent_count(self) -> int:
         """Number of separate free extents."""
