@@ -113,7 +113,7 @@ def test_a_failing_architecture_is_skipped_with_a_warning(monkeypatch: pytest.Mo
 
 def test_unknown_names_and_sizes_are_errors() -> None:
     with pytest.raises(KeyError, match="unknown architecture"):
-        list(model_problems(names=["no-such-model"]))
+        model_problems(names=["no-such-model"])  # at the call, not when iterated
     with pytest.raises(ValueError, match="size"):
         build_model("bert", size="huge")  # type: ignore[arg-type]
 

@@ -304,13 +304,22 @@ def model_problems(
     ``make_fx`` over forward, loss and gradients. An architecture that fails is skipped with a
     :class:`ModelSkippedWarning` naming it and the error, unless ``errors="raise"``.
     """
+    # Checked here, at the call, not at the first next() of a generator.
     require("torch", extra="torch", feature="real-model planning problems")
     require("transformers", extra="torch", feature="real-model planning problems")
-    for name in ARCHITECTURES if names is None else tuple(names):
+    chosen = ARCHITECTURES if names is None else tuple(names)
+    for name in chosen:
+        if name not in _BUILDERS:
+            raise KeyError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
+    return _problems(chosen, size=size, training=training, batch=batch, errors=errors)
+
+
+def _problems(
+    names: tuple[str, ...], *, size: Size, training: bool, batch: int | None, errors: str
+) -> Iterator[tuple[str, GraphProblem]]:
+    for name in names:
         try:
             problem = model_problem(name, size=size, training=training, batch=batch)
-        except KeyError:
-            raise
         except Exception as exc:
             if errors == "raise":
                 raise
@@ -318,7 +327,7 @@ def model_problems(
             warnings.warn(
                 f"skipped {name} ({size}, {mode}): {type(exc).__name__}: {exc}",
                 ModelSkippedWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
             continue
         yield name, problem
