@@ -1,0 +1,235 @@
+"""The exact planner: a branch and bound that proves a plan optimal or stops at a time limit.
+
+Two questions, one search (:mod:`tensorarena.planning.exact_search`):
+
+- the *decision* version, ``solve_exact(problem, capacity=C)``: is there a plan of height at most
+  ``C``? The answer is a plan, a proof that none exists, or "unknown" when time ran out;
+- the *optimisation* version, ``solve_exact(problem)``: the lowest height. It starts from the best
+  of ``initial`` (say a heuristic's plan) and a greedy plan of its own, then asks the decision
+  question at lower capacities: first at the lower bound (the peak of live bytes; real problems
+  often meet it), then by bisection between what is proven infeasible and the best plan found.
+  A plan is proven optimal when the capacity just below it is proven infeasible. The answer is
+  never worse than ``initial``.
+
+Capacities are probed in steps of the *granule*, the gcd of every size and alignment: every
+canonical plan's height is a multiple of it, so nothing in between needs asking.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tensorarena.errors import InvalidPlanError, InvalidProblemError
+from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
+from tensorarena.planning.exact_sections import Sections, build_sections
+from tensorarena.planning.problem import Plan, Problem
+from tensorarena.planning.validate import validate
+
+__all__ = ["ExactResult", "greedy_plan", "solve_exact"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExactResult:
+    """What the exact planner found, and what it proved.
+
+    ``plan`` is the best plan found (``None`` only in the decision version when nothing within
+    the capacity was found); ``plan.optimal`` is set when its height is proven minimal.
+    ``feasible`` says a plan within the capacity (if any) is in hand. ``proven`` says the answer
+    is final: in the optimisation version the plan is optimal; in the decision version either a
+    plan within the capacity was found or none exists. ``nodes`` counts search nodes,
+    ``seconds`` the wall time, ``lower_bound`` the peak of live bytes.
+    """
+
+    plan: Plan | None
+    feasible: bool
+    proven: bool
+    nodes: int
+    seconds: float
+    lower_bound: int = 0
+
+
+def solve_exact(
+    problem: Problem,
+    *,
+    capacity: int | None = None,
+    time_limit: float = 10.0,
+    initial: Plan | None = None,
+) -> ExactResult:
+    """Branch and bound over canonical plans, minimalloc-style.
+
+    With ``capacity``, find any plan whose height is at most ``capacity`` (decision version);
+    without it, minimise the height (``problem.capacity`` is not consulted: pass it explicitly
+    to ask the decision question). ``initial``, a valid plan of ``problem``, seeds the search;
+    it is returned unchanged when nothing better is found. ``time_limit`` is in seconds; the
+    search checks the clock every few hundred nodes.
+
+    Raises :class:`InvalidProblemError` for a negative capacity or time limit and
+    :class:`InvalidPlanError` for an ``initial`` plan that is not a valid plan of ``problem``.
+    """
+    if capacity is not None and (type(capacity) is not int or capacity < 0):
+        raise InvalidProblemError(f"capacity must be a non-negative int, got {capacity!r}")
+    if not isinstance(time_limit, int | float) or not time_limit >= 0:
+        raise InvalidProblemError(f"time_limit must be a non-negative number, got {time_limit!r}")
+    if initial is not None:
+        _check_initial(problem, initial)
+    started = time.perf_counter()
+    deadline = time.monotonic() + float(time_limit)
+    sections = build_sections(problem.buffers)
+    if capacity is not None:
+        return _decision(problem, sections, capacity, initial, deadline, started)
+    return _optimise(problem, sections, initial, deadline, started)
+
+
+def greedy_plan(problem: Problem) -> Plan:
+    """Largest first (longer lifetime breaks ties), each at its lowest aligned free gap.
+
+    The optimisation version's own starting point; heuristics proper live elsewhere.
+    """
+    sections = build_sections(problem.buffers)
+    size = sections.size.tolist()
+    align = sections.align.tolist()
+    width = sections.width.tolist()
+    overlaps = [ov.tolist() for ov in sections.overlaps]
+    n = len(sections)
+    order = sorted(range(n), key=lambda i: (-size[i], -width[i], i))
+    offsets = [-1] * n
+    for i in order:
+        taken = sorted((offsets[j], offsets[j] + size[j]) for j in overlaps[i] if offsets[j] >= 0)
+        offset = 0
+        for low, high in taken:
+            if offset + size[i] <= low:
+                break
+            offset = max(offset, _align_up(high, align[i]))
+        offsets[i] = offset
+    return Plan(problem, _full_offsets(problem, sections, offsets), planner="exact:greedy")
+
+
+# ---------------------------------------------------------------------------------------------
+# The two versions
+# ---------------------------------------------------------------------------------------------
+
+
+def _decision(
+    problem: Problem,
+    sections: Sections,
+    capacity: int,
+    initial: Plan | None,
+    deadline: float,
+    started: float,
+) -> ExactResult:
+    bound = sections.peak()
+    floor = _round_up(bound, sections.granule)
+
+    def result(plan: Plan | None, proven: bool, nodes: int) -> ExactResult:
+        return ExactResult(
+            plan=plan,
+            feasible=plan is not None,
+            proven=proven,
+            nodes=nodes,
+            seconds=time.perf_counter() - started,
+            lower_bound=bound,
+        )
+
+    if initial is not None and initial.height <= capacity:
+        optimal = initial.optimal or initial.height <= floor
+        return result(_relabel(initial, initial.planner, optimal, 0, bound), True, 0)
+    if bound > capacity:
+        return result(None, True, 0)
+    found = decide(sections, capacity, deadline=deadline)
+    if found.status == FOUND:
+        assert found.offsets is not None
+        offsets = _full_offsets(problem, sections, found.offsets.tolist())
+        plan = Plan(problem, offsets, planner="exact")
+        plan = _relabel(plan, "exact", plan.height <= floor, found.nodes, bound)
+        return result(plan, True, found.nodes)
+    return result(None, found.status == EXHAUSTED, found.nodes)
+
+
+def _optimise(
+    problem: Problem,
+    sections: Sections,
+    initial: Plan | None,
+    deadline: float,
+    started: float,
+) -> ExactResult:
+    bound = sections.peak()
+    granule = sections.granule
+    best = greedy_plan(problem)
+    if initial is not None and initial.height <= best.height:
+        best = initial
+    # Every capacity below ``proven_low`` is proven infeasible; ``try_low`` is where the next
+    # probe may start (above it when a probe at a lower capacity ran out of time).
+    proven_low = try_low = _round_up(bound, granule)
+    nodes = 0
+    first = True
+    while True:
+        top = (best.height - 1) // granule * granule
+        if proven_low > top:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if try_low > top:
+            try_low = top  # everything below timed out before: give the last probe all the time
+        if try_low == top:
+            probe, share = top, 1.0
+        elif first:
+            probe, share = try_low, 0.5  # real problems often meet the lower bound
+        else:
+            probe, share = (try_low + top) // 2 // granule * granule, 0.5
+        first = False
+        found = decide(sections, probe, deadline=time.monotonic() + remaining * share)
+        nodes += found.nodes
+        if found.status == FOUND:
+            assert found.offsets is not None
+            best = Plan(problem, _full_offsets(problem, sections, found.offsets.tolist()))
+        elif found.status == EXHAUSTED:
+            proven_low = try_low = max(try_low, probe + granule)
+        else:
+            try_low = probe + granule
+    proven = proven_low > (best.height - 1) // granule * granule
+    planner = best.planner or "exact"
+    return ExactResult(
+        plan=_relabel(best, planner, proven or best.optimal, nodes, bound),
+        feasible=True,
+        proven=proven or best.optimal,
+        nodes=nodes,
+        seconds=time.perf_counter() - started,
+        lower_bound=bound,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_initial(problem: Problem, initial: Plan) -> None:
+    if not isinstance(initial, Plan):
+        raise InvalidPlanError(f"initial must be a Plan, got {type(initial).__name__}")
+    if initial.problem.buffers != problem.buffers:
+        raise InvalidPlanError("initial plan is for a different problem (its buffers differ)")
+    validate(problem, initial, capacity=None)
+
+
+def _relabel(plan: Plan, planner: str, optimal: bool, nodes: int, bound: int) -> Plan:
+    stats = dict(plan.stats)
+    stats.update({"nodes": float(nodes), "lower_bound": float(bound)})
+    return Plan(plan.problem, plan.offsets, planner=planner, optimal=optimal, stats=stats)
+
+
+def _full_offsets(problem: Problem, sections: Sections, offsets: list[int]) -> tuple[int, ...]:
+    """Offsets for every buffer: the searched ones from ``offsets``, zero-byte ones at 0."""
+    full = [0] * len(problem.buffers)
+    for k, index in enumerate(sections.members):
+        full[index] = int(offsets[k])
+    return tuple(full)
+
+
+def _align_up(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
+def _round_up(value: int, granule: int) -> int:
+    return -(-value // granule) * granule

@@ -1,0 +1,264 @@
+"""The decision search of the exact planner: does every buffer fit below a capacity?
+
+A depth-first branch and bound over *canonical* placements, after minimalloc (M. D. Moffitt,
+ASPLOS 2023). Any plan can be pushed down until no buffer can move lower; listed by offset, every
+buffer of such a compact plan then sits at its *lowest offset*: the aligned top of the highest
+buffer already placed that shares time with it (0 if none). So the search only ever chooses *which*
+buffer comes next, never where, and it may insist that placements come in non-decreasing
+(offset, preorder rank) order, which enumerates each compact plan once. Pruning, all sound for
+compact plans:
+
+- *dominance*: a buffer may not go at or above the lowest top any unplaced buffer could reach,
+  since that buffer would then fit entirely in the space below and the plan would not be compact;
+- *section inference*: once a buffer sits at ``offset``, every later one sits at ``offset`` or
+  higher, so in every section the unplaced live bytes must fit between ``offset`` (or the top of
+  the newest buffer there) and the capacity;
+- *dynamic decomposition*: when the last unplaced buffer spanning a section boundary is placed,
+  the two sides no longer interact and are solved one after the other, so a failure on one side
+  does not make the search re-enumerate the other.
+
+State lives in preallocated NumPy arrays (lowest offsets, unplaced mask, unplaced bytes per
+section, cuts) updated in place and undone on backtrack; a node allocates only small index arrays.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from itertools import pairwise
+
+import numpy as np
+import numpy.typing as npt
+
+from tensorarena.planning.exact_sections import PREORDERS, Sections
+
+__all__ = ["EXHAUSTED", "FOUND", "STOPPED", "Decision", "decide"]
+
+FOUND, EXHAUSTED, STOPPED = "found", "exhausted", "stopped"
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+# How many nodes pass between two looks at the clock: a clock read costs about as much as a node.
+_CLOCK_EVERY = 256
+
+
+class Decision:
+    """Outcome of one decision search: ``status`` is FOUND, EXHAUSTED (no plan) or STOPPED."""
+
+    __slots__ = ("nodes", "offsets", "status")
+
+    def __init__(self, status: str, offsets: IntArray | None, nodes: int) -> None:
+        self.status = status
+        self.offsets = offsets  #: one offset per searched buffer when FOUND
+        self.nodes = nodes
+
+
+def decide(
+    sections: Sections,
+    capacity: int,
+    *,
+    deadline: float,
+    preorders: tuple[str, ...] = PREORDERS,
+    decompose: bool = True,
+) -> Decision:
+    """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
+
+    Several static preorders are tried round robin with a node budget that doubles each round
+    (minimalloc's schedule), so one unlucky order does not sink the search. Stops at ``deadline``
+    (a ``time.monotonic()`` value) with STOPPED. ``decompose=False`` turns off the splitting
+    into independent time windows (for tests that check it changes no answer).
+    """
+    n = len(sections)
+    if n == 0:
+        return Decision(FOUND, np.zeros(0, dtype=np.int64), 0)
+    if int(sections.total.max()) > capacity:
+        return Decision(EXHAUSTED, None, 0)
+    ranks = [sections.preorder_rank(h) for h in preorders]
+    nodes = 0
+    budget = n
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 4 * n + 1000))
+    try:
+        while True:
+            budget *= 2
+            for rank in ranks:
+                limit = budget if len(ranks) > 1 else None
+                search = _Search(sections, capacity, rank, deadline, limit, decompose)
+                status = search.run()
+                nodes += search.nodes
+                if status != STOPPED:
+                    return Decision(status, search.offsets if status == FOUND else None, nodes)
+                if search.timed_out:
+                    return Decision(STOPPED, None, nodes)
+    finally:
+        sys.setrecursionlimit(old_limit)
+
+
+class _Search:
+    """One depth-first search under one static preorder and an optional node budget."""
+
+    def __init__(
+        self,
+        sections: Sections,
+        capacity: int,
+        rank: IntArray,
+        deadline: float,
+        node_limit: int | None,
+        decompose: bool,
+    ) -> None:
+        self.sections = sections
+        self.capacity = capacity
+        self.rank = rank
+        self.deadline = deadline
+        self.node_limit = node_limit if node_limit is not None else 1 << 62
+        self.decompose = decompose
+        self.nodes = 0
+        self.timed_out = False
+        self.offsets = np.zeros(len(sections), dtype=np.int64)
+
+    def run(self) -> str:
+        """Solve every initial time window in turn; FOUND only if all of them fit."""
+        sec = self.sections
+        n = len(sec)
+        search = self._make_search()
+        everyone = np.ones(n, dtype=np.bool_)
+        cutpoints = (np.flatnonzero(sec.cuts == 0) + 1).tolist() if self.decompose else []
+        bounds = [0, *cutpoints, sec.n_sections]
+        for lo, hi in pairwise(bounds):
+            part = everyone & (sec.first < hi) & (sec.last > lo)
+            if not part.any():
+                continue
+            status = search(part, lo, hi, -1)
+            if status != FOUND:
+                return status
+        return FOUND
+
+    def _make_search(self) -> Callable[[BoolArray, int, int, int], str]:
+        """Build the recursive search as closures over local arrays (the hot path)."""
+        sec = self.sections
+        n = len(sec)
+        cap = self.capacity
+        size = sec.size
+        size_l: list[int] = size.tolist()
+        first, last = sec.first, sec.last
+        first_l: list[int] = first.tolist()
+        last_l: list[int] = last.tolist()
+        rank = self.rank
+        by_rank: list[int] = np.argsort(rank).tolist()
+        overlaps = sec.overlaps
+        aligned = bool((sec.align > 1).any())
+        mask = sec.align - 1
+        ov_mask = [mask[ov] for ov in overlaps]
+        ov_keep = [~m for m in ov_mask]
+        minoff = np.zeros(n, dtype=np.int64)
+        free = np.ones(n, dtype=np.bool_)
+        # One spare section at the end so that ``reduceat`` may start a range at ``last``.
+        total_ext = np.zeros(sec.n_sections + 1, dtype=np.int64)
+        total_ext[:-1] = sec.total
+        total = total_ext[:-1]
+        spans = np.stack([first, last], axis=1)
+        reduce_max = np.maximum.reduceat
+        cuts = sec.cuts.copy()
+        sol = self.offsets
+        deadline = self.deadline
+        node_limit = self.node_limit
+        monotonic = time.monotonic
+        flatnonzero = np.flatnonzero
+        maximum = np.maximum
+        minimum_at = np.minimum.at
+        decompose = self.decompose
+        this = self
+
+        def search(part: BoolArray, lo: int, hi: int, last_key: int) -> str:
+            this.nodes += 1
+            if this.nodes % _CLOCK_EVERY == 0:
+                if monotonic() > deadline:
+                    this.timed_out = True
+                    return STOPPED
+                if this.nodes > node_limit:
+                    return STOPPED
+            idx = flatnonzero(part & free)
+            if not len(idx):
+                return FOUND
+            low = minoff[idx]
+            nbytes = size[idx]
+            reach = int((low + nbytes).min())
+            keys = low * n + rank[idx]
+            window = total[lo:hi]
+            # Unallocated floor: in every section, nothing unplaced can go below the lowest
+            # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
+            starts = first[idx]
+            lengths = last[idx] - starts
+            count = int(lengths.sum())
+            ends = np.cumsum(lengths)
+            where = np.arange(count) + np.repeat(starts - ends + lengths - lo, lengths)
+            floor = np.full(hi - lo, cap, dtype=np.int64)
+            minimum_at(floor, where, np.repeat(low, lengths))
+            if int((floor + window).max()) > cap:
+                return EXHAUSTED
+            # Section inference for every candidate at once: after placing candidate i at ``low``,
+            # its own sections need ``low + max(total over span)`` and every other section of
+            # the window needs ``low + total``, both within the capacity.
+            span_max = reduce_max(total_ext, spans[idx].ravel())[::2]
+            prefix = np.zeros(hi - lo + 1, dtype=np.int64)
+            maximum.accumulate(window, out=prefix[1:])
+            suffix = np.zeros(hi - lo + 1, dtype=np.int64)
+            suffix[:-1] = maximum.accumulate(window[::-1])[::-1]
+            outside = maximum(prefix[first[idx] - lo], suffix[last[idx] - lo])
+            keys = keys[
+                (keys > last_key)
+                & (low < reach)
+                & (low + span_max <= cap)
+                & (low + outside <= cap)
+            ]
+            keys.sort()
+            for key in keys.tolist():
+                offset, r = divmod(key, n)
+                i = by_rank[r]
+                nbytes = size_l[i]
+                top = offset + nbytes
+                ov = overlaps[i]
+                before = minoff[ov]
+                if aligned:
+                    minoff[ov] = maximum(before, (top + ov_mask[i]) & ov_keep[i])
+                else:
+                    minoff[ov] = maximum(before, top)
+                free[i] = False
+                a, b = first_l[i], last_l[i]
+                span = total[a:b]
+                span -= nbytes
+                sol[i] = offset
+                if b - a > 1 and decompose:
+                    inner = cuts[a : b - 1]
+                    inner -= 1
+                    zeros = flatnonzero(inner == 0)
+                    if len(zeros):
+                        status = split(part, lo, hi, (zeros + (a + 1)).tolist())
+                    else:
+                        status = search(part, lo, hi, key)
+                    inner += 1
+                else:
+                    status = search(part, lo, hi, key)
+                span += nbytes
+                free[i] = True
+                minoff[ov] = before
+                if status != EXHAUSTED:
+                    return status
+            return EXHAUSTED
+
+        def split(part: BoolArray, lo: int, hi: int, cutpoints: list[int]) -> str:
+            """Solve the windows between new zero cuts one by one (they no longer interact)."""
+            rest = part & free
+            bounds = [lo, *cutpoints, hi]
+            for w_lo, w_hi in pairwise(bounds):
+                sub = rest & (first < w_hi) & (last > w_lo)
+                if not sub.any():
+                    continue
+                status = search(sub, w_lo, w_hi, -1)
+                if status != FOUND:
+                    return status
+            return FOUND
+
+        return search

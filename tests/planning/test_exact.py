@@ -1,0 +1,320 @@
+"""The exact planner against brute force, the validator and its own promises (flags, limits)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from tensorarena.errors import InvalidPlanError, InvalidProblemError
+from tensorarena.planning.exact import ExactResult, greedy_plan, solve_exact
+from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
+from tensorarena.planning.exact_sections import build_sections
+from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
+from tensorarena.planning.validate import validate
+
+# ---------------------------------------------------------------------------------------------
+# Brute force, written independently of the planner
+# ---------------------------------------------------------------------------------------------
+
+
+def _lowest_fit_height(buffers: list[Buffer], order: tuple[int, ...]) -> int:
+    """Place in ``order``, each at the lowest aligned offset clear of placed overlapping ones."""
+    offsets: dict[int, int] = {}
+    for i in order:
+        b = buffers[i]
+        taken = sorted(
+            (offsets[j], offsets[j] + buffers[j].nbytes)
+            for j in offsets
+            if buffers[j].overlaps_in_time(b)
+        )
+        offset = 0
+        for low, high in taken:
+            if offset + b.nbytes <= low:
+                break
+            offset = max(offset, -(-high // b.alignment) * b.alignment)
+        offsets[i] = offset
+    return max((offsets[i] + buffers[i].nbytes for i in offsets), default=0)
+
+
+def permutation_optimum(buffers: list[Buffer]) -> int:
+    """Listing an optimal plan by offset and placing lowest-fit in that order never rises, so
+    the minimum over all orders is the optimum."""
+    return min(_lowest_fit_height(buffers, p) for p in itertools.permutations(range(len(buffers))))
+
+
+def offset_optimum(buffers: list[Buffer]) -> int:
+    """Try every aligned offset up to the height of stacking them all, for every buffer."""
+    total = sum(b.nbytes + b.alignment for b in buffers)
+    choices = [range(0, total + 1, b.alignment) for b in buffers]
+    best = total + 1
+    for offsets in itertools.product(*choices):
+        height = max(o + b.nbytes for o, b in zip(offsets, buffers, strict=True))
+        if height >= best:
+            continue
+        clash = any(
+            a.overlaps_in_time(b) and oa < ob + b.nbytes and ob < oa + a.nbytes
+            for (a, oa), (b, ob) in itertools.combinations(zip(buffers, offsets, strict=True), 2)
+        )
+        if not clash:
+            best = height
+    return best
+
+
+def random_buffers(
+    rng: random.Random, n: int, *, max_size: int, horizon: int, alignments: tuple[int, ...] = (1,)
+) -> list[Buffer]:
+    out = []
+    for k in range(n):
+        start = rng.randrange(horizon)
+        end = rng.randrange(start + 1, horizon + 2)
+        out.append(Buffer(f"b{k}", start, end, rng.randint(1, max_size), rng.choice(alignments)))
+    return out
+
+
+def checked(problem: Problem, result: ExactResult) -> Plan:
+    assert result.plan is not None
+    validate(problem, result.plan)
+    assert result.plan.height >= lower_bound(problem)
+    return result.plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimality against brute force
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_optimum_matches_permutation_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    buffers = random_buffers(rng, rng.randint(1, 6), max_size=8, horizon=6)
+    problem = Problem(buffers)
+    result = solve_exact(problem, time_limit=30)
+    plan = checked(problem, result)
+    assert result.proven and result.feasible
+    assert plan.optimal
+    assert plan.height == permutation_optimum(buffers)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_optimum_matches_every_offset_brute_force(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    buffers = random_buffers(rng, rng.randint(1, 4), max_size=3, horizon=4, alignments=(1, 1, 2))
+    problem = Problem(buffers)
+    result = solve_exact(problem, time_limit=30)
+    assert result.proven
+    assert checked(problem, result).height == offset_optimum(buffers)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_alignment_is_honoured_and_still_optimal(seed: int) -> None:
+    rng = random.Random(2000 + seed)
+    buffers = random_buffers(rng, rng.randint(2, 6), max_size=40, horizon=5, alignments=(1, 8, 16))
+    problem = Problem(buffers)
+    result = solve_exact(problem, time_limit=30)
+    plan = checked(problem, result)
+    for offset, buffer in zip(plan.offsets, buffers, strict=True):
+        assert offset % buffer.alignment == 0
+    assert result.proven
+    assert plan.height == permutation_optimum(buffers)
+
+
+def test_alignment_forces_a_gap() -> None:
+    # Two 1-byte buffers at the same time, each 4-aligned: the second cannot start before 4.
+    problem = Problem([Buffer("a", 0, 2, 1, 4), Buffer("b", 1, 3, 1, 4)])
+    result = solve_exact(problem)
+    assert result.proven
+    assert sorted(checked(problem, result).offsets) == [0, 4]
+    assert result.plan is not None and result.plan.height == 5
+
+
+def test_pisarchyk_lee_example_reaches_124() -> None:
+    # The 8 tensors of Pisarchyk & Lee (arXiv 2001.03288), as in tests/planning/data.
+    rows = [
+        ("t0", 0, 2, 32),
+        ("t1", 1, 5, 28),
+        ("t2", 2, 6, 36),
+        ("t3", 3, 6, 16),
+        ("t4", 4, 6, 8),
+        ("t5", 5, 8, 64),
+        ("t6", 6, 9, 10),
+        ("t7", 7, 9, 40),
+    ]
+    problem = Problem(Buffer(*row) for row in rows)
+    result = solve_exact(problem)
+    assert result.proven
+    assert checked(problem, result).height == 124
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision version
+# ---------------------------------------------------------------------------------------------
+
+
+def test_capacity_below_lower_bound_is_infeasible_without_search() -> None:
+    problem = Problem([Buffer("a", 0, 3, 10), Buffer("b", 1, 4, 7)])
+    result = solve_exact(problem, capacity=16)
+    assert result.plan is None
+    assert not result.feasible
+    assert result.proven
+    assert result.nodes == 0
+    assert result.lower_bound == 17
+
+
+def test_known_infeasible_capacity_above_lower_bound() -> None:
+    # Lower bound 2, but 4-aligned offsets make any plan at least 5 high.
+    problem = Problem([Buffer("a", 0, 2, 1, 4), Buffer("b", 1, 3, 1, 4)])
+    for capacity in (2, 3, 4):
+        result = solve_exact(problem, capacity=capacity)
+        assert not result.feasible and result.proven and result.plan is None
+    result = solve_exact(problem, capacity=5)
+    assert result.feasible and result.proven
+    validate(problem, checked(problem, result), capacity=5)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_decision_agrees_with_brute_force(seed: int) -> None:
+    rng = random.Random(3000 + seed)
+    buffers = random_buffers(rng, rng.randint(2, 6), max_size=6, horizon=5, alignments=(1, 1, 4))
+    problem = Problem(buffers)
+    optimum = permutation_optimum(buffers)
+    for capacity in range(lower_bound(problem) - 1, optimum + 2):
+        result = solve_exact(problem, capacity=capacity, time_limit=30)
+        assert result.proven
+        assert result.feasible == (capacity >= optimum)
+        if result.feasible:
+            validate(problem, checked(problem, result), capacity=capacity)
+
+
+def test_decision_returns_a_fitting_initial_plan_unchanged() -> None:
+    problem = Problem([Buffer("a", 0, 2, 4), Buffer("b", 1, 3, 4)])
+    initial = Plan(problem, (0, 4), planner="mine")
+    result = solve_exact(problem, capacity=8, initial=initial)
+    assert result.feasible and result.proven and result.nodes == 0
+    assert result.plan is not None and result.plan.offsets == (0, 4)
+    assert result.plan.planner == "mine"
+
+
+# ---------------------------------------------------------------------------------------------
+# Decomposition into independent time windows
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_decomposition_changes_no_answer(seed: int) -> None:
+    rng = random.Random(4000 + seed)
+    # Short lifetimes over a long horizon: many windows, some of which open only mid-search.
+    buffers = []
+    for k in range(14):
+        start = rng.randrange(20)
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 4), rng.randint(1, 9)))
+    problem = Problem(buffers)
+    sections = build_sections(problem.buffers)
+    high = greedy_plan(problem).height
+    for capacity in range(lower_bound(problem), high + 1):
+        split = decide(sections, capacity, deadline=float("inf"))
+        whole = decide(sections, capacity, deadline=float("inf"), decompose=False)
+        assert split.status == whole.status
+        assert split.status in (FOUND, EXHAUSTED)
+        if split.status == FOUND:
+            assert split.offsets is not None
+            offsets = [0] * len(buffers)
+            for k, index in enumerate(sections.members):
+                offsets[index] = int(split.offsets[k])
+            validate(problem, Plan(problem, tuple(offsets)), capacity=capacity)
+
+
+# ---------------------------------------------------------------------------------------------
+# Time limits, seeds and edge cases
+# ---------------------------------------------------------------------------------------------
+
+
+def _tight_instance(seed: int, n: int) -> Problem:
+    rng = random.Random(seed)
+    buffers = []
+    for k in range(n):
+        start = rng.randrange(100)
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 30), rng.randint(1, 64) * 16))
+    return Problem(buffers)
+
+
+def test_zero_time_limit_returns_the_seed_unproven() -> None:
+    problem = _tight_instance(7, 120)
+    seed = greedy_plan(problem)
+    assert seed.height > lower_bound(problem)  # otherwise the seed would be proven optimal
+    result = solve_exact(problem, time_limit=0.0)
+    assert result.feasible and not result.proven
+    plan = checked(problem, result)
+    assert not plan.optimal
+    assert plan.height <= seed.height
+
+
+# Seed 5 with 400 buffers: neither the lower bound nor the best height found is settled after
+# 5 s on the development machine, so half a second (or none) cannot settle them either.
+HARD = (5, 400)
+
+
+def test_time_limit_stops_a_hard_search_with_the_best_plan() -> None:
+    problem = _tight_instance(*HARD)
+    result = solve_exact(problem, time_limit=0.5)
+    plan = checked(problem, result)
+    assert result.feasible and not result.proven
+    assert not plan.optimal
+    assert plan.height <= greedy_plan(problem).height
+
+
+def test_decision_time_limit_gives_unknown_not_infeasible() -> None:
+    problem = _tight_instance(*HARD)
+    result = solve_exact(problem, capacity=lower_bound(problem), time_limit=0.3)
+    assert not result.proven
+    assert result.plan is None and not result.feasible
+
+
+def test_never_worse_than_initial() -> None:
+    rng = random.Random(5)
+    buffers = random_buffers(rng, 6, max_size=8, horizon=6)
+    problem = Problem(buffers)
+    stacked = []
+    offset = 0
+    for b in buffers:
+        stacked.append(offset)
+        offset += b.nbytes
+    initial = Plan(problem, tuple(stacked), planner="naive")
+    result = solve_exact(problem, initial=initial, time_limit=0.0)
+    assert checked(problem, result).height <= initial.height
+    result = solve_exact(problem, initial=initial)
+    assert checked(problem, result).height == permutation_optimum(buffers)
+
+
+def test_optimal_initial_is_kept_and_proven() -> None:
+    problem = Problem([Buffer("a", 0, 2, 4), Buffer("b", 1, 3, 4), Buffer("c", 2, 4, 4)])
+    initial = Plan(problem, (0, 4, 0), planner="mine")
+    result = solve_exact(problem, initial=initial)
+    assert result.proven and result.plan is not None
+    assert result.plan.height == 8 and result.plan.optimal
+
+
+def test_zero_byte_buffers_and_empty_problem() -> None:
+    empty = solve_exact(Problem([]))
+    assert empty.proven and empty.plan is not None and empty.plan.height == 0
+    problem = Problem([Buffer("z", 0, 5, 0, 64), Buffer("a", 1, 3, 8), Buffer("b", 2, 4, 8)])
+    result = solve_exact(problem)
+    plan = checked(problem, result)
+    assert result.proven and plan.height == 16
+    assert plan.offset_of("z") == 0
+
+
+def test_bad_arguments_raise_before_searching() -> None:
+    problem = Problem([Buffer("a", 0, 2, 4), Buffer("b", 1, 3, 4)])
+    with pytest.raises(InvalidProblemError):
+        solve_exact(problem, capacity=-1)
+    with pytest.raises(InvalidProblemError):
+        solve_exact(problem, time_limit=-1.0)
+    other = Problem([Buffer("x", 0, 1, 4), Buffer("y", 0, 1, 4)])
+    with pytest.raises(InvalidPlanError):
+        solve_exact(problem, initial=Plan(other, (0, 4)))
+    with pytest.raises(InvalidPlanError):
+        solve_exact(problem, initial=Plan(problem, (0, 2)))  # overlapping
+    # The problem itself is untouched (it is immutable; the plan objects too).
+    assert problem.buffers[0] == Buffer("a", 0, 2, 4)
