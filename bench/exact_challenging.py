@@ -1,0 +1,102 @@
+"""The exact planner on minimalloc's 11-instance "challenging" suite: a table of times and nodes.
+
+Each instance is posed at the capacity in its file name (2^20). The default is minimalloc's own
+question, the decision version: find any plan that fits. ``--optimise`` instead minimises the
+height within the time limit (for C, D and J the capacity is above the lower bound). Every plan
+found is checked by the independent validator before it is counted.
+
+    .venv/bin/python bench/exact_challenging.py [--data DIR] [--time-limit S] [--only A,C]
+
+Times are wall-clock on whatever machine runs this, single-threaded, pure Python + NumPy; the
+minimalloc column is the C++ solver's time from the paper (ASPLOS 2023 slides), for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+from tensorarena.planning.csv_io import capacity_from_name, read_problem
+from tensorarena.planning.exact import solve_exact
+from tensorarena.planning.validate import validate
+
+DEFAULT_DATA = Path("/work/shared/benchmarks/minimalloc/challenging")
+
+#: minimalloc's times on the suite, in milliseconds (paper, "challenging suite" table).
+MINIMALLOC_MS = {
+    "A": 4910, "B": 3661, "C": 637, "D": 2674, "E": 3717, "F": 5358,
+    "G": 1181, "H": 1808, "I": 3908, "J": 883, "K": 628,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of *.csv files")
+    parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per instance")
+    parser.add_argument("--only", default="", help="comma-separated instance names, e.g. A,C")
+    parser.add_argument(
+        "--optimise", action="store_true", help="minimise the height instead of fitting"
+    )
+    args = parser.parse_args(argv)
+
+    if not args.data.is_dir():
+        print(f"skipped: no benchmark data at {args.data} (pass --data DIR)")
+        return 0
+    files = sorted(args.data.glob("*.csv"))
+    wanted = {name.strip() for name in args.only.split(",") if name.strip()}
+    if wanted:
+        files = [f for f in files if f.name.split(".")[0] in wanted]
+    if not files:
+        print(f"skipped: no matching *.csv files in {args.data}")
+        return 0
+
+    mode = "optimise" if args.optimise else "decision"
+    print(
+        f"exact planner, {mode} version, time limit {args.time_limit:g} s per instance; "
+        f"Python {platform.python_version()} on {platform.machine()} "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
+    )
+    header = (
+        f"{'inst':<5}{'buffers':>8}{'lower bnd':>11}{'capacity':>10}{'height':>10}"
+        f"{'status':>12}{'nodes':>10}{'seconds':>9}{'minimalloc':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    solved = 0
+    total_seconds = 0.0
+    for path in files:
+        name = path.name.split(".")[0]
+        capacity = capacity_from_name(path)
+        problem = read_problem(path, capacity=capacity)
+        if args.optimise or capacity is None:
+            result = solve_exact(problem, time_limit=args.time_limit)
+        else:
+            result = solve_exact(problem, capacity=capacity, time_limit=args.time_limit)
+        height = "-"
+        if result.plan is not None:
+            validate(problem, result.plan, capacity=None if args.optimise else capacity)
+            height = str(result.plan.height)
+        if args.optimise:
+            status = "optimal" if result.proven else "best found"
+            fits = result.plan is not None and (capacity is None or result.plan.height <= capacity)
+        else:
+            status = "fits" if result.feasible else ("infeasible" if result.proven else "timeout")
+            fits = result.feasible
+        solved += fits
+        total_seconds += result.seconds
+        reference = MINIMALLOC_MS.get(name)
+        print(
+            f"{name:<5}{len(problem):>8}{result.lower_bound:>11}{capacity or '-':>10}{height:>10}"
+            f"{status:>12}{result.nodes:>10}{result.seconds:>9.2f}"
+            f"{(f'{reference / 1000:.2f}' if reference else '-'):>12}"
+        )
+    print("-" * len(header))
+    print(f"{solved}/{len(files)} fit their capacity; {total_seconds:.1f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
