@@ -4,9 +4,12 @@ One fixed, seeded workload shaped like a model's intermediates — sizes from 25
 log-distributed and skewed toward small, about 500 blocks live, frees of random victims — is
 driven through an :class:`~tensorarena.core.Arena` with each strategy:
 
-* ``ns_per_pair``: wall time of the steady phase (after the first fill) per allocate+deallocate
-  pair, through the arena's public methods, the median of several repeats. It includes the loop
-  that replays the workload (about one Python call's worth per operation).
+* ``ns_per_pair``: time of the steady phase (after the first fill) per allocate+deallocate pair,
+  through the arena's public methods, the median of several repeats. The repeats go round-robin
+  over the strategies so that a burst of load elsewhere on the machine hits them alike, and time
+  is the process's CPU time (``time.process_time_ns``), which on a quiet machine equals wall time
+  for this single-threaded loop and on a shared one leaves out the time spent descheduled. It
+  includes the loop that replays the workload (about one Python call's worth per operation).
 * ``footprint_ratio``: the high-water mark of ``offset + nbytes`` over the peak of live bytes;
   1.0 would be a perfect packing, a buddy system pays its power-of-two rounding here.
 * ``fragmentation``: ``1 - largest_free / free`` at the end of the workload, ~500 blocks live.
@@ -25,7 +28,7 @@ import statistics
 import timeit
 from collections.abc import Sequence
 from dataclasses import dataclass
-from time import perf_counter_ns
+from time import process_time_ns
 
 from tensorarena.core import STRATEGIES, Arena
 from tensorarena.errors import OutOfMemoryError
@@ -124,9 +127,9 @@ def _time_once(strategy: str, workload: Workload) -> float:
     addresses = [0] * workload.slots
     _replay(arena, workload.fill, addresses)
     steady = workload.steady
-    start = perf_counter_ns()
+    start = process_time_ns()
     _replay(arena, steady, addresses)
-    elapsed = perf_counter_ns() - start
+    elapsed = process_time_ns() - start
     return 2 * elapsed / len(steady)
 
 
@@ -146,11 +149,26 @@ def _footprint(strategy: str, workload: Workload) -> tuple[float, float]:
     return high_water / stats.peak_allocated, stats.fragmentation
 
 
-def measure(strategy: str, workload: Workload, *, repeats: int = 5) -> StrategyResult:
-    """Run the workload through ``strategy``: median timing of ``repeats`` runs plus footprint."""
-    footprint_ratio, fragmentation = _footprint(strategy, workload)
-    times = [_time_once(strategy, workload) for _ in range(repeats)]
-    return StrategyResult(statistics.median(times), footprint_ratio, fragmentation)
+def measure(
+    strategies: Sequence[str], workload: Workload, *, repeats: int = 5
+) -> dict[str, StrategyResult | None]:
+    """Run the workload through each strategy: median of ``repeats`` timings (taken round-robin)
+    plus footprint and fragmentation; ``None`` for a strategy that ran out of memory."""
+    results: dict[str, StrategyResult | None] = {}
+    shapes: dict[str, tuple[float, float]] = {}
+    for name in strategies:
+        try:
+            shapes[name] = _footprint(name, workload)
+        except OutOfMemoryError:
+            results[name] = None  # cannot happen at 4x the peak, but never hide it if it does
+    times: dict[str, list[float]] = {name: [] for name in shapes}
+    for _ in range(repeats):
+        for name in shapes:
+            times[name].append(_time_once(name, workload))
+    for name in strategies:
+        if name in shapes:
+            results[name] = StrategyResult(statistics.median(times[name]), *shapes[name])
+    return results
 
 
 def python_call_ns() -> float:
@@ -160,7 +178,8 @@ def python_call_ns() -> float:
         pass
 
     number = 200_000
-    return min(timeit.repeat(nothing, number=number, repeat=5)) / number * 1e9
+    timer = timeit.Timer(nothing, timer=_process_seconds)
+    return min(timer.repeat(number=number, repeat=5)) / number * 1e9
 
 
 def libc_pair_ns() -> float | None:
@@ -184,7 +203,12 @@ def libc_pair_ns() -> float | None:
         free(malloc(256))
 
     number = 100_000
-    return min(timeit.repeat(pair, number=number, repeat=5)) / number * 1e9
+    timer = timeit.Timer(pair, timer=_process_seconds)
+    return min(timer.repeat(number=number, repeat=5)) / number * 1e9
+
+
+def _process_seconds() -> float:
+    return process_time_ns() / 1e9
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -214,12 +238,7 @@ def run(args: argparse.Namespace) -> int:
     ops = args.ops if args.ops is not None else (4_000 if args.quick else 60_000)
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     workload = make_workload(ops, seed=args.seed)
-    results: dict[str, StrategyResult | None] = {}
-    for name in names:
-        try:
-            results[name] = measure(name, workload, repeats=repeats)
-        except OutOfMemoryError:
-            results[name] = None  # cannot happen at 4x the peak, but never hide it if it does
+    results = measure(names, workload, repeats=repeats)
     call_ns = python_call_ns()
     libc_ns = libc_pair_ns()
     if args.json:

@@ -8,6 +8,7 @@ splitting and coalescing are shared with next fit in :mod:`tensorarena.core._add
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import ClassVar
 
 from tensorarena.core._address_ordered import AddressOrderedExtents
@@ -23,21 +24,35 @@ class FirstFit(AddressOrderedExtents):
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""
-        mask = alignment - 1
-        for i, size in enumerate(self._sizes):
+        sizes = self._sizes
+        # The tightest loop Python has: no index kept. The first extent of at least nbytes is
+        # also the first one *equal* to its size, so list.index (in C) recovers its position.
+        for size in sizes:
             if size >= nbytes:
-                start = self._starts[i]
-                if not start & mask:
-                    # Aligned already (the usual case): shrink the extent from below, inline.
-                    rest = size - nbytes
-                    self._free -= nbytes
-                    if rest:
-                        self._starts[i] = start + nbytes
-                        self._sizes[i] = rest
-                    else:
-                        del self._starts[i]
-                        del self._sizes[i]
-                    return start
+                break
+        else:
+            return None
+        i = sizes.index(size)
+        start = self._starts[i]
+        if start & (alignment - 1):
+            return self._reserve_aligned(i, nbytes, alignment)
+        # Aligned already (the usual case): shrink the extent from below, inline.
+        self._free -= nbytes
+        if size > nbytes:
+            self._starts[i] = start + nbytes
+            sizes[i] = size - nbytes
+        else:
+            del self._starts[i]
+            del sizes[i]
+        return start
+
+    def _reserve_aligned(self, first: int, nbytes: int, alignment: int) -> int | None:
+        """Slow path: from extent ``first`` on, the lowest one that holds ``nbytes`` aligned."""
+        mask = alignment - 1
+        starts = self._starts
+        for i, size in enumerate(islice(self._sizes, first, None), first):
+            if size >= nbytes:
+                start = starts[i]
                 offset = (start + mask) & ~mask
                 if offset + nbytes <= start + size:
                     self._carve(i, start, size, offset, nbytes)

@@ -44,6 +44,18 @@ class NextFit(AddressOrderedExtents):
         mask = alignment - 1
         for i, size in enumerate(islice(sizes, first, None), first):
             if size >= nbytes:
+                start = starts[i]
+                if not start & mask:
+                    # Aligned already (the usual case): shrink the extent from below, inline.
+                    self._free -= nbytes
+                    self._rover = start + nbytes
+                    if size > nbytes:
+                        starts[i] = start + nbytes
+                        sizes[i] = size - nbytes
+                    else:
+                        del starts[i]
+                        del sizes[i]
+                    return start
                 offset = self._fit(i, size, nbytes, mask)
                 if offset is not None:
                     return offset

@@ -155,7 +155,11 @@ class TLSF:
         else:
             del self._start_of_end[start + size]
         if not bin_:
-            self._empty(index)
+            fl = index >> 4
+            sl_map = self._sl_bitmaps[fl] ^ (1 << (index & 15))
+            self._sl_bitmaps[fl] = sl_map
+            if not sl_map:
+                self._fl_bitmap ^= 1 << fl
         return start
 
     def release(self, offset: int, nbytes: int) -> None:
