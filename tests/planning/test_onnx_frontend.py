@@ -287,6 +287,7 @@ def test_tiny_torch_module_matches_the_torch_front_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # raised inside torch's ONNX exporter
 @pytest.mark.parametrize("name", ["bert", "resnet"])
 def test_exported_transformer_is_in_the_ballpark_of_torch(name: str, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
