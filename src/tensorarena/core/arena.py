@@ -12,10 +12,12 @@ alignment is honoured on absolute addresses, so it may not exceed the alignment 
 
 The hot paths (``allocate``/``deallocate``) are written for the interpreter: one membership test
 validates the alignment, the strategy's bound methods are looked up once, the checks for bad
-input sit on branches the good path never takes, and ``free_count`` is derived (every block ever
-allocated is either live or freed) rather than counted. Freed addresses are remembered so that a
-second free is reported as a double free rather than as a foreign address; an address freed and
-handed out again is simply live again (the stale record is ignored while it is live).
+input sit on branches the good path never takes, and ``reserved`` is derived from the strategy's
+free bytes rather than counted. A freed address stays in the map of blocks with ``None`` for its
+entry (a tombstone): a second free finds it and is reported as a double free rather than as a
+foreign address, at no cost to the good path (the failed unpacking of ``None`` *is* the check),
+and handing the address out again simply overwrites it. The map therefore grows with the number
+of distinct addresses ever used, as a set of freed addresses would.
 """
 
 from __future__ import annotations
@@ -102,14 +104,16 @@ class Arena:
             1 << k for k in range(min(self._base_alignment, MAX_SIZE).bit_length())
         )
         self._fast_alignment = DEFAULT_ALIGNMENT if DEFAULT_ALIGNMENT in self._alignments else -1
-        self._live: dict[int, tuple[int, int]] = {}  # address -> (requested, reserved)
-        self._released: set[int] = set()  # freed addresses, to tell double frees from foreign ones
+        # address -> (requested, reserved) while live, None once freed (to tell double frees
+        # from foreign addresses)
+        self._live: dict[int, tuple[int, int] | None] = {}
         self._allocated = 0
         # Every byte the strategy does not count as free is held by a live block, so "reserved"
         # is derived from its free bytes rather than counted on the hot path.
         self._initial_free = self._strategy.free_bytes()
         self._peak = 0
         self._alloc_count = 0
+        self._free_count = 0
         self._debug = debug
 
     # --- properties ------------------------------------------------------------------------
@@ -174,22 +178,23 @@ class Arena:
         """
         live = self._live
         try:
-            requested, reserved = live[address]
+            # KeyError: never allocated; TypeError: a tombstone (None) or an unhashable address.
+            requested, reserved = live[address]  # type: ignore[misc]
         except (KeyError, TypeError):
             raise self._not_live(address) from None
         if nbytes is not None and (type(nbytes) is not int or nbytes != requested):
             self._check_free_size(address, requested, nbytes)
-        del live[address]
+        live[address] = None
         self._release(address - self._base, reserved)
-        self._released.add(address)
         self._allocated -= requested
+        self._free_count += 1
         if self._debug:
             self._check_invariants()
 
     def reset(self) -> None:
         """Free every live block at once; freeing one of them afterwards is a double free."""
-        self._released.update(self._live)
-        self._live.clear()
+        self._free_count = self._alloc_count
+        self._live = dict.fromkeys(self._live)
         self._allocated = 0
         self._strategy.reset()
 
@@ -201,7 +206,7 @@ class Arena:
 
     def is_live(self, address: int) -> bool:
         """True if ``address`` is the start of a live block."""
-        return address in self._live
+        return self._live.get(address) is not None
 
     def size_of(self, address: int) -> int:
         """The requested size of the live block at ``address``."""
@@ -212,10 +217,10 @@ class Arena:
 
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
-        return {address: entry[0] for address, entry in self._live.items()}
+        return {address: entry[0] for address, entry in self._live.items() if entry is not None}
 
     def __len__(self) -> int:
-        return len(self._live)
+        return self._alloc_count - self._free_count
 
     def statistics(self) -> ArenaStatistics:
         """A frozen snapshot of the arena's counters."""
@@ -228,16 +233,16 @@ class Arena:
             free=strategy.free_bytes(),
             largest_free=strategy.largest_free(),
             free_extents=strategy.free_extent_count(),
-            live_blocks=len(self._live),
+            live_blocks=self._alloc_count - self._free_count,
             alloc_count=self._alloc_count,
-            free_count=self._alloc_count - len(self._live),
+            free_count=self._free_count,
         )
 
     def __repr__(self) -> str:
         return (
             f"Arena(capacity={format_size(self._capacity)}, base={self._base:#x}, "
             f"strategy={self._strategy.name}, allocated={format_size(self._allocated)}, "
-            f"live={len(self._live)}, free={format_size(self._strategy.free_bytes())})"
+            f"live={len(self)}, free={format_size(self._strategy.free_bytes())})"
         )
 
     # --- errors ----------------------------------------------------------------------------
@@ -291,7 +296,7 @@ class Arena:
             return InvalidAddressError(
                 f"address must be an int, not {type(address).__name__}", address=-1
             )
-        if address in self._released:
+        if address in self._live:  # not live, so a tombstone: freed before
             return DoubleFreeError(
                 f"double free: block at {address:#x} was already freed (or released by reset())",
                 address=address,
@@ -308,16 +313,18 @@ class Arena:
     def _check_invariants(self) -> None:
         """Check every invariant (O(n log n)); raise AssertionError on the first broken one."""
         strategy = self._strategy
-        blocks = sorted((a - self._base, r) for a, (_, r) in self._live.items())
+        entries = [(a, e) for a, e in self._live.items() if e is not None]
+        assert len(entries) == len(self), "live count drifts"
+        blocks = sorted((a - self._base, e[1]) for a, e in entries)
         extents = strategy.free_extents()
         previous_end = 0
         for offset, reserved in blocks:
             assert offset >= previous_end, f"live blocks overlap at offset {offset}"
             previous_end = offset + reserved
         assert previous_end <= self._capacity, "a live block runs past the region"
-        assert self._allocated == sum(n for n, _ in self._live.values()), "allocated bytes drift"
+        assert self._allocated == sum(e[0] for _, e in entries), "allocated bytes drift"
         reserved = self._initial_free - strategy.free_bytes()
-        requested_reserved = sum(r for _, r in self._live.values())
+        requested_reserved = sum(e[1] for _, e in entries)
         # Free-list strategies carve exactly what is asked; others (buddy) may round it up.
         if strategy.name in _EXACT_STRATEGIES:
             assert reserved == requested_reserved, "reserved bytes drift"
@@ -339,7 +346,7 @@ class Arena:
             if i < len(extents):
                 assert extents[i][0] >= offset + reserved, f"block at {offset} is also free"
         strategy_free = strategy.free_bytes()
-        if strategy.coalesces and not self._live:
+        if strategy.coalesces and not entries:
             # Coalescing means an empty region is its initial extent set again (one extent, or
             # for a buddy system its initial blocks).
             initial = getattr(strategy, "initial_extents", None)
