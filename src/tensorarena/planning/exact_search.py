@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import time
+from hashlib import blake2b
 from collections.abc import Callable
 from itertools import pairwise
 
@@ -76,6 +77,8 @@ def decide(
     if int(sections.total.max()) > capacity:
         return Decision(EXHAUSTED, None, 0)
     ranks = [sections.preorder_rank(h) for h in preorders]
+    # Failed states stay failed across the restarts of one preorder (same capacity, same rank).
+    caches: list[dict[bytes, int]] = [{} for _ in ranks]
     nodes = 0
     budget = n
     old_limit = sys.getrecursionlimit()
@@ -83,9 +86,9 @@ def decide(
     try:
         while True:
             budget *= 2
-            for rank in ranks:
+            for rank, failed in zip(ranks, caches, strict=True):
                 limit = budget if len(ranks) > 1 else None
-                search = _Search(sections, capacity, rank, deadline, limit, decompose)
+                search = _Search(sections, capacity, rank, deadline, limit, decompose, failed)
                 status = search.run()
                 nodes += search.nodes
                 if status != STOPPED:
@@ -107,6 +110,7 @@ class _Search:
         deadline: float,
         node_limit: int | None,
         decompose: bool,
+        failed: dict[bytes, int],
     ) -> None:
         self.sections = sections
         self.capacity = capacity
@@ -114,6 +118,8 @@ class _Search:
         self.deadline = deadline
         self.node_limit = node_limit if node_limit is not None else 1 << 62
         self.decompose = decompose
+        self.failed = failed
+        self.hits = 0
         self.nodes = 0
         self.timed_out = False
         self.offsets = np.zeros(len(sections), dtype=np.int64)
@@ -169,6 +175,7 @@ class _Search:
         maximum = np.maximum
         minimum_at = np.minimum.at
         decompose = self.decompose
+        failed = self.failed
         this = self
 
         def search(part: BoolArray, lo: int, hi: int, last_key: int) -> str:
@@ -183,6 +190,14 @@ class _Search:
             if not len(idx):
                 return FOUND
             low = minoff[idx]
+            # Different orders of placing the same buffers often leave the same skyline: the
+            # same unplaced buffers with the same lowest offsets. Such a state that failed once
+            # fails again under the same or a stricter canonical bound ``last_key``.
+            state = blake2b(idx.tobytes() + low.tobytes(), digest_size=16).digest()
+            known = failed.get(state)
+            if known is not None and known <= last_key:
+                this.hits += 1
+                return EXHAUSTED
             nbytes = size[idx]
             reach = int((low + nbytes).min())
             keys = low * n + rank[idx]
@@ -246,6 +261,7 @@ class _Search:
                 minoff[ov] = before
                 if status != EXHAUSTED:
                     return status
+            failed[state] = last_key
             return EXHAUSTED
 
         def split(part: BoolArray, lo: int, hi: int, cutpoints: list[int]) -> str:
