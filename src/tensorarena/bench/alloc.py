@@ -33,7 +33,17 @@ from time import process_time_ns
 from tensorarena.core import STRATEGIES, Arena
 from tensorarena.errors import OutOfMemoryError
 
-__all__ = ["StrategyResult", "Workload", "configure", "make_workload", "measure", "run"]
+__all__ = [
+    "StrategyResult",
+    "Workload",
+    "configure",
+    "libc_pair_ns",
+    "make_workload",
+    "measure",
+    "python_call_ns",
+    "replay_loop_ns",
+    "run",
+]
 
 MIN_SIZE = 256
 MAX_SIZE = 64 << 20
@@ -171,6 +181,27 @@ def measure(
     return results
 
 
+class _NoArena:
+    """Stands in for an arena to time the replay loop alone: calls that do nothing."""
+
+    def allocate(self, nbytes: int) -> int:
+        return nbytes
+
+    def deallocate(self, address: int) -> None:
+        pass
+
+
+def replay_loop_ns(workload: Workload, *, repeats: int = 5) -> float:
+    """Nanoseconds per pair that the replay loop itself costs (two empty method calls)."""
+    times = []
+    for _ in range(repeats):
+        addresses = [0] * workload.slots
+        start = process_time_ns()
+        _replay(_NoArena(), workload.steady, addresses)  # type: ignore[arg-type]
+        times.append(2 * (process_time_ns() - start) / len(workload.steady))
+    return min(times)
+
+
 def python_call_ns() -> float:
     """Cost of calling an empty Python function, in nanoseconds (best of 5)."""
 
@@ -245,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_as_json(results, call_ns, libc_ns)))
     else:
         _print_table(workload, results, call_ns, libc_ns, repeats)
+        loop_ns = replay_loop_ns(workload, repeats=repeats)
+        print(f"the replay loop alone (two empty calls per pair): {loop_ns:.0f} ns per pair")
     return 0 if all(result is not None for result in results.values()) else 1
 
 
