@@ -232,3 +232,13 @@ def test_debug_mode_checks_invariants_after_every_call() -> None:
 def test_bad_capacity(capacity: object) -> None:
     with pytest.raises(InvalidSizeError):
         Arena(capacity)  # type: ignore[arg-type]
+
+
+def test_a_base_below_the_default_alignment_still_validates_every_alignment() -> None:
+    arena = Arena(1 << 16, base=0x80)
+    with pytest.raises(InvalidAlignmentError):
+        arena.allocate(64)  # the default 256 cannot be honoured at base 0x80
+    for bad in (-1, 0, 3, 256):
+        with pytest.raises(InvalidAlignmentError):
+            arena.allocate(64, bad)
+    assert arena.allocate(64, 128) == 0x80

@@ -103,7 +103,11 @@ class Arena:
         self._alignments = frozenset(
             1 << k for k in range(min(self._base_alignment, MAX_SIZE).bit_length())
         )
-        self._fast_alignment = DEFAULT_ALIGNMENT if DEFAULT_ALIGNMENT in self._alignments else -1
+        # The alignment that identity alone validates; a fresh object (never passed in) when the
+        # base cannot honour the default.
+        self._fast_alignment: object = (
+            DEFAULT_ALIGNMENT if DEFAULT_ALIGNMENT in self._alignments else object()
+        )
         # address -> (requested, reserved) while live, None once freed (to tell double frees
         # from foreign addresses)
         self._live: dict[int, tuple[int, int] | None] = {}
