@@ -122,3 +122,109 @@ def test_models_are_deterministic() -> None:
     a = dict(model_problems(names=["gpt2"], errors="raise"))["gpt2"]
     b = dict(model_problems(names=["gpt2"], errors="raise"))["gpt2"]
     assert a.problem == b.problem
+
+
+# -- the front end against a real execution ----------------------------------------------------
+
+
+class _Recorder:
+    """Runs a graph on real tensors and keeps every value (so no storage is freed and reused)."""
+
+    def __init__(self, gm: Any) -> None:
+        import torch
+
+        class Interpreter(torch.fx.Interpreter):
+            def run_node(inner, node: Any) -> Any:  # `self` is the recorder's
+                out = super().run_node(node)
+                inputs = {
+                    self.values[arg.name].untyped_storage().data_ptr()
+                    for arg in node.all_input_nodes
+                    if arg.name in self.values
+                }
+                values = out if isinstance(out, (list, tuple)) else [out]
+                names = (
+                    [f"{node.name}.{k}" for k in range(len(values))]
+                    if isinstance(out, (list, tuple))
+                    else [node.name]
+                )
+                for name, value in zip(names, values, strict=True):
+                    if isinstance(value, torch.Tensor):
+                        self.values[name] = value
+                        if value.untyped_storage().data_ptr() in inputs:
+                            self.reused.add(name)
+                return out
+
+        self.values: dict[str, Any] = {}
+        self.reused: set[str] = set()  # outputs that came back in one of their inputs' storage
+        self.interpreter = Interpreter(gm, garbage_collect_values=False)
+
+    def storage(self, name: str) -> tuple[int, int]:
+        storage = self.values[name].untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+
+
+def _check_against_execution(gp: GraphProblem, run: _Recorder) -> None:
+    # Every alias we claim really shares its root's bytes: a false alias would be unsafe.
+    for alias, root in gp.aliases.items():
+        if alias in run.values and root in run.values and run.values[alias].numel():
+            start, nbytes = run.storage(root)
+            assert start <= run.storage(alias)[0] < start + nbytes, (alias, root)
+    # Every planned buffer is as large as the storage the kernel gave it, and distinct buffers
+    # have distinct storages, except where a kernel's real strides differ from its fake ones
+    # (a `contiguous` after attention may then find nothing to copy): conservative, not unsafe.
+    owners: dict[int, str] = {}
+    for b in gp.problem.buffers:
+        if b.id in run.reused:
+            assert "contiguous" in b.id, b.id
+            continue
+        ptr, nbytes = run.storage(b.id)
+        assert ptr not in owners or not nbytes, (b.id, owners.get(ptr))
+        owners[ptr] = b.id
+        assert nbytes == b.nbytes, (b.id, nbytes, b.nbytes)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_inference_problem_matches_a_real_execution(name: str) -> None:
+    import torch
+    from torch.export.graph_signature import InputKind
+    from torch.utils import _pytree as pytree
+
+    from tensorarena.planning.torch_frontend import problem_from_exported
+
+    model, (args, kwargs) = build_model(name, size="small")
+    model.eval()
+    with torch.no_grad():
+        ep = torch.export.export(model, args, kwargs, strict=False)
+    user = iter(pytree.tree_leaves((args, kwargs)))
+    state = {
+        **dict(model.named_parameters(remove_duplicate=False)),  # tied weights under each name
+        **dict(model.named_buffers(remove_duplicate=False)),
+        **ep.constants,
+    }
+    inputs = [
+        next(user) if spec.kind == InputKind.USER_INPUT else state[spec.target]
+        for spec in ep.graph_signature.input_specs
+    ]
+    run = _Recorder(ep.graph_module)
+    with torch.no_grad():
+        run.interpreter.run(*inputs)
+    _check_against_execution(problem_from_exported(ep), run)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_training_problem_matches_a_real_execution(name: str) -> None:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    from tensorarena.planning.torch_frontend import problem_from_fx, trace_training
+
+    model, (args, kwargs) = build_model(name, size="small")
+    model.train()
+    gm = trace_training(model, args, kwargs)
+    params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
+    run = _Recorder(gm)
+    torch.manual_seed(0)
+    run.interpreter.run(
+        *pytree.tree_leaves((list(params.values()), list(buffers.values()), args, kwargs))
+    )
+    _check_against_execution(problem_from_fx(gm), run)

@@ -47,6 +47,8 @@ SOURCE_KEY = "tensorarena_source"
 _VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
 # Ops that reuse their input's storage without saying so in their schema.
 _UNANNOTATED_ALIASES = frozenset({"_unsafe_view"})
+# Ops that return their input itself when inactive (``train=False`` or ``p=0``).
+_DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
 # Ops that read only a tensor's metadata: using a tensor this way does not keep its bytes alive.
 _METADATA_ONLY = frozenset(
     {"_assert_tensor_metadata", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
@@ -302,15 +304,36 @@ def _place(
 ) -> None:
     """Record output ``k`` of ``node`` (named ``tensor``): an alias of a known root, or new."""
     key = _storage_key(value) if by_storage is not None else None
-    if by_storage is not None and key is not None:
+    base = _identity_base(node, live, elements)
+    if base is not None:
+        pass
+    elif by_storage is not None and key is not None:
         base = by_storage.get(key)
     else:
         base = _schema_alias_base(node, k, live, elements)
     if base is not None:
         live.alias(tensor, base, step)
+        # A fake storage that stands for the base's bytes (an inactive dropout's) leads there too.
+        _remember_storage(value, base, by_storage)
     else:
         live.produce(tensor, step, _nbytes(value, tensor))
         _remember_storage(value, tensor, by_storage)
+
+
+def _identity_base(
+    node: torch.fx.Node, live: Liveness, elements: dict[str, list[str | None]]
+) -> str | None:
+    """The input that an inactive dropout returns as is (ATen returns ``input`` itself when
+    ``train`` is false or ``p`` is 0, though fake tensors show a fresh storage)."""
+    if _op_name(node) not in _DROPOUTS or not node.args:
+        return None
+    p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p", 0.5)
+    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
+    if train is not False and p != 0:
+        return None
+    source = node.args[0]
+    names = _names(source, live, elements) if isinstance(source, type(node)) else []
+    return names[0] if len(names) == 1 else None
 
 
 def _names(node: torch.fx.Node, live: Liveness, elements: dict[str, list[str | None]]) -> list[str]:
