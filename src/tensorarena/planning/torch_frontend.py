@@ -7,13 +7,15 @@ used. Parameters, module buffers, constants and user inputs are left out of the 
 with their sizes. Time is the node index in ``graph.nodes``; see
 :mod:`~tensorarena.planning.graph_problem`.
 
-How aliasing is decided, most reliable first:
+How aliasing is decided, first rule that applies:
 
-1. **Storage identity.** ``torch.export`` and ``make_fx`` leave a (fake) tensor in
+1. **ATen's own rules**, where fake tensors disagree with real kernels: an inactive dropout
+   (eval mode, or ``p=0``) returns its input itself.
+2. **Storage identity.** ``torch.export`` and ``make_fx`` leave a (fake) tensor in
    ``node.meta["val"]``, and views share their base's storage object, so a tensor whose storage
    was seen before is an alias of that storage's root. This also tells a ``reshape`` that copies
    (of a transposed input) from one that views, which an op's schema cannot.
-2. **Op schema.** With only ``node.meta["tensor_meta"]`` (from ``ShapeProp``), a return annotated
+3. **Op schema**, with only ``node.meta["tensor_meta"]`` (from ``ShapeProp``): a return annotated
    ``Tensor(a)`` or ``Tensor(a!)`` aliases the argument annotated with the same set ``a`` (views,
    ``split``'s ``Tensor(a -> *)``, in-place ``add_``, ``out=`` variants). ``reshape``-like ops
    that view only contiguous inputs are checked against the input's strides. Methods and
@@ -21,6 +23,13 @@ How aliasing is decided, most reliable first:
 
 :func:`trace_training` traces forward, loss and ``torch.autograd.grad`` together with ``make_fx``,
 so the training graph's saved activations and gradients are planned too.
+
+Known limits: an op's temporaries inside its kernel (attention workspaces, say) are not in the
+graph and so not planned; nor are the insides of higher-order ops' subgraphs (their inputs and
+outputs are). Where a real kernel returns other strides than its fake one (CPU attention returns
+a transposed layout), a following ``contiguous`` may copy in the plan but not at run time: the
+plan then holds a buffer it did not need, which is wasteful but never unsafe. The tests run real
+models and compare every claimed alias and size with the storages the kernels used.
 """
 
 from __future__ import annotations
