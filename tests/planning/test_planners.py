@@ -20,6 +20,7 @@ from tensorarena.planning.planners import (
     PlanDoesNotFitError,
     UnknownPlannerError,
     exact_available,
+    overlapping_pairs,
     plan,
 )
 from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
@@ -225,3 +226,25 @@ def test_auto_and_exact_with_the_real_search() -> None:
     with pytest.raises(PlanDoesNotFitError) as info:
         plan(problem, capacity=4, time_limit=5.0)
     assert info.value.proven
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(spans=st.lists(st.tuples(st.integers(-5, 9), st.integers(1, 6)), max_size=15))
+def test_overlapping_pairs_counts_like_brute_force(spans: list[tuple[int, int]]) -> None:
+    problem = Problem(Buffer(f"b{i}", s, s + n, 1) for i, (s, n) in enumerate(spans))
+    brute = sum(a.overlaps_in_time(b) for a in problem.buffers for b in problem.buffers)
+    assert overlapping_pairs(problem) == brute
+
+
+def test_auto_skips_an_exact_search_too_big_for_its_time_limit(
+    fake_exact: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tensorarena.planning.planners as planners
+
+    monkeypatch.setattr(planners, "_AUTO_EXACT_PAIRS_PER_SECOND", 1)
+    result = plan(tight(), time_limit=2.0)
+    assert fake_exact == []
+    assert result.height == heuristics.portfolio(tight()).height
+    assert result.stats["exact_skipped"] == 1.0
+    # Asked for by name, the exact search runs whatever the size.
+    assert plan(tight(), "exact", time_limit=2.0).height == 5
