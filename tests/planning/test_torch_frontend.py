@@ -236,6 +236,23 @@ def test_tied_weights_are_counted_once() -> None:
     check_consistent(gp)
 
 
+def test_higher_order_ops_are_opaque_nodes() -> None:
+    class Branchy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():  # exported as wrap_with_set_grad_enabled over a subgraph
+                z = x * 2 + 1
+            w = torch.cond(x.sum() > 0, lambda a: a.sin(), lambda a: a.cos(), (z,))
+            return z + w
+
+    gp = export(Branchy(), torch.ones(2, 4))
+    by_id = {b.id: b for b in gp.problem.buffers}
+    # The subgraphs' outputs are buffers of the nodes that call them; their insides are not.
+    assert {"getitem", "getitem_1"} <= set(by_id)
+    assert by_id["getitem"].nbytes == by_id["getitem_1"].nbytes == 32
+    assert not {"mul", "sin", "cos"} & set(by_id)
+    check_consistent(gp)
+
+
 def test_symbolic_shape_raises_naming_the_tensor() -> None:
     class Double(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
