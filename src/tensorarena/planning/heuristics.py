@@ -92,19 +92,17 @@ def size_order(arrays: _Arrays) -> Int64Array:
 
 
 def spatial_order(arrays: _Arrays) -> Int64Array:
-    """XLA's spatial order: size descending, then longer lifetime, then earlier start."""
-    index = np.arange(arrays.n)
-    return np.lexsort(
-        (index, arrays.start, -(arrays.end - arrays.start), -arrays.size)
-    ).astype(np.int64)
+    """XLA's spatial order: size descending, then longer lifetime, then buffer id.
+
+    That is exactly TFLite's size order (:func:`size_order`); the portfolio places it once.
+    """
+    return size_order(arrays)
 
 
 def temporal_order(arrays: _Arrays) -> Int64Array:
-    """XLA's temporal order: longer lifetime first, then larger size, then earlier start."""
+    """XLA's temporal order: longer lifetime first, then larger size, then buffer id."""
     index = np.arange(arrays.n)
-    return np.lexsort(
-        (index, arrays.start, -arrays.size, -(arrays.end - arrays.start))
-    ).astype(np.int64)
+    return np.lexsort((index, -arrays.size, -(arrays.end - arrays.start))).astype(np.int64)
 
 
 def breadth_order(arrays: _Arrays) -> Int64Array:
@@ -291,21 +289,19 @@ def portfolio(problem: Problem, *, alignment: int | None = None) -> Plan:
     """Run every heuristic above and keep the lowest plan (ties: the first in
     :data:`HEURISTICS` order). The plan's ``planner`` is ``"portfolio:<winner>"``.
 
-    Orders that coincide (XLA's spatial order is TFLite's size order up to ties) are placed
-    once; the lower bound stops the search early, since nothing can beat it.
+    Orders that coincide (XLA's spatial order is TFLite's size order) are placed once; reaching
+    the lower bound stops the search early, since nothing can beat it.
     """
     arrays = _Arrays(problem, alignment)
     bound = lower_bound(problem)
     sizes = size_order(arrays)
+    # XLA's spatial pass is greedy_size's placement, so heap_best_fit adds only its temporal one.
     candidates: list[tuple[str, Callable[[], Int64Array]]] = [
         ("greedy_size", lambda: place(arrays, sizes, best_fit=True)),
         ("greedy_breadth", lambda: place(arrays, breadth_order(arrays), best_fit=True)),
         ("heap_best_fit", lambda: place(arrays, temporal_order(arrays), best_fit=True)),
         ("greedy_size_first_fit", lambda: place(arrays, sizes, best_fit=False)),
     ]
-    spatial = spatial_order(arrays)
-    if not np.array_equal(spatial, sizes):
-        candidates.append(("heap_best_fit", lambda: place(arrays, spatial, best_fit=True)))
     best_name, best_offsets = "naive", _naive_offsets(arrays)
     best_height = _height(arrays, best_offsets)
     for name, run in candidates:
