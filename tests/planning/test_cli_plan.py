@@ -176,3 +176,13 @@ def test_progress_goes_to_a_terminal_stderr_only(
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     status, summary = run_json(capsys, str(DATA / "toy.12.csv"))
     assert status == 0 and summary["height"] == 12
+
+
+def test_header_only_problem_plans_to_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_text("id,lower,upper,size\n")
+    status, summary = run_json(capsys, str(path))
+    assert status == 0
+    assert (summary["buffers"], summary["height"], summary["ratio"]) == (0, 0, 1.0)

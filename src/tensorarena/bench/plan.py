@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["SUITES", "Row", "configure", "main", "run"]
 
@@ -181,7 +181,7 @@ def _models(args: argparse.Namespace, data: Path | None) -> Iterator[Row]:
         from tensorarena.planning import models
     except ImportError as exc:
         raise FileNotFoundError(f"real-model problems unavailable ({exc})") from exc
-    size = "small" if args.quick else "base"
+    size: Literal["small", "base"] = "small" if args.quick else "base"
     for training in (False, True):
         for name, graph in models.model_problems(size=size, training=training):
             problem = graph.problem
@@ -220,12 +220,22 @@ def _print_suite(suite: Suite) -> None:
         print(("  " + "  ".join(cells)).rstrip())
 
 
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):  # not on every platform
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the selected suites and print their tables (or one JSON object); return 0."""
     if args.quick and args.time_limit == 10.0:
         args.time_limit = 1.0
     data = Path(args.data).resolve() if args.data else _default_data()
     suites: list[Suite] = []
+    if not args.json:
+        print(f"bench plan: {os.cpu_count()} CPUs, load average {_load()}, "
+              f"time limit {args.time_limit:g} s, data {data}")
     for name in args.suite or SUITES:
         title, runner = _RUNNERS[name]
         suite = Suite(name, title)
@@ -245,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "cpus": os.cpu_count()},
+                        "cpus": os.cpu_count(), "load_average": _load()},
             "time_limit": args.time_limit,
             "suites": {s.name: ({"skipped": s.skipped} if s.skipped else
                                 {"rows": [asdict(r) for r in s.rows]}) for s in suites},
