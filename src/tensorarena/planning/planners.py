@@ -13,9 +13,11 @@ run every parameter through the validator):
 ``exact``                 branch and bound (``planning/exact.py``) seeded with the portfolio;
                           proves optimality or stops at the time limit with the best plan found
 ``auto`` (default)        the portfolio; if it is above the lower bound, the exact search
-                          within the time limit, seeded with it; never worse than the portfolio.
-                          Skipped on problems too large for the search to start in time
+                          within the time limit, seeded with it; never worse than the portfolio
 ========================  =====================================================================
+
+``auto`` and ``exact`` skip the search on problems too large for it to start within the time
+limit (the plan's ``stats["exact_skipped"]`` says so); a longer limit lets it run.
 
 :func:`plan` returns the lowest plan found. When a capacity is asked for (``capacity=`` or the
 problem's own) and that plan does not fit, it raises :class:`PlanDoesNotFitError`, which carries
@@ -51,8 +53,8 @@ _EXACT_MODULE = "tensorarena.planning.exact"
 
 # The exact search first builds every pair of time-overlapping buffers, before it looks at the
 # clock: about 1 s and 60 MB per million pairs here (idealloc pangu_2.6B, 24M pairs: 28 s and
-# 1.4 GB; Y_1 would need ~20 GB). ``auto`` skips it when the pairs cannot be built well within
-# the time limit, and keeps the portfolio's plan.
+# 1.4 GB; Y_1 would need ~20 GB). ``auto`` and ``exact`` skip it when the pairs cannot be built
+# well within the time limit, and keep the portfolio's plan (a longer limit lets it run).
 _AUTO_EXACT_PAIRS_PER_SECOND = 400_000
 
 #: Seconds the exact search may run by default (``auto`` and ``exact``).
@@ -163,7 +165,7 @@ def overlapping_pairs(problem: Problem) -> int:
 
 
 def _search(problem: Problem, *, capacity: int | None, time_limit: float,
-            alignment: int | None, name: str, guard: bool = False) -> Plan:
+            alignment: int | None, name: str, guard: bool) -> Plan:
     start = time.perf_counter()
     best = heuristics.portfolio(problem, alignment=alignment)
     if best.optimal:
@@ -213,7 +215,7 @@ def _exact_planner(problem: Problem, *, capacity: int | None, time_limit: float,
             "the exact planner is not available (tensorarena.planning.exact did not import)"
         )
     return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
-                   name="exact")
+                   name="exact", guard=True)
 
 
 #: name → planner ``(problem, *, capacity, time_limit, alignment) -> Plan``.
