@@ -264,3 +264,33 @@ def test_tlsf_retries_padded_when_an_extent_is_misaligned() -> None:
     assert tlsf.reserve(16, 16) == 0
     assert tlsf.reserve(4 * K, 4 * K) == 4 * K
     assert tlsf.free_extents() == [(16, 4 * K - 16), (8 * K, 56 * K)]
+
+
+def test_tlsf_falls_back_to_a_padded_then_a_full_search_for_alignment() -> None:
+    tlsf = TLSF(8 * K)
+    assert tlsf.reserve(16, 16) == 0
+    # The only extent, [16, 8 KiB), starts unaligned; no extent is 4 KiB + 4095 long, so the
+    # padded O(1) search fails too and the scan finds the aligned 4 KiB at its top.
+    assert tlsf.reserve(4 * K, 4 * K) == 4 * K
+    assert tlsf.free_extents() == [(16, 4 * K - 16)]
+
+
+def test_tlsf_scans_its_own_class_when_nothing_larger_is_left() -> None:
+    tlsf = TLSF(8 * K)
+    assert [tlsf.reserve(n, 4) for n in (1100, 256, 8 * K - 1356)] == [0, 1100, 1356]
+    tlsf.release(0, 1100)
+    assert tlsf.find_class(1100) is None  # 1100 is no class floor: the class above is empty
+    assert tlsf.reserve(1100, 4) == 0
+    assert tlsf.free_bytes() == 0
+
+
+def test_tlsf_grows_the_extent_below_in_place_within_its_class() -> None:
+    tlsf = TLSF(64 * K)
+    assert tlsf.reserve(4 * K, 256) == 0
+    assert tlsf.reserve(128, 128) == 4 * K
+    assert tlsf.reserve(256, 128) == 4 * K + 128
+    tlsf.release(0, 4 * K)
+    tlsf.release(4 * K, 128)  # 4096 + 128 stays below the next class floor (4352)
+    assert tlsf.free_extents() == [(0, 4 * K + 128), (4 * K + 384, 60 * K - 384)]
+    assert tlsf.largest_free() == 60 * K - 384
+    assert tlsf.reserve(4 * K + 128, 256) == 4 * K + 512  # a 4224 B extent is not >= 4352
