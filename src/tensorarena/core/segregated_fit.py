@@ -1,8 +1,8 @@
 """Segregated fit: free extents binned by size class, four classes per power of two.
 
 The classes follow jemalloc and RMM's arena: sizes below 8 have a class each, and every power of
-two above is cut into four equal steps (8, 10, 12, 14, 16, 20, 24, 28, 32, ...), so rounding a
-request up to its class wastes at most 25 %. Each class holds its free extents in a dict
+two above is cut into four equal steps (8, 10, 12, 14, 16, 20, 24, 28, 32, ...), so the extents
+of one class differ in size by less than 25 %. Each class holds its free extents in a dict
 (offset → size, popped last-in first-out, which keeps recently freed memory warm), and one
 integer bitmap marks the non-empty classes.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["SegregatedFit", "size_class"]
+__all__ = ["SegregatedFit", "class_floor", "size_class"]
 
 
 def size_class(nbytes: int) -> int:

@@ -2,9 +2,10 @@
 
 After Masmano et al., "TLSF: a new dynamic memory allocator for real-time systems" (2004). Free
 extents are binned by a first-level index ``fl`` (the power of two of their size) and a second-level
-index ``sl`` that cuts each power of two into ``2**SL_BITS`` = 16 equal steps, so a class wastes at
-most 1/16 of a request. One bitmap says which first-level rows have any free extent and one bitmap
-per row says which of its 16 classes do. Sizes below 16 have a class each (row 0).
+index ``sl`` that cuts each power of two into ``2**SL_BITS`` = 16 equal steps, so the extents of
+one class differ in size by less than 1/16 (finer than segregated fit's quarters: a better fit
+for more bit work). One bitmap says which first-level rows have any free extent and one bitmap
+per row says which of its 16 classes do. Sizes below 32 have a class each (rows 0 and 1).
 
 ``reserve`` rounds the request up to the next class boundary (``mapping_search``), so any extent in
 that class or a higher one is large enough; the lowest set bit of the row's bitmap above ``sl``,
@@ -26,7 +27,8 @@ from typing import ClassVar
 
 __all__ = ["SL_BITS", "TLSF", "mapping_insert", "mapping_search"]
 
-#: log2 of the number of second-level classes per power of two.
+#: log2 of the number of second-level classes per power of two (the hot paths spell out the
+#: arithmetic for this value: 4, 15, 16, 31).
 SL_BITS = 4
 _SL_COUNT = 1 << SL_BITS
 
