@@ -186,3 +186,12 @@ def test_header_only_problem_plans_to_nothing(
     status, summary = run_json(capsys, str(path))
     assert status == 0
     assert (summary["buffers"], summary["height"], summary["ratio"]) == (0, 0, 1.0)
+
+
+def test_bench_models_suite_skips_without_the_models_module(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorarena.planning.models", None)  # import fails
+    assert cli_main.main(["bench", "plan", "--json", "--suite", "models"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "real-model problems unavailable" in report["suites"]["models"]["skipped"]
