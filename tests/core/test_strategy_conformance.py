@@ -22,6 +22,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from tensorarena.core import STRATEGIES, Arena
@@ -198,9 +199,7 @@ def _machine_for(name: str) -> type[ArenaMachine]:
 
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_strategy_conformance(name: str) -> None:
-    machine = _machine_for(name)
-    machine.TestCase.settings = SETTINGS
-    machine.TestCase().runTest()
+    run_state_machine_as_test(_machine_for(name), settings=SETTINGS)
 
 
 def test_every_strategy_is_in_the_suite() -> None:
