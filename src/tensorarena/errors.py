@@ -11,12 +11,23 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     │   ├── DoubleFreeError                           an address already freed (or reset)
     │   └── SizeMismatchError                         freed with a size other than allocated
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
+    ├── UnknownPlannerError       (also ValueError)   a planner name no planner answers to
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
     ├── InfeasibleError                               no plan fits the requested capacity
+    │   └── PlanDoesNotFitError                       the best plan found is over the capacity
+    ├── ScopeEscapeError                              arrays outlived the scope that made them
+    ├── UnknownBackendError       (also ValueError)   a pinning backend name nobody answers to
+    ├── UnknownNumaNodeError      (also ValueError)   a NUMA node or CPU the topology lacks
+    ├── NumaBindError             (also OSError)      the kernel refused to bind memory to a node
     └── MissingDependencyError    (also ImportError)  an optional extra is not installed
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tensorarena.planning.problem import Plan
 
 __all__ = [
     "DoubleFreeError",
@@ -27,10 +38,16 @@ __all__ = [
     "InvalidProblemError",
     "InvalidSizeError",
     "MissingDependencyError",
+    "NumaBindError",
     "OutOfMemoryError",
+    "PlanDoesNotFitError",
+    "ScopeEscapeError",
     "SizeMismatchError",
     "TensorArenaError",
     "TensorArenaWarning",
+    "UnknownBackendError",
+    "UnknownNumaNodeError",
+    "UnknownPlannerError",
 ]
 
 
@@ -43,7 +60,7 @@ class TensorArenaWarning(UserWarning):
 
 
 class InvalidSizeError(TensorArenaError, ValueError):
-    """A byte count that is not a positive integer in range, or a size string that does not parse."""
+    """A byte count that is not a positive int in range, or a size string that does not parse."""
 
 
 class InvalidAlignmentError(TensorArenaError, ValueError):
@@ -163,4 +180,61 @@ class MissingDependencyError(TensorArenaError, ImportError):
         super().__init__(
             f"{feature} needs the optional dependency {module!r}: "
             f"pip install 'tensorarena[{extra}]'"
+        )
+
+
+class UnknownBackendError(TensorArenaError, ValueError):
+    """A pinning backend name that no backend answers to."""
+
+
+class UnknownNumaNodeError(TensorArenaError, ValueError):
+    """A NUMA node (or CPU) that the topology does not have."""
+
+    def __init__(self, message: str, *, node: object) -> None:
+        self.node = node
+        super().__init__(message)
+
+
+class NumaBindError(TensorArenaError, OSError):
+    """The kernel refused to bind memory to a node (``mbind`` failed); ``errno`` says why."""
+
+
+class ScopeEscapeError(TensorArenaError):
+    """Arrays made inside a :func:`scope` were still referenced when it ended.
+
+    Their memory was kept alive (not freed under a live reference); ``escaped`` describes them.
+    """
+
+    def __init__(self, escaped: list[str], nbytes: int) -> None:
+        self.escaped = escaped
+        self.nbytes = nbytes
+        from tensorarena.sizes import format_size
+
+        shown = "; ".join(escaped[:5]) + ("; ..." if len(escaped) > 5 else "")
+        super().__init__(
+            f"{len(escaped)} array(s) made in the scope ({format_size(nbytes)}) are still "
+            f"referenced after it ended, so their memory was kept alive: {shown}. "
+            "Delete the names (del a) before the block ends, or copy what you keep (np.array(a))"
+        )
+
+
+class UnknownPlannerError(TensorArenaError, ValueError):
+    """A planner name that is not in :data:`PLANNERS` (or whose module is not available)."""
+
+
+class PlanDoesNotFitError(InfeasibleError):
+    """The best plan found is higher than the capacity asked for.
+
+    ``plan`` is that best plan; ``proven`` is True when the exact search showed that no plan
+    fits, False when it merely ran out of time (or was not run).
+    """
+
+    def __init__(self, plan: Plan, capacity: int, *, proven: bool) -> None:
+        self.plan = plan
+        self.capacity = capacity
+        self.proven = proven
+        how = "no plan fits" if proven else "no plan found that fits"
+        super().__init__(
+            f"{how} in capacity {capacity}: the best plan ({plan.planner}) needs {plan.height} "
+            f"bytes, the lower bound is {plan.problem.lower_bound()}"
         )

@@ -28,31 +28,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from tensorarena.errors import TensorArenaError
+from tensorarena.errors import ScopeEscapeError
 from tensorarena.memory.resource import MemoryResource
-from tensorarena.sizes import format_size
 
 if TYPE_CHECKING:
     from tensorarena.interop.owner import Allocation
 
 __all__ = ["Scope", "ScopeEscapeError", "current_scope", "scope"]
-
-
-class ScopeEscapeError(TensorArenaError):
-    """Arrays made inside a :func:`scope` were still referenced when it ended.
-
-    Their memory was kept alive (not freed under a live reference); ``escaped`` describes them.
-    """
-
-    def __init__(self, escaped: list[str], nbytes: int) -> None:
-        self.escaped = escaped
-        self.nbytes = nbytes
-        shown = "; ".join(escaped[:5]) + ("; ..." if len(escaped) > 5 else "")
-        super().__init__(
-            f"{len(escaped)} array(s) made in the scope ({format_size(nbytes)}) are still "
-            f"referenced after it ended, so their memory was kept alive: {shown}. "
-            "Delete the names (del a) before the block ends, or copy what you keep (np.array(a))"
-        )
 
 
 class Scope:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorarena.errors import TensorArenaError
+from tensorarena.errors import NumaBindError, UnknownNumaNodeError
 from tensorarena.memory import _libc
 
 __all__ = [
@@ -38,18 +38,6 @@ DEFAULT_SYSFS_ROOT = "/sys/devices/system/node"
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
 _MEMINFO = re.compile(r"^Node\s+\d+\s+(\w+):\s+(\d+)\s*(kB)?\s*$")
-
-
-class UnknownNumaNodeError(TensorArenaError, ValueError):
-    """A NUMA node (or CPU) that the topology does not have."""
-
-    def __init__(self, message: str, *, node: object) -> None:
-        self.node = node
-        super().__init__(message)
-
-
-class NumaBindError(TensorArenaError, OSError):
-    """The kernel refused to bind memory to a node (``mbind`` failed); ``errno`` says why."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ import resource as _rlimit
 import threading
 from typing import Literal, Protocol
 
-from tensorarena.errors import OutOfMemoryError, TensorArenaError
+from tensorarena.errors import OutOfMemoryError, UnknownBackendError
 from tensorarena.memory import _libc
 from tensorarena.memory._live import LiveBlocks, ResourceStatistics
 from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
@@ -36,10 +36,6 @@ __all__ = [
     "locked_bytes",
     "memlock_limit",
 ]
-
-
-class UnknownBackendError(TensorArenaError, ValueError):
-    """A pinning backend name that no backend answers to."""
 
 
 def memlock_limit() -> int | None:

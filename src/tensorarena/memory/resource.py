@@ -27,7 +27,9 @@ Stream = Any
 class MemoryResource(Protocol):
     """Anything that allocates and deallocates bytes at integer addresses."""
 
-    def allocate(self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None) -> int:
+    def allocate(
+        self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
+    ) -> int:
         """Return the address of ``nbytes`` bytes aligned to ``alignment``."""
         ...
 

@@ -34,7 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from tensorarena.errors import InfeasibleError, InvalidSizeError, TensorArenaError
+from tensorarena.errors import (
+    InvalidSizeError,
+    PlanDoesNotFitError,
+    UnknownPlannerError,
+)
 from tensorarena.planning import heuristics
 from tensorarena.planning.problem import Plan, Problem, lower_bound
 from tensorarena.sizes import check_alignment
@@ -59,28 +63,6 @@ _AUTO_EXACT_PAIRS_PER_SECOND = 400_000
 
 #: Seconds the exact search may run by default (``auto`` and ``exact``).
 DEFAULT_TIME_LIMIT = 10.0
-
-
-class UnknownPlannerError(TensorArenaError, ValueError):
-    """A planner name that is not in :data:`PLANNERS` (or whose module is not available)."""
-
-
-class PlanDoesNotFitError(InfeasibleError):
-    """The best plan found is higher than the capacity asked for.
-
-    ``plan`` is that best plan; ``proven`` is True when the exact search showed that no plan
-    fits, False when it merely ran out of time (or was not run).
-    """
-
-    def __init__(self, plan: Plan, capacity: int, *, proven: bool) -> None:
-        self.plan = plan
-        self.capacity = capacity
-        self.proven = proven
-        how = "no plan fits" if proven else "no plan found that fits"
-        super().__init__(
-            f"{how} in capacity {capacity}: the best plan ({plan.planner}) needs {plan.height} "
-            f"bytes, the lower bound is {lower_bound(plan.problem)}"
-        )
 
 
 # ---------------------------------------------------------------------------------------------

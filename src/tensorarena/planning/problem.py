@@ -21,7 +21,7 @@ __all__ = ["Buffer", "Plan", "Problem", "lower_bound"]
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """One buffer to place: live during ``[start, end)``, ``nbytes`` long, offset % alignment == 0."""
+    """One buffer to place: live during ``[start, end)``, ``nbytes`` long, aligned offset."""
 
     id: str
     start: int
