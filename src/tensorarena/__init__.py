@@ -4,6 +4,7 @@
 imported where they are used.
 """
 
+from tensorarena.adaptors import Limiting, Statistics, ThreadCached, ThreadSafe
 from tensorarena.core import STRATEGIES, Arena, ArenaStatistics, PlacementStrategy
 from tensorarena.errors import (
     DoubleFreeError,
@@ -19,6 +20,21 @@ from tensorarena.errors import (
     TensorArenaError,
     TensorArenaWarning,
 )
+from tensorarena.interop import (
+    default_resource,
+    empty,
+    scope,
+    set_default_resource,
+    zeros,
+)
+from tensorarena.memory import (
+    HostMemory,
+    MemoryResource,
+    PinnedHostMemory,
+    Pool,
+    VirtualMemory,
+    memory_summary,
+)
 from tensorarena.sizes import format_size, parse_size
 
 __version__ = "0.1.0"
@@ -28,19 +44,34 @@ __all__ = [
     "Arena",
     "ArenaStatistics",
     "DoubleFreeError",
+    "HostMemory",
     "InfeasibleError",
     "InvalidAddressError",
     "InvalidAlignmentError",
     "InvalidPlanError",
     "InvalidProblemError",
     "InvalidSizeError",
+    "Limiting",
+    "MemoryResource",
     "MissingDependencyError",
     "OutOfMemoryError",
+    "PinnedHostMemory",
     "PlacementStrategy",
+    "Pool",
     "SizeMismatchError",
+    "Statistics",
     "TensorArenaError",
     "TensorArenaWarning",
+    "ThreadCached",
+    "ThreadSafe",
+    "VirtualMemory",
     "__version__",
+    "default_resource",
+    "empty",
     "format_size",
+    "memory_summary",
     "parse_size",
+    "scope",
+    "set_default_resource",
+    "zeros",
 ]

@@ -27,7 +27,13 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """Build the parser, importing only the module of the command ``argv`` names.
+
+    Every command is listed (for ``--help``), but only the chosen one is configured, so a command
+    never pays for, or breaks on, another command's imports.
+    """
+    words = [word for word in argv if not word.startswith("-")]
     parser = argparse.ArgumentParser(
         prog="tensorarena", description="The memory manager of a machine-learning runtime."
     )
@@ -35,19 +41,22 @@ def _build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(_module=module)
-        importlib.import_module(module).configure(sub)
+        if words[:1] == [name]:
+            importlib.import_module(module).configure(sub)
     bench = commands.add_parser("bench", help="run a benchmark and print its table")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name, (module, help_text) in BENCHMARKS.items():
         sub = benchmarks.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(_module=module)
-        importlib.import_module(module).configure(sub)
+        if words[:2] == ["bench", name]:
+            importlib.import_module(module).configure(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = _build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _build_parser(argv).parse_args(argv)
     status: int = importlib.import_module(args._module).run(args)
     return status
 
