@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import sys
 import time
-from hashlib import blake2b
 from collections.abc import Callable
+from hashlib import blake2b
 from itertools import pairwise
 
 import numpy as np
@@ -43,6 +43,8 @@ BoolArray = npt.NDArray[np.bool_]
 
 # How many nodes pass between two looks at the clock: a clock read costs about as much as a node.
 _CLOCK_EVERY = 256
+# Most nogoods kept per set of unplaced buffers (each check scans them all).
+_GROUP_LIMIT = 64
 
 
 class Decision:
@@ -79,6 +81,8 @@ def decide(
     ranks = [sections.preorder_rank(h) for h in preorders]
     # Failed states stay failed across the restarts of one preorder (same capacity, same rank).
     caches: list[dict[bytes, int]] = [{} for _ in ranks]
+    # True nogoods (see _Search) hold whatever the order: all preorders share them.
+    nogoods: dict[bytes, IntArray] = {}
     nodes = 0
     budget = n
     old_limit = sys.getrecursionlimit()
@@ -88,7 +92,9 @@ def decide(
             budget *= 2
             for rank, failed in zip(ranks, caches, strict=True):
                 limit = budget if len(ranks) > 1 else None
-                search = _Search(sections, capacity, rank, deadline, limit, decompose, failed)
+                search = _Search(
+                    sections, capacity, rank, deadline, limit, decompose, failed, nogoods
+                )
                 status = search.run()
                 nodes += search.nodes
                 if status != STOPPED:
@@ -111,6 +117,7 @@ class _Search:
         node_limit: int | None,
         decompose: bool,
         failed: dict[bytes, int],
+        nogoods: dict[bytes, IntArray],
     ) -> None:
         self.sections = sections
         self.capacity = capacity
@@ -119,6 +126,7 @@ class _Search:
         self.node_limit = node_limit if node_limit is not None else 1 << 62
         self.decompose = decompose
         self.failed = failed
+        self.nogoods = nogoods
         self.hits = 0
         self.nodes = 0
         self.timed_out = False
@@ -176,6 +184,7 @@ class _Search:
         minimum_at = np.minimum.at
         decompose = self.decompose
         failed = self.failed
+        nogoods = self.nogoods
         this = self
 
         def search(part: BoolArray, lo: int, hi: int, last_key: int) -> str:
@@ -198,9 +207,15 @@ class _Search:
             if known is not None and known <= last_key:
                 this.hits += 1
                 return EXHAUSTED
+            group_key = blake2b(idx.tobytes(), digest_size=16).digest()
+            group = nogoods.get(group_key)
+            if group is not None and (low >= group).all(axis=1).any():
+                this.hits += 1
+                return EXHAUSTED
             nbytes = size[idx]
             reach = int((low + nbytes).min())
             keys = low * n + rank[idx]
+            clean = int(keys.min()) > last_key
             window = total[lo:hi]
             # Unallocated floor: in every section, nothing unplaced can go below the lowest
             # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
@@ -261,7 +276,16 @@ class _Search:
                 minoff[ov] = before
                 if status != EXHAUSTED:
                     return status
-            failed[state] = last_key
+            if clean:
+                # Every unplaced buffer could still go at its lowest offset, so the canonical
+                # bound cut nothing: no plan at all completes this state, nor any state with the
+                # same unplaced buffers and lowest offsets at least as high.
+                if group is None:
+                    nogoods[group_key] = low[None, :]
+                elif len(group) < _GROUP_LIMIT:
+                    nogoods[group_key] = np.vstack([group, low])
+            else:
+                failed[state] = last_key
             return EXHAUSTED
 
         def split(part: BoolArray, lo: int, hi: int, cutpoints: list[int]) -> str:

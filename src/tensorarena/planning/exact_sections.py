@@ -43,7 +43,7 @@ class Sections:
     overlaps: tuple[IntArray, ...]  #: buffers live at the same time as each buffer
     total: IntArray  #: live bytes per section
     cuts: IntArray  #: buffers spanning the boundary between sections k and k + 1
-    granule: int  #: every size and alignment is a multiple of it, hence every canonical height
+    granule: int  #: divides every size and every alignment above 1, so every canonical height
 
     def __len__(self) -> int:
         return len(self.members)
@@ -117,9 +117,11 @@ def build_sections(buffers: tuple[Buffer, ...]) -> Sections:
         active.append(i)
     overlaps = tuple(np.array(sorted(nb), dtype=np.int64) for nb in neighbours)
 
+    # Offsets are 0, tops (sums of sizes) or multiples of an alignment above 1; alignment 1 adds
+    # nothing, so it must not drag the granule down to 1.
     granule = 0
     for b in live:
-        granule = math.gcd(granule, b.nbytes, b.alignment)
+        granule = math.gcd(granule, b.nbytes, b.alignment if b.alignment > 1 else 0)
     return Sections(
         members=members,
         size=size,
