@@ -10,7 +10,7 @@ to behave like pageable memory. This script prints GB/s for each kind, side by s
 - ``host_mmap``        pageable, tensorarena HostMemory (anonymous mmap)
 - ``mlock``            tensorarena PinnedHostMemory without CUDA (mmap + mlock)
 - ``mlock+register``   the same bytes after cudaHostRegister
-- ``torch_pinned``     torch.empty(pin_memory=True) (cudaHostAlloc through PyTorch's caching host allocator)
+- ``torch_pinned``     torch.empty(pin_memory=True): cudaHostAlloc via PyTorch's host allocator
 
 It also times how long the *host* is blocked issuing a non_blocking copy: with pageable memory the
 call returns only after staging, with registered memory at once (copy/compute overlap).
