@@ -242,3 +242,30 @@ def test_a_base_below_the_default_alignment_still_validates_every_alignment() ->
         with pytest.raises(InvalidAlignmentError):
             arena.allocate(64, bad)
     assert arena.allocate(64, 128) == 0x80
+
+
+def test_peak_is_exact_before_any_free_and_survives_reset() -> None:
+    # The arena folds the peak in lazily (when allocated decreases); every reading must agree.
+    arena = Arena("1MiB", "segregated_fit")
+    a = arena.allocate(1000)
+    arena.allocate(2000, 64)
+    assert arena.statistics().peak_allocated == 3000
+    arena.deallocate(a)
+    arena.allocate(500)
+    assert arena.statistics().peak_allocated == 3000
+    arena.allocate(5000)
+    assert arena.statistics().peak_allocated == 7500
+    arena.reset()
+    stats = arena.statistics()
+    assert (stats.allocated, stats.peak_allocated, stats.alloc_count) == (0, 7500, 4)
+
+
+def test_blocks_of_mixed_alignments_free_by_their_own_reserved_size() -> None:
+    arena = Arena("1MiB", "first_fit")
+    small = arena.allocate(100, 4)  # reserved 100, not the default rounding to 256
+    default = arena.allocate(100)
+    assert default == 256 and arena.statistics().reserved == 356
+    assert arena.size_of(small) == 100 and arena.live_blocks() == {0: 100, 256: 100}
+    arena.deallocate(small, 100)
+    arena.deallocate(default, 100)
+    assert arena.strategy.free_extents() == [(0, 1 << 20)]

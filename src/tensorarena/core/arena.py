@@ -10,14 +10,27 @@ count the bytes *requested*; the rounding shows up as reserved-but-unallocated s
 The region starts at ``base`` (0 for bookkeeping alone, or the address of real memory); an
 alignment is honoured on absolute addresses, so it may not exceed the alignment of ``base``.
 
-The hot paths (``allocate``/``deallocate``) are written for the interpreter: one membership test
-validates the alignment, the strategy's bound methods are looked up once, the checks for bad
-input sit on branches the good path never takes, and ``reserved`` is derived from the strategy's
-free bytes rather than counted. A freed address stays in the map of blocks with ``None`` for its
-entry (a tombstone): a second free finds it and is reported as a double free rather than as a
-foreign address, at no cost to the good path (the failed unpacking of ``None`` *is* the check),
-and handing the address out again simply overwrites it. The map therefore grows with the number
-of distinct addresses ever used, as a set of freed addresses would.
+The hot paths (``allocate``/``deallocate``) are written for the interpreter, where every
+arithmetic operation allocates an int (~15 ns here) and every dict operation costs ~40 ns in a
+real access pattern, so they do as few of either as the checks allow:
+
+* The common request (an ``int`` size at the default alignment) is recognised by one identity
+  test and two cheap comparisons; everything else (other alignments, NumPy integers, strings,
+  bad input) takes ``_allocate_general``. The upper size bound is checked only once the
+  strategy has refused a request: a size above ``MAX_SIZE`` exceeds every capacity, so the
+  strategy refuses it and the arena then raises ``InvalidSizeError`` instead of running out.
+* The map of blocks stores the requested size alone (an ``int``) for a block at the default
+  alignment, whose reserved size the rounding recomputes, and ``(requested, reserved)`` for the
+  others. A freed address stays in the map with ``None`` (a tombstone): a second free finds it
+  and is reported as a double free rather than as a foreign address, at no cost to the good path
+  (adding to ``None`` or to a tuple fails, and that failure *is* the branch to the general
+  path), and handing the address out again overwrites it. The map therefore grows with the number
+  of distinct addresses ever used, as a set of freed addresses would.
+* ``reserved`` is derived from the strategy's free bytes rather than counted, and the peak is
+  folded in lazily: ``allocated`` only reaches a new high just before it decreases, so
+  ``deallocate`` (and ``reset``) record it and the statistics take ``max(peak, allocated)``.
+* Debug mode (invariants checked after every call) swaps checked methods in at construction, so
+  the fast methods do not test a flag.
 """
 
 from __future__ import annotations
@@ -32,12 +45,16 @@ from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
     InvalidAlignmentError,
+    InvalidSizeError,
     OutOfMemoryError,
     SizeMismatchError,
 )
 from tensorarena.sizes import MAX_SIZE, Size, check_alignment, format_size, parse_size
 
 __all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "Arena", "ArenaStatistics"]
+
+# An entry of the block map: requested (default alignment), (requested, reserved), None if freed.
+_Entry = int | tuple[int, int] | None
 
 #: Default alignment of every allocation, as in RMM and cudaMalloc.
 DEFAULT_ALIGNMENT = 256
@@ -49,6 +66,8 @@ DEFAULT_STRATEGY = "best_fit"
 _SIZE_BITS = MAX_SIZE.bit_length() - 1
 if 1 << _SIZE_BITS != MAX_SIZE:  # pragma: no cover - guards the shift test in allocate()
     raise ImportError("tensorarena.sizes.MAX_SIZE must be a power of two")
+if DEFAULT_ALIGNMENT != 256:  # pragma: no cover - the hot paths spell out 255 and 256
+    raise ImportError("Arena's hot paths assume DEFAULT_ALIGNMENT == 256")
 
 #: Built-in strategies that take exactly the bytes asked of them (checked by _check_invariants).
 _EXACT_STRATEGIES = frozenset({"first_fit", "next_fit", "best_fit", "segregated_fit", "tlsf"})
@@ -108,17 +127,20 @@ class Arena:
         self._fast_alignment: object = (
             DEFAULT_ALIGNMENT if DEFAULT_ALIGNMENT in self._alignments else object()
         )
-        # address -> (requested, reserved) while live, None once freed (to tell double frees
-        # from foreign addresses)
-        self._live: dict[int, tuple[int, int] | None] = {}
+        # address -> requested (default alignment) or (requested, reserved) while live, None once
+        # freed (to tell double frees from foreign addresses)
+        self._live: dict[int, _Entry] = {}
         self._allocated = 0
         # Every byte the strategy does not count as free is held by a live block, so "reserved"
         # is derived from its free bytes rather than counted on the hot path.
         self._initial_free = self._strategy.free_bytes()
+        # The most ``allocated`` has been when it last decreased; the peak is max(this, allocated).
         self._peak = 0
         self._alloc_count = 0
         self._free_count = 0
-        self._debug = debug
+        if debug:
+            self.allocate = self._allocate_checked  # type: ignore[method-assign]
+            self.deallocate = self._deallocate_checked  # type: ignore[method-assign]
 
     # --- properties ------------------------------------------------------------------------
 
@@ -150,28 +172,18 @@ class Arena:
         Raises :class:`OutOfMemoryError` when no free extent is large enough, and
         :class:`InvalidSizeError` / :class:`InvalidAlignmentError` for bad arguments.
         """
-        # (n - 1) >> log2(MAX_SIZE) is non-zero exactly when n <= 0 or n > MAX_SIZE.
-        if type(nbytes) is not int or (nbytes - 1) >> _SIZE_BITS:
-            nbytes = _checked_size(nbytes, "nbytes")
-        # The default alignment is a cached small int: identity settles the common case.
-        if alignment is not self._fast_alignment and (
-            type(alignment) is not int or alignment not in self._alignments
-        ):
-            alignment = self._checked_alignment(alignment)
-        reserved = (nbytes + alignment - 1) & -alignment
-        offset = self._reserve(reserved, alignment)
-        if offset is None:
-            raise self._out_of_memory(nbytes, reserved, alignment)
-        address = self._base + offset
-        self._live[address] = (nbytes, reserved)
-        allocated = self._allocated + nbytes
-        self._allocated = allocated
-        if allocated > self._peak:
-            self._peak = allocated
-        self._alloc_count += 1
-        if self._debug:
-            self._check_invariants()
-        return address
+        # The default alignment is a cached small int: identity settles the common case, and
+        # ``_fast_alignment`` is a fresh object when the base cannot honour it.
+        if alignment is self._fast_alignment and type(nbytes) is int and nbytes > 0:
+            offset = self._reserve((nbytes + 255) & -256, 256)
+            if offset is None:
+                raise self._refused(nbytes, 256)
+            address = self._base + offset
+            self._live[address] = nbytes
+            self._allocated += nbytes
+            self._alloc_count += 1
+            return address
+        return self._allocate_general(nbytes, alignment)
 
     def deallocate(self, address: int, nbytes: Size | None = None) -> None:
         """Free the block at ``address``; if ``nbytes`` is given it must match the allocation.
@@ -182,6 +194,42 @@ class Arena:
         """
         live = self._live
         try:
+            requested = live[address]
+            # TypeError for a tuple (another alignment) or None (freed): the general path.
+            reserved = (requested + 255) & -256  # type: ignore[operator]
+        except (KeyError, TypeError):
+            return self._deallocate_general(address, nbytes)
+        if nbytes is not None and (type(nbytes) is not int or nbytes != requested):
+            self._check_free_size(address, requested, nbytes)  # type: ignore[arg-type]
+        live[address] = None
+        self._release(address - self._base, reserved)
+        allocated = self._allocated
+        if allocated > self._peak:
+            self._peak = allocated
+        self._allocated = allocated - requested  # type: ignore[operator]
+        self._free_count += 1
+
+    def _allocate_general(self, nbytes: Size, alignment: int) -> int:
+        """``allocate`` for any alignment and any size type, validating both."""
+        if type(nbytes) is not int or (nbytes - 1) >> _SIZE_BITS:
+            nbytes = _checked_size(nbytes, "nbytes")
+        if type(alignment) is not int or alignment not in self._alignments:
+            alignment = self._checked_alignment(alignment)
+        reserved = (nbytes + alignment - 1) & -alignment
+        offset = self._reserve(reserved, alignment)
+        if offset is None:
+            raise self._refused(nbytes, alignment)
+        address = self._base + offset
+        # The short entry whenever the default rounding recomputes ``reserved``.
+        self._live[address] = nbytes if alignment is self._fast_alignment else (nbytes, reserved)
+        self._allocated += nbytes
+        self._alloc_count += 1
+        return address
+
+    def _deallocate_general(self, address: int, nbytes: Size | None) -> None:
+        """``deallocate`` for a block of another alignment, or one that is not live."""
+        live = self._live
+        try:
             # KeyError: never allocated; TypeError: a tombstone (None) or an unhashable address.
             requested, reserved = live[address]  # type: ignore[misc]
         except (KeyError, TypeError):
@@ -190,15 +238,28 @@ class Arena:
             self._check_free_size(address, requested, nbytes)
         live[address] = None
         self._release(address - self._base, reserved)
-        self._allocated -= requested
+        allocated = self._allocated
+        if allocated > self._peak:
+            self._peak = allocated
+        self._allocated = allocated - requested
         self._free_count += 1
-        if self._debug:
-            self._check_invariants()
+
+    def _allocate_checked(self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        """``allocate``, then every invariant (debug mode)."""
+        address = Arena.allocate(self, nbytes, alignment)
+        self._check_invariants()
+        return address
+
+    def _deallocate_checked(self, address: int, nbytes: Size | None = None) -> None:
+        """``deallocate``, then every invariant (debug mode)."""
+        Arena.deallocate(self, address, nbytes)
+        self._check_invariants()
 
     def reset(self) -> None:
         """Free every live block at once; freeing one of them afterwards is a double free."""
         self._free_count = self._alloc_count
         self._live = dict.fromkeys(self._live)
+        self._peak = max(self._peak, self._allocated)
         self._allocated = 0
         self._strategy.reset()
 
@@ -217,11 +278,15 @@ class Arena:
         entry = self._live.get(address)
         if entry is None:
             raise self._not_live(address)
-        return entry[0]
+        return entry if isinstance(entry, int) else entry[0]
 
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
-        return {address: entry[0] for address, entry in self._live.items() if entry is not None}
+        return {
+            address: entry if isinstance(entry, int) else entry[0]
+            for address, entry in self._live.items()
+            if entry is not None
+        }
 
     def __len__(self) -> int:
         return self._alloc_count - self._free_count
@@ -232,7 +297,7 @@ class Arena:
         return ArenaStatistics(
             capacity=self._capacity,
             allocated=self._allocated,
-            peak_allocated=self._peak,
+            peak_allocated=max(self._peak, self._allocated),
             reserved=self._initial_free - strategy.free_bytes(),
             free=strategy.free_bytes(),
             largest_free=strategy.largest_free(),
@@ -277,7 +342,11 @@ class Arena:
                 allocated=requested,
             )
 
-    def _out_of_memory(self, nbytes: int, reserved: int, alignment: int) -> OutOfMemoryError:
+    def _refused(self, nbytes: int, alignment: int) -> InvalidSizeError | OutOfMemoryError:
+        """The error for a request the strategy refused: too large for any arena, or no room."""
+        if nbytes > MAX_SIZE:
+            return _size_error(nbytes)
+        reserved = (nbytes + alignment - 1) & -alignment
         largest_free = self._strategy.largest_free()
         detail = ""
         if reserved <= largest_free:
@@ -317,7 +386,11 @@ class Arena:
     def _check_invariants(self) -> None:
         """Check every invariant (O(n log n)); raise AssertionError on the first broken one."""
         strategy = self._strategy
-        entries = [(a, e) for a, e in self._live.items() if e is not None]
+        entries = [
+            (a, (e, (e + 255) & -256) if isinstance(e, int) else e)
+            for a, e in self._live.items()
+            if e is not None
+        ]
         assert len(entries) == len(self), "live count drifts"
         blocks = sorted((a - self._base, e[1]) for a, e in entries)
         extents = strategy.free_extents()
@@ -358,6 +431,15 @@ class Arena:
             assert extents == expected, f"an empty arena should be {expected}, not {extents[:4]}"
 
         assert strategy_free <= self._capacity, "more free bytes than capacity"
+
+
+def _size_error(nbytes: int) -> InvalidSizeError:
+    """The error ``parse_size`` raises for an int size out of range."""
+    try:
+        parse_size(nbytes, name="nbytes")
+    except InvalidSizeError as error:
+        return error
+    raise AssertionError(f"{nbytes} is a valid size")  # pragma: no cover - callers checked
 
 
 def _checked_size(value: object, name: str) -> int:
