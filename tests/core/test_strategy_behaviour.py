@@ -253,7 +253,9 @@ def test_tlsf_finds_a_fit_in_a_constant_number_of_classes() -> None:
     assert found is not None and CountingBins.touched == 0  # bitmaps only
     offset = tlsf.reserve(1 << 20, 256)
     assert offset == sum(sizes) + 256  # from the large extent past every block
-    assert CountingBins.touched <= 2  # the bin it came from and the bin of the remainder
+    # The bin the request rounds up to (looked at even when empty: cheaper than a bitmap test),
+    # the bin it came from and the bin of the remainder: a constant, however many extents.
+    assert CountingBins.touched <= 3
     for n in (1, 15, 16, 17, 31, 32, 33, 1000, 4097):  # the flat arithmetic matches the mapping
         fl, sl = mapping_search(n)
         assert tlsf._floors[(fl << SL_BITS) + sl] >= n
