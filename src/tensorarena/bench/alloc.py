@@ -217,7 +217,10 @@ class _ReplayedOffsets:
         self._next = iter(offsets).__next__
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
-        return self._next()
+        # Through a local: ``self._next()`` would be a method lookup CPython 3.11 does not
+        # specialise for an instance attribute, and the floor would count it as the arena's.
+        next_offset = self._next
+        return next_offset()
 
     def release(self, offset: int, nbytes: int) -> None:
         pass

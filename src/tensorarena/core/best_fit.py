@@ -122,15 +122,20 @@ class BestFit:
         start_of_end = self._start_of_end
         self._free += nbytes
         end = offset + nbytes
-        before = start_of_end.pop(offset, None)
-        if before is not None:
-            del keys[bisect_left(keys, ((offset - before) << shift) | before)]
+        size = nbytes
+        # ``in`` before ``pop``: most blocks have no free neighbour, and a membership test is
+        # cheaper than a method call.
+        if offset in start_of_end:
+            before = start_of_end.pop(offset)
+            below = offset - before
+            del keys[bisect_left(keys, (below << shift) | before)]
+            size += below
             offset = before
-        after = size_at.pop(end, None)
-        if after is not None:
+        if end in size_at:
+            after = size_at.pop(end)
             del keys[bisect_left(keys, (after << shift) | end)]
             end += after  # its end → start entry is overwritten below
-        size = end - offset
+            size += after
         size_at[offset] = size
         start_of_end[end] = offset
         insort(keys, (size << shift) | offset)
