@@ -296,3 +296,16 @@ def test_tlsf_grows_the_extent_below_in_place_within_its_class() -> None:
     assert tlsf.free_extents() == [(0, 4 * K + 128), (4 * K + 384, 60 * K - 384)]
     assert tlsf.largest_free() == 60 * K - 384
     assert tlsf.reserve(4 * K + 128, 256) == 4 * K + 512  # a 4224 B extent is not >= 4352
+
+
+# --- every strategy -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [FirstFit, NextFit, BestFit, SegregatedFit, Buddy, TLSF])
+def test_a_request_beyond_max_size_is_refused_not_raised(cls) -> None:  # type: ignore[no-untyped-def]
+    # The arena checks the upper size bound only after the strategy refuses (see strategy.py).
+    strategy = cls(1 << 20)
+    before = strategy.free_extents()
+    assert strategy.reserve(1 << 61, 256) is None
+    assert strategy.reserve((1 << 70) + 256, 256) is None
+    assert strategy.free_extents() == before

@@ -5,8 +5,9 @@ go?" and takes extents back. The :class:`~tensorarena.core.arena.Arena` validate
 before it reaches a strategy, so strategies trust their input and keep their hot paths lean:
 ``release(offset, nbytes)`` is always called with an ``offset`` and ``nbytes`` that an earlier
 ``reserve(nbytes, alignment)`` returned and accepted, and ``nbytes`` is always a positive multiple
-of ``alignment``, which is a power of two. ``nbytes`` may exceed the capacity (the arena does not
-spend a comparison on that): ``reserve`` then returns ``None`` like any request that does not fit.
+of ``alignment``, which is a power of two. ``nbytes`` may exceed the capacity, even
+:data:`~tensorarena.sizes.MAX_SIZE` (the arena spends no comparison on that before the strategy
+refuses): ``reserve`` then returns ``None`` like any request that does not fit.
 
 Every built-in strategy passes one conformance suite (``tests/core/test_strategy_conformance.py``);
 a new one joins it by being registered in :data:`tensorarena.core.registry.STRATEGIES`.
