@@ -181,7 +181,8 @@ class Arena:
             offset = reserve((nbytes + 255) & -256, 256)
             if offset is None:
                 raise self._refused(nbytes, 256)
-            address = self._base + offset
+            # A bookkeeping arena (base 0) skips the addition: each int operation allocates.
+            address = self._base + offset if self._base else offset
             self._live[address] = nbytes
             self._allocated += nbytes
             self._alloc_count += 1
@@ -206,7 +207,7 @@ class Arena:
             self._check_free_size(address, requested, nbytes)  # type: ignore[arg-type]
         live[address] = None
         release = self._release  # a local, as in allocate
-        release(address - self._base, reserved)
+        release(address - self._base if self._base else address, reserved)
         allocated = self._allocated
         if allocated > self._peak:
             self._peak = allocated
