@@ -78,6 +78,9 @@ class SegregatedExtents:
 
     def __init__(self, capacity: int) -> None:
         sl_bits = self._SL_BITS
+        # Instance attributes: CPython 3.11 specialises their loads, not those of class ones.
+        self._sl_bits = sl_bits
+        self._e_bias = sl_bits + 1
         self._capacity = capacity
         self._search_small, self._bin_small, self._search_big, self._bin_big = _tables(sl_bits)
         # One class past the capacity's own, so a rounded-up request that can fit has a bin; a
@@ -110,7 +113,8 @@ class SegregatedExtents:
     # --- hot paths -------------------------------------------------------------------------
     #
     # The class lookups are written out inline (a helper call would cost more than the lookup):
-    # ``t_small[n] if n <= _SMALL else t_big[n >> 8] if n < _BIG_LIMIT else <arithmetic>``.
+    # ``t_small[n] if n <= _SMALL else t_big[n >> 8] if n < _BIG_LIMIT else <arithmetic>``, the
+    # arithmetic being bin_class's without the ``| mask`` that only sizes below 32 need.
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` from the lowest non-empty class that surely holds them."""
@@ -119,7 +123,8 @@ class SegregatedExtents:
         elif nbytes <= _BIG_LIMIT:
             cls = self._search_big[(nbytes - 1) >> 8]
         else:
-            cls = search_class(nbytes, self._SL_BITS)
+            e = nbytes.bit_length() - self._e_bias
+            cls = (e << self._sl_bits) + ((nbytes + (1 << e) - 1) >> e)
         try:
             bin_ = self._bins[cls]
         except IndexError:
@@ -150,7 +155,7 @@ class SegregatedExtents:
                 if rest <= _SMALL
                 else self._bin_big[rest >> 8]
                 if rest < _BIG_LIMIT
-                else bin_class(rest, self._SL_BITS)
+                else ((e := rest.bit_length() - self._e_bias) << self._sl_bits) + (rest >> e)
             )
             rest_bin = self._bins[rest_cls]
             if not rest_bin:
@@ -179,7 +184,7 @@ class SegregatedExtents:
                 if after <= _SMALL
                 else self._bin_big[after >> 8]
                 if after < _BIG_LIMIT
-                else bin_class(after, self._SL_BITS)
+                else ((e := after.bit_length() - self._e_bias) << self._sl_bits) + (after >> e)
             )
             bin_ = bins[cls]
             del bin_[end]
@@ -196,7 +201,7 @@ class SegregatedExtents:
                 if below <= _SMALL
                 else self._bin_big[below >> 8]
                 if below < _BIG_LIMIT
-                else bin_class(below, self._SL_BITS)
+                else ((e := below.bit_length() - self._e_bias) << self._sl_bits) + (below >> e)
             )
             bin_ = bins[cls]
             size_at[before] = size
@@ -215,7 +220,7 @@ class SegregatedExtents:
             if size <= _SMALL
             else self._bin_big[size >> 8]
             if size < _BIG_LIMIT
-            else bin_class(size, self._SL_BITS)
+            else ((e := size.bit_length() - self._e_bias) << self._sl_bits) + (size >> e)
         )
         bin_ = bins[cls]
         if not bin_:  # setting a bit that is already set would still build a new bitmap
@@ -234,7 +239,7 @@ class SegregatedExtents:
         if nbytes > self._free:
             return None
         mask = alignment - 1
-        cls = bin_class(nbytes, self._SL_BITS)
+        cls = bin_class(nbytes, self._sl_bits)
         bitmap = self._bitmap >> cls
         while bitmap:
             low = bitmap & -bitmap
@@ -258,7 +263,7 @@ class SegregatedExtents:
 
     def _insert(self, start: int, size: int) -> None:
         """Add the free extent ``[start, start + size)`` (no merging; counts its bytes)."""
-        cls = bin_class(size, self._SL_BITS)
+        cls = bin_class(size, self._sl_bits)
         self._bins[cls][start] = size
         self._bitmap |= 1 << cls
         self._size_at[start] = size
@@ -267,7 +272,7 @@ class SegregatedExtents:
 
     def _remove(self, start: int, size: int) -> None:
         """Take the free extent ``[start, start + size)`` out of every index."""
-        cls = bin_class(size, self._SL_BITS)
+        cls = bin_class(size, self._sl_bits)
         bin_ = self._bins[cls]
         del bin_[start]
         if not bin_:
