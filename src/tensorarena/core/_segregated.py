@@ -21,7 +21,8 @@ Written for the interpreter, where an int operation costs ~15 ns and a method ca
 * Class indices come from tables, not arithmetic: by the size itself up to ``_SMALL`` bytes, and
   above it by ``size >> 8`` up to ``_BIG_LIMIT`` (exact there, because every class floor above
   4 KiB is a multiple of 256 when a power of two has at most 16 classes). Only larger sizes pay for
-  the arithmetic. The tables are built once per ``sl_bits`` and shared (~330 KB for both).
+  the arithmetic. The tables are built on first use, once per ``sl_bits``, and shared (~340 KB
+  and ~16 ms each).
 * The bit of each class is looked up too (``self._bits[cls]``) rather than shifted out.
 * A remainder that stays in its extent's class goes back into the same bin, and a released block
   that grows the free extent below it within that extent's class updates it in place, so the
