@@ -309,3 +309,29 @@ def test_a_request_beyond_max_size_is_refused_not_raised(cls) -> None:  # type: 
     assert strategy.reserve(1 << 61, 256) is None
     assert strategy.reserve((1 << 70) + 256, 256) is None
     assert strategy.free_extents() == before
+
+
+@pytest.mark.parametrize("cls", [FirstFit, NextFit])
+def test_the_class_bytes_mirror_the_free_extents(cls) -> None:  # type: ignore[no-untyped-def]
+    # The C-level search reads one byte per extent (its power of two); it must never go stale,
+    # whatever mix of alignments, splits and merges happens.
+    import random
+
+    rng = random.Random(7)
+    strategy = cls(1 << 20)
+    live: list[tuple[int, int]] = []
+    for _ in range(2000):
+        if live and rng.random() < 0.45:
+            strategy.release(*live.pop(rng.randrange(len(live))))
+        else:
+            alignment = rng.choice([4, 256, 4096])
+            nbytes = rng.randrange(1, 20_000) // alignment * alignment + alignment
+            offset = strategy.reserve(nbytes, alignment)
+            if offset is not None:
+                assert offset % alignment == 0
+                live.append((offset, nbytes))
+        sizes = [size for _, size in strategy.free_extents()]
+        assert strategy._classes == bytearray([*(s.bit_length() for s in sizes), 0])
+    for offset, nbytes in live:
+        strategy.release(offset, nbytes)
+    assert strategy.free_extents() == [(0, 1 << 20)]

@@ -2,8 +2,9 @@
 
 The search walks the free extents from the bottom of the region and takes the first one large
 enough: it is linear in the number of free extents by nature, the price of always packing toward
-low addresses (which keeps the footprint low). The walk is one tight loop over a list of sizes;
-splitting and coalescing are shared with next fit in :mod:`tensorarena.core._address_ordered`.
+low addresses (which keeps the footprint low). The walk runs in C, over a byte per extent that
+holds its power of two (see :mod:`tensorarena.core._address_ordered`, which also does the
+splitting and coalescing shared with next fit).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import ClassVar
 
-from tensorarena.core._address_ordered import AddressOrderedExtents
+from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
 
 __all__ = ["FirstFit"]
 
@@ -25,25 +26,32 @@ class FirstFit(AddressOrderedExtents):
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""
         sizes = self._sizes
-        # The tightest loop Python has: no index kept. The first extent of at least nbytes is
-        # also the first one *equal* to its size, so list.index (in C) recovers its position.
-        for size in sizes:
-            if size >= nbytes:
-                break
-        else:
+        try:
+            candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
+        except IndexError:
+            return None  # beyond any power of two a region can have
+        # The lowest extent of at least nbytes' power of two; one of that very power may still
+        # be too small, so skip those.
+        i = candidates.find(1)
+        while i >= 0 and sizes[i] < nbytes:
+            i = candidates.find(1, i + 1)
+        if i < 0:
             return None
-        i = sizes.index(size)
+        size = sizes[i]
         start = self._starts[i]
         if start & (alignment - 1):
             return self._reserve_aligned(i, nbytes, alignment)
         # Aligned already (the usual case): shrink the extent from below, inline.
         self._free -= nbytes
         if size > nbytes:
+            rest = size - nbytes
             self._starts[i] = start + nbytes
-            sizes[i] = size - nbytes
+            sizes[i] = rest
+            self._classes[i] = rest.bit_length()
         else:
             del self._starts[i]
             del sizes[i]
+            del self._classes[i]
         return start
 
     def _reserve_aligned(self, first: int, nbytes: int, alignment: int) -> int | None:

@@ -3,16 +3,16 @@
 Starting each search at the end of the last placement spreads blocks across the region instead of
 crowding the bottom, so the search rarely rescans the small holes near address 0; the price is a
 larger footprint. The search is linear in the number of free extents by nature (it wraps around
-once before giving up). Splitting and coalescing are shared with first fit.
+once before giving up); like first fit's it runs in C over a byte per extent, and splitting and
+coalescing are shared with first fit (:mod:`tensorarena.core._address_ordered`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import islice
 from typing import ClassVar
 
-from tensorarena.core._address_ordered import AddressOrderedExtents
+from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
 
 __all__ = ["NextFit"]
 
@@ -41,8 +41,16 @@ class NextFit(AddressOrderedExtents):
         first = bisect_left(starts, rover)
         if first and starts[first - 1] + sizes[first - 1] > rover:
             first -= 1  # the rover lies inside a free extent (a block next to it was freed)
+        try:
+            candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
+        except IndexError:
+            return None  # beyond any power of two a region can have
         mask = alignment - 1
-        for i, size in enumerate(islice(sizes, first, None), first):
+        # Candidates (extents of at least nbytes' power of two) from the rover up, then from the
+        # bottom up to the rover; one of that very power may still be too small.
+        i = candidates.find(1, first)
+        while i >= 0:
+            size = sizes[i]
             if size >= nbytes:
                 start = starts[i]
                 if not start & mask:
@@ -50,20 +58,26 @@ class NextFit(AddressOrderedExtents):
                     self._free -= nbytes
                     self._rover = start + nbytes
                     if size > nbytes:
+                        rest = size - nbytes
                         starts[i] = start + nbytes
-                        sizes[i] = size - nbytes
+                        sizes[i] = rest
+                        self._classes[i] = rest.bit_length()
                     else:
                         del starts[i]
                         del sizes[i]
+                        del self._classes[i]
                     return start
                 offset = self._fit(i, size, nbytes, mask)
                 if offset is not None:
                     return offset
-        for i, size in enumerate(islice(sizes, first)):
-            if size >= nbytes:
-                offset = self._fit(i, size, nbytes, mask)
+            i = candidates.find(1, i + 1)
+        i = candidates.find(1, 0, first)
+        while i >= 0:
+            if sizes[i] >= nbytes:
+                offset = self._fit(i, sizes[i], nbytes, mask)
                 if offset is not None:
                     return offset
+            i = candidates.find(1, i + 1, first)
         return None
 
     def _fit(self, i: int, size: int, nbytes: int, mask: int) -> int | None:
