@@ -225,6 +225,25 @@ def test_decomposition_changes_no_answer(seed: int) -> None:
             validate(problem, Plan(problem, tuple(offsets)), capacity=capacity)
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_memory_of_failed_states_changes_no_answer(seed: int) -> None:
+    # Mixed alignments make capacities above the lower bound infeasible, so both searches must
+    # prove infeasibility the long way round, where remembered states matter.
+    rng = random.Random(5000 + seed)
+    buffers = []
+    for k in range(9):
+        start = rng.randrange(8)
+        size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(2, 6), size, alignment))
+    problem = Problem(buffers)
+    sections = build_sections(problem.buffers)
+    for capacity in range(lower_bound(problem), greedy_plan(problem).height + 1):
+        remembered = decide(sections, capacity, deadline=float("inf"))
+        forgotten = decide(sections, capacity, deadline=float("inf"), remember=False)
+        assert remembered.status == forgotten.status
+        assert remembered.nodes <= forgotten.nodes
+
+
 # ---------------------------------------------------------------------------------------------
 # Time limits, seeds and edge cases
 # ---------------------------------------------------------------------------------------------

@@ -65,13 +65,15 @@ def decide(
     deadline: float,
     preorders: tuple[str, ...] = PREORDERS,
     decompose: bool = True,
+    remember: bool = True,
 ) -> Decision:
     """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
 
     Several static preorders are tried round robin with a node budget that doubles each round
     (minimalloc's schedule), so one unlucky order does not sink the search. Stops at ``deadline``
     (a ``time.monotonic()`` value) with STOPPED. ``decompose=False`` turns off the splitting
-    into independent time windows (for tests that check it changes no answer).
+    into independent time windows and ``remember=False`` the memory of failed states (for tests
+    that check that neither changes an answer).
     """
     n = len(sections)
     if n == 0:
@@ -93,7 +95,7 @@ def decide(
             for rank, failed in zip(ranks, caches, strict=True):
                 limit = budget if len(ranks) > 1 else None
                 search = _Search(
-                    sections, capacity, rank, deadline, limit, decompose, failed, nogoods
+                    sections, capacity, rank, deadline, limit, decompose, remember, failed, nogoods
                 )
                 status = search.run()
                 nodes += search.nodes
@@ -116,6 +118,7 @@ class _Search:
         deadline: float,
         node_limit: int | None,
         decompose: bool,
+        remember: bool,
         failed: dict[bytes, int],
         nogoods: dict[bytes, IntArray],
     ) -> None:
@@ -125,6 +128,7 @@ class _Search:
         self.deadline = deadline
         self.node_limit = node_limit if node_limit is not None else 1 << 62
         self.decompose = decompose
+        self.remember = remember
         self.failed = failed
         self.nogoods = nogoods
         self.hits = 0
@@ -183,6 +187,7 @@ class _Search:
         maximum = np.maximum
         minimum_at = np.minimum.at
         decompose = self.decompose
+        remember = self.remember
         failed = self.failed
         nogoods = self.nogoods
         this = self
@@ -203,12 +208,12 @@ class _Search:
             # same unplaced buffers with the same lowest offsets. Such a state that failed once
             # fails again under the same or a stricter canonical bound ``last_key``.
             state = blake2b(idx.tobytes() + low.tobytes(), digest_size=16).digest()
-            known = failed.get(state)
+            known = failed.get(state) if remember else None
             if known is not None and known <= last_key:
                 this.hits += 1
                 return EXHAUSTED
             group_key = blake2b(idx.tobytes(), digest_size=16).digest()
-            group = nogoods.get(group_key)
+            group = nogoods.get(group_key) if remember else None
             if group is not None and (low >= group).all(axis=1).any():
                 this.hits += 1
                 return EXHAUSTED
