@@ -204,6 +204,18 @@ class _Search:
             if not len(idx):
                 return FOUND
             low = minoff[idx]
+            window = total[lo:hi]
+            # Unallocated floor: in every section, nothing unplaced can go below the lowest
+            # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
+            starts = first[idx]
+            lengths = last[idx] - starts
+            count = int(lengths.sum())
+            ends = np.cumsum(lengths)
+            where = np.arange(count) + np.repeat(starts - ends + lengths - lo, lengths)
+            floor = np.full(hi - lo, cap, dtype=np.int64)
+            minimum_at(floor, where, np.repeat(low, lengths))
+            if int((floor + window).max()) > cap:
+                return EXHAUSTED
             # Different orders of placing the same buffers often leave the same skyline: the
             # same unplaced buffers with the same lowest offsets. Such a state that failed once
             # fails again under the same or a stricter canonical bound ``last_key``.
@@ -221,18 +233,6 @@ class _Search:
             reach = int((low + nbytes).min())
             keys = low * n + rank[idx]
             clean = int(keys.min()) > last_key
-            window = total[lo:hi]
-            # Unallocated floor: in every section, nothing unplaced can go below the lowest
-            # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
-            starts = first[idx]
-            lengths = last[idx] - starts
-            count = int(lengths.sum())
-            ends = np.cumsum(lengths)
-            where = np.arange(count) + np.repeat(starts - ends + lengths - lo, lengths)
-            floor = np.full(hi - lo, cap, dtype=np.int64)
-            minimum_at(floor, where, np.repeat(low, lengths))
-            if int((floor + window).max()) > cap:
-                return EXHAUSTED
             # Section inference for every candidate at once: after placing candidate i at ``low``,
             # its own sections need ``low + max(total over span)`` and every other section of
             # the window needs ``low + total``, both within the capacity.
