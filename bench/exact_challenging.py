@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in files:
         name = path.name.split(".")[0]
         capacity = capacity_from_name(path)
-        problem = read_problem(path, capacity=capacity)
+        problem = read_problem(path)  # the capacity is passed explicitly where it applies
         if args.optimise or capacity is None:
             result = solve_exact(problem, time_limit=args.time_limit)
         else:
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         height = "-"
         if result.plan is not None:
             validate(problem, result.plan, capacity=None if args.optimise else capacity)
+            assert result.plan.height >= result.lower_bound
             height = str(result.plan.height)
         if args.optimise:
             status = "optimal" if result.proven else "best found"
