@@ -180,7 +180,8 @@ class _Search:
         overlaps = sec.overlaps
         aligned = bool((sec.align > 1).any())
         mask = sec.align - 1
-        ov_mask = [mask[ov] for ov in overlaps]
+        # Per-neighbour alignment masks, built only when some alignment is above 1.
+        ov_mask = [mask[ov] for ov in overlaps] if aligned else []
         ov_keep = [~m for m in ov_mask]
         minoff = np.zeros(n, dtype=np.int64)
         free = np.ones(n, dtype=np.bool_)
