@@ -204,11 +204,13 @@ def test_decision_returns_a_fitting_initial_plan_unchanged() -> None:
 @pytest.mark.parametrize("seed", range(20))
 def test_decomposition_changes_no_answer(seed: int) -> None:
     rng = random.Random(4000 + seed)
-    # Short lifetimes over a long horizon: many windows, some of which open only mid-search.
+    # Short lifetimes over a long horizon: many windows, some of which open only mid-search;
+    # mixed alignments make some capacities above the lower bound infeasible.
     buffers = []
     for k in range(14):
-        start = rng.randrange(20)
-        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 4), rng.randint(1, 9)))
+        start = rng.randrange(16)
+        size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 5), size, alignment))
     problem = Problem(buffers)
     sections = build_sections(problem.buffers)
     high = greedy_plan(problem).height
