@@ -57,6 +57,8 @@ _CLOCK_EVERY = 256
 _GROUP_LIMIT = 64
 # Most failed states remembered (about 150 bytes each) before the memory starts afresh.
 _MEMORY_LIMIT = 1_000_000
+# Largest section → members table (sum of every buffer's section count) built for the floors.
+_MEMBERS_LIMIT = 4_000_000
 
 
 class Decision:
@@ -191,6 +193,17 @@ class _Search:
         total = total_ext[:-1]
         spans = np.stack([first, last], axis=1)
         reduce_max = np.maximum.reduceat
+        minimum_reduceat = np.minimum.reduceat
+        # Section → member buffers (placed or not), when that table stays small.
+        lengths = last - first
+        by_section: npt.NDArray[np.int32] | None = None
+        section_start = np.zeros(sec.n_sections + 1, dtype=np.int64)
+        if int(lengths.sum()) <= _MEMBERS_LIMIT:
+            owner = np.repeat(np.arange(n, dtype=np.int32), lengths)
+            where = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            where += np.repeat(first, lengths)
+            by_section = owner[np.argsort(where, kind="stable")]
+            np.cumsum(np.bincount(where, minlength=sec.n_sections), out=section_start[1:])
         cuts = sec.cuts.copy()
         sol = self.offsets
         deadline = self.deadline
@@ -213,20 +226,27 @@ class _Search:
                     return STOPPED
                 if this.nodes > node_limit:
                     return STOPPED
-            idx = flatnonzero(part & free)
+            active = part & free
+            idx = flatnonzero(active)
             if not len(idx):
                 return FOUND
             low = minoff[idx]
             window = total[lo:hi]
             # Unallocated floor: in every section, nothing unplaced can go below the lowest
             # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
-            starts = first[idx]
-            lengths = last[idx] - starts
-            count = int(lengths.sum())
-            ends = np.cumsum(lengths)
-            where = np.arange(count) + np.repeat(starts - ends + lengths - lo, lengths)
-            floor = np.full(hi - lo, cap, dtype=np.int64)
-            minimum_at(floor, where, np.repeat(low, lengths))
+            if by_section is not None:
+                # Members of every section, listed section by section: one gather and one
+                # segmented minimum. Placed buffers count as ``cap`` (no constraint).
+                a, b = section_start[lo], section_start[hi]
+                lowest = np.where(active, minoff, cap)[by_section[a:b]]
+                floor = minimum_reduceat(lowest, section_start[lo:hi] - a)
+            else:
+                starts = first[idx]
+                lengths = last[idx] - starts
+                ends = np.cumsum(lengths)
+                where = np.arange(int(ends[-1])) + np.repeat(starts - ends + lengths - lo, lengths)
+                floor = np.full(hi - lo, cap, dtype=np.int64)
+                minimum_at(floor, where, np.repeat(low, lengths))
             if int((floor + window).max()) > cap:
                 return EXHAUSTED
             # Different orders of placing the same buffers often leave the same skyline: the
