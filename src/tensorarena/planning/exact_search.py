@@ -209,7 +209,6 @@ class _Search:
         deadline = self.deadline
         node_limit = self.node_limit
         monotonic = time.monotonic
-        flatnonzero = np.flatnonzero
         maximum = np.maximum
         minimum_at = np.minimum.at
         decompose = self.decompose
@@ -227,7 +226,7 @@ class _Search:
                 if this.nodes > node_limit:
                     return STOPPED
             active = part & free
-            idx = flatnonzero(active)
+            idx = active.nonzero()[0]
             if not len(idx):
                 return FOUND
             low = minoff[idx]
@@ -301,7 +300,7 @@ class _Search:
                 if b - a > 1 and decompose:
                     inner = cuts[a : b - 1]
                     inner -= 1
-                    zeros = flatnonzero(inner == 0)
+                    zeros = (inner == 0).nonzero()[0]
                     if len(zeros):
                         status = split(part, lo, hi, (zeros + (a + 1)).tolist())
                     else:
