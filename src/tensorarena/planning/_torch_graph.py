@@ -1,0 +1,209 @@
+"""Tensor metadata and op schemas of ``torch.fx`` nodes, for the PyTorch planning front end.
+
+The questions :mod:`~tensorarena.planning.torch_frontend` asks of each node: how many bytes does
+its value span, which storage is it in, and, where the metadata has no storages, which argument
+does the op's schema say it aliases. torch is never imported at module level.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from tensorarena._optional import require
+from tensorarena.errors import InvalidProblemError
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+# Ops whose schema says "alias" but which copy when the input is not contiguous.
+_VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
+# Ops that reuse their input's storage without saying so in their schema.
+_UNANNOTATED_ALIASES = frozenset({"_unsafe_view"})
+
+
+def _torch() -> Any:
+    return require("torch", extra="torch", feature="planning from PyTorch graphs")
+
+
+# ----------------------------------------------------------------------------------------------
+# Tensor metadata: sizes and storages
+# ----------------------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _meta_value(node: torch.fx.Node) -> Any:
+    for key in ("val", "example_value"):  # export/make_fx, dynamo
+        if key in node.meta:
+            return node.meta[key]
+    if "tensor_meta" in node.meta:
+        return node.meta["tensor_meta"]
+    return _MISSING
+
+
+def _is_tensor_like(value: Any) -> bool:
+    torch = _torch()
+    from torch.fx.passes.shape_prop import TensorMetadata
+
+    return isinstance(value, (torch.Tensor, TensorMetadata))
+
+
+def _storage_key(value: Any) -> int | None:
+    torch = _torch()
+    if not isinstance(value, torch.Tensor):
+        return None
+    try:
+        return int(value.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None  # sparse, nested and other storage-less tensors
+
+
+def _storages_comparable(nodes: list[torch.fx.Node]) -> bool:
+    """True if all fake values come from one fake mode, so equal storages mean shared bytes."""
+    from torch.utils import _pytree as pytree
+
+    modes = set()
+    for node in nodes:
+        for value in pytree.tree_leaves(_meta_value(node)):
+            mode = getattr(value, "fake_mode", None)
+            if mode is not None:
+                modes.add(id(mode))
+                if len(modes) > 1:
+                    return False
+    return True
+
+
+def _remember_storage(value: Any, tensor: str, by_storage: dict[int, str] | None) -> None:
+    key = _storage_key(value) if by_storage is not None else None
+    if by_storage is not None and key is not None:
+        by_storage.setdefault(key, tensor)
+
+
+def _nbytes(value: Any, tensor: str) -> int:
+    """Bytes of storage the tensor spans: ``(offset + 1 + Σ (size - 1) × stride) × itemsize``."""
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        shape, stride, offset = value.shape, value.stride(), value.storage_offset()
+    else:  # ShapeProp's TensorMetadata has no storage offset: the tensor starts its storage
+        shape, stride, offset = value.shape, value.stride, 0
+    itemsize = value.dtype.itemsize
+    sizes = [_concrete(s, tensor) for s in shape]
+    if any(s == 0 for s in sizes):
+        return 0
+    strides = [_concrete(s, tensor) for s in stride]
+    extent = _concrete(offset, tensor) + 1
+    extent += sum((s - 1) * abs(st) for s, st in zip(sizes, strides, strict=True))
+    return int(extent * itemsize)
+
+
+def _concrete(value: Any, tensor: str) -> int:
+    if isinstance(value, int):
+        return value
+    as_int = getattr(getattr(value, "node", None), "maybe_as_int", lambda: None)()
+    if isinstance(as_int, int):
+        return as_int
+    raise InvalidProblemError(
+        f"tensor {tensor!r} has a symbolic size ({value}); a static plan needs concrete "
+        "shapes: export with static shapes or trace with concrete example inputs",
+        column=tensor,
+    )
+
+
+def _is_contiguous(value: Any) -> bool:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return bool(value.is_contiguous())
+    expected = 1
+    for size, stride in reversed(list(zip(value.shape, value.stride, strict=True))):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# Aliasing from op schemas (used when the metadata has no storages)
+# ----------------------------------------------------------------------------------------------
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    """The op's base name: ``reshape`` for ``aten.reshape.default``, a method or a function."""
+    if node.op == "call_method":
+        return str(node.target)
+    return str(getattr(node.target, "__name__", node.target)).split(".")[0]
+
+
+def _schemas(node: torch.fx.Node) -> list[Any]:
+    """The aten schemas that may describe ``node``: its own, or those of the aten op of the same
+    name for ``call_method`` nodes and ``torch.*`` functions."""
+    torch = _torch()
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        return [schema]
+    op_name = node.target if node.op == "call_method" else getattr(node.target, "__name__", None)
+    if not isinstance(op_name, str) or node.op not in ("call_method", "call_function"):
+        return []
+    packet = getattr(torch.ops.aten, op_name, None)
+    if packet is None:
+        return []
+    try:
+        return [getattr(packet, overload)._schema for overload in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return []
+
+
+
+def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
+    torch = _torch()
+    if node.target is operator.getitem:  # tensor indexing: basic indices view, tensors copy
+        index = node.args[1] if len(node.args) > 1 else None
+        indices = index if isinstance(index, tuple) else (index,)
+        basic = all(
+            i is None or i is Ellipsis or isinstance(i, (int, slice))
+            for i in indices
+            if not isinstance(i, torch.fx.Node)
+        ) and not any(isinstance(i, torch.fx.Node) for i in indices)
+        return node.args[0] if basic else None
+    if _op_name(node) in _UNANNOTATED_ALIASES and node.args:
+        return node.args[0]
+    for schema in _schemas(node):
+        returns = schema.returns
+        if k < len(returns):
+            ret = returns[k]
+        elif len(returns) == 1 and str(returns[0].type).startswith("List["):
+            ret = returns[0]  # a list return: every element shares the annotation
+        else:
+            continue
+        if ret.alias_info is None:
+            continue
+        sets = set(ret.alias_info.before_set)
+        for i, arg in enumerate(schema.arguments):
+            info = arg.alias_info
+            if info is None:
+                continue
+            # ``Tensor(a)[]`` hides its set inside the list type; its source is the argument
+            # whose annotation ends in the wildcard: ``Tensor(a -> *) self``.
+            if sets & set(info.before_set) or (not sets and "*" in info.after_set):
+                if not arg.kwarg_only and i < len(node.args):
+                    return node.args[i]
+                return node.kwargs.get(arg.name)
+    return None
+
+
+def _returns_nothing(node: torch.fx.Node) -> bool:
+    schemas = _schemas(node)
+    return bool(schemas) and all(len(s.returns) == 0 for s in schemas)
+
+
+def _flat_nodes(args: Any) -> Iterator[Any]:
+    if isinstance(args, (list, tuple)):
+        for arg in args:
+            yield from _flat_nodes(arg)
+    elif isinstance(args, dict):
+        for arg in args.values():
+            yield from _flat_nodes(arg)
+    else:
+        yield args
