@@ -187,12 +187,7 @@ class _Search:
         ov_keep = [~m for m in ov_mask]
         minoff = np.zeros(n, dtype=np.int64)
         free = np.ones(n, dtype=np.bool_)
-        # One spare section at the end so that ``reduceat`` may start a range at ``last``.
-        total_ext = np.zeros(sec.n_sections + 1, dtype=np.int64)
-        total_ext[:-1] = sec.total
-        total = total_ext[:-1]
-        spans = np.stack([first, last], axis=1)
-        reduce_max = np.maximum.reduceat
+        total = sec.total.copy()  # unplaced bytes per section
         minimum_reduceat = np.minimum.reduceat
         # Section → member buffers (placed or not), when that table stays small.
         lengths = last - first
@@ -246,6 +241,11 @@ class _Search:
                 where = np.arange(int(ends[-1])) + np.repeat(starts - ends + lengths - lo, lengths)
                 floor = np.full(hi - lo, cap, dtype=np.int64)
                 minimum_at(floor, where, np.repeat(low, lengths))
+            # Section inference: every later buffer sits at or above the next one's offset, so
+            # in every section of the window the unplaced bytes must fit above it. A candidate's
+            # own sections (it included) and the others together are the whole window: one
+            # maximum serves every candidate.
+            peak = int(window.max())
             if int((floor + window).max()) > cap:
                 return EXHAUSTED
             # Different orders of placing the same buffers often leave the same skyline: the
@@ -261,25 +261,10 @@ class _Search:
             if group is not None and (low >= group).all(axis=1).any():
                 this.hits += 1
                 return EXHAUSTED
-            nbytes = size[idx]
-            reach = int((low + nbytes).min())
+            reach = int((low + size[idx]).min())
             keys = low * n + rank[idx]
             clean = int(keys.min()) > last_key
-            # Section inference for every candidate at once: after placing candidate i at ``low``,
-            # its own sections need ``low + max(total over span)`` and every other section of
-            # the window needs ``low + total``, both within the capacity.
-            span_max = reduce_max(total_ext, spans[idx].ravel())[::2]
-            prefix = np.zeros(hi - lo + 1, dtype=np.int64)
-            maximum.accumulate(window, out=prefix[1:])
-            suffix = np.zeros(hi - lo + 1, dtype=np.int64)
-            suffix[:-1] = maximum.accumulate(window[::-1])[::-1]
-            outside = maximum(prefix[first[idx] - lo], suffix[last[idx] - lo])
-            keys = keys[
-                (keys > last_key)
-                & (low < reach)
-                & (low + span_max <= cap)
-                & (low + outside <= cap)
-            ]
+            keys = keys[(keys > last_key) & (low < min(reach, cap - peak + 1))]
             keys.sort()
             for key in keys.tolist():
                 offset, r = divmod(key, n)
