@@ -1,0 +1,62 @@
+"""The public namespaces: exported names exist, nothing heavy is imported, one error tree."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import tensorarena
+from tensorarena import errors
+
+NAMESPACES = [
+    "tensorarena",
+    "tensorarena.core",
+    "tensorarena.memory",
+    "tensorarena.adaptors",
+    "tensorarena.interop",
+    "tensorarena.planning",
+    "tensorarena.errors",
+]
+
+
+@pytest.mark.parametrize("name", NAMESPACES)
+def test_every_exported_name_exists_and_is_documented(name: str) -> None:
+    module = importlib.import_module(name)
+    assert module.__doc__, f"{name} has no module docstring"
+    assert len(set(module.__all__)) == len(module.__all__), f"{name}.__all__ has duplicates"
+    for exported in module.__all__:
+        value = getattr(module, exported)  # AttributeError names the missing export
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__doc__, f"{name}.{exported} has no docstring"
+
+
+def test_top_level_exports_the_everyday_names() -> None:
+    for name in ("Arena", "Pool", "HostMemory", "ThreadSafe", "ThreadCached", "empty", "zeros",
+                 "scope", "default_resource", "OutOfMemoryError", "parse_size"):
+        assert name in tensorarena.__all__
+
+
+def test_every_error_descends_from_tensorarena_error() -> None:
+    classes = [getattr(errors, name) for name in errors.__all__]
+    exceptions = [c for c in classes if issubclass(c, BaseException)]
+    assert len(exceptions) >= 15
+    for cls in exceptions:
+        if issubclass(cls, Warning):
+            assert issubclass(cls, errors.TensorArenaWarning)
+        else:
+            assert issubclass(cls, errors.TensorArenaError), cls
+    assert issubclass(errors.OutOfMemoryError, MemoryError)
+    assert issubclass(errors.DoubleFreeError, errors.InvalidAddressError)
+
+
+def test_import_needs_only_numpy() -> None:
+    code = (
+        "import sys, tensorarena, tensorarena.planning, tensorarena.memory, tensorarena.adaptors; "
+        "heavy = {'torch', 'onnx', 'transformers', 'rich', 'matplotlib'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
