@@ -246,6 +246,38 @@ def test_memory_of_failed_states_changes_no_answer(seed: int) -> None:
         assert remembered.nodes <= forgotten.nodes
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_bounded_memory_and_scattered_floors_change_no_answer(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Large problems take two other paths: floors by one scatter instead of the section table,
+    # and a nogood memory that starts afresh when full. Force both on small problems.
+    import tensorarena.planning.exact_search as exact_search
+
+    rng = random.Random(6000 + seed)
+    buffers = []
+    for k in range(10):
+        start = rng.randrange(10)
+        size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 6), size, alignment))
+    problem = Problem(buffers)
+    sections = build_sections(problem.buffers)
+    capacities = range(lower_bound(problem), greedy_plan(problem).height + 1)
+    usual = [decide(sections, c, deadline=float("inf")).status for c in capacities]
+    monkeypatch.setattr(exact_search, "_MEMBERS_LIMIT", 0)
+    monkeypatch.setattr(exact_search, "_NOGOOD_CELLS", 12)
+    for capacity, expected in zip(capacities, usual, strict=True):
+        found = decide(sections, capacity, deadline=float("inf"))
+        assert found.status == expected
+        if found.status == FOUND:
+            assert found.offsets is not None
+            offsets = [0] * len(buffers)
+            for k, index in enumerate(sections.members):
+                offsets[index] = int(found.offsets[k])
+            validate(problem, Plan(problem, tuple(offsets)), capacity=capacity)
+    assert usual[-1] == FOUND  # the greedy height always fits
+
+
 # ---------------------------------------------------------------------------------------------
 # Time limits, seeds and edge cases
 # ---------------------------------------------------------------------------------------------

@@ -51,12 +51,17 @@ FOUND, EXHAUSTED, STOPPED = "found", "exhausted", "stopped"
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-# How many nodes pass between two looks at the clock: a clock read costs about as much as a node.
+# How many nodes pass between two looks at the clock: a clock read costs about as much as a node
+# of a small problem. A node costs time linear in the problem, so large ones look more often.
 _CLOCK_EVERY = 256
+_CLOCK_WORK = 60_000  # buffers x nodes between two looks at the clock, at most
 # Most nogoods kept per set of unplaced buffers (each check scans them all).
 _GROUP_LIMIT = 64
 # Most failed states remembered (about 150 bytes each) before the memory starts afresh.
 _MEMORY_LIMIT = 1_000_000
+# Most lowest offsets kept in nogoods (8 bytes each: a row per nogood, a column per unplaced
+# buffer), so that large problems cannot fill the memory with them.
+_NOGOOD_CELLS = 16_000_000
 # Largest section → members table (sum of every buffer's section count) built for the floors.
 _MEMBERS_LIMIT = 4_000_000
 
@@ -99,6 +104,7 @@ def decide(
     caches: list[dict[bytes, int]] = [{} for _ in ranks]
     # True nogoods (see _Search) hold whatever the order: all preorders share them.
     nogoods: dict[bytes, IntArray] = {}
+    stored = [0]  # lowest offsets held in ``nogoods``, against _NOGOOD_CELLS
     nodes = 0
     budget = n
     old_limit = sys.getrecursionlimit()
@@ -109,7 +115,8 @@ def decide(
             for rank, failed in zip(ranks, caches, strict=True):
                 limit = budget if len(ranks) > 1 else None
                 search = _Search(
-                    sections, capacity, rank, deadline, limit, decompose, remember, failed, nogoods
+                    sections, capacity, rank, deadline, limit, decompose, remember, failed, nogoods,
+                    stored,
                 )
                 status = search.run()
                 nodes += search.nodes
@@ -135,6 +142,7 @@ class _Search:
         remember: bool,
         failed: dict[bytes, int],
         nogoods: dict[bytes, IntArray],
+        stored: list[int],
     ) -> None:
         self.sections = sections
         self.capacity = capacity
@@ -145,6 +153,7 @@ class _Search:
         self.remember = remember
         self.failed = failed
         self.nogoods = nogoods
+        self.stored = stored
         self.hits = 0
         self.nodes = 0
         self.timed_out = False
@@ -206,6 +215,8 @@ class _Search:
         monotonic = time.monotonic
         maximum = np.maximum
         minimum_at = np.minimum.at
+        clock_every = max(1, min(_CLOCK_EVERY, _CLOCK_WORK // n))
+        stored = self.stored
         decompose = self.decompose
         remember = self.remember
         failed = self.failed
@@ -214,7 +225,7 @@ class _Search:
 
         def search(part: BoolArray, lo: int, hi: int, last_key: int) -> str:
             this.nodes += 1
-            if this.nodes % _CLOCK_EVERY == 0:
+            if this.nodes % clock_every == 0:
                 if monotonic() > deadline:
                     this.timed_out = True
                     return STOPPED
@@ -235,12 +246,7 @@ class _Search:
                 lowest = np.where(active, minoff, cap)[by_section[a:b]]
                 floor = minimum_reduceat(lowest, section_start[lo:hi] - a)
             else:
-                starts = first[idx]
-                lengths = last[idx] - starts
-                ends = np.cumsum(lengths)
-                where = np.arange(int(ends[-1])) + np.repeat(starts - ends + lengths - lo, lengths)
-                floor = np.full(hi - lo, cap, dtype=np.int64)
-                minimum_at(floor, where, np.repeat(low, lengths))
+                floor = scattered_floor(idx, low, lo, hi)
             # Section inference: every later buffer sits at or above the next one's offset, so
             # in every section of the window the unplaced bytes must fit above it. A candidate's
             # own sections (it included) and the others together are the whole window: one
@@ -302,17 +308,35 @@ class _Search:
                 # Every unplaced buffer could still go at its lowest offset, so the canonical
                 # bound cut nothing: no plan at all completes this state, nor any state with the
                 # same unplaced buffers and lowest offsets at least as high.
+                if stored[0] + len(low) > _NOGOOD_CELLS or len(nogoods) >= _MEMORY_LIMIT:
+                    nogoods.clear()  # a bounded memory: forgetting only costs nodes
+                    stored[0] = 0
+                    group = None
                 if group is None:
-                    if len(nogoods) >= _MEMORY_LIMIT:
-                        nogoods.clear()
                     nogoods[group_key] = low[None, :]
+                    stored[0] += len(low)
                 elif len(group) < _GROUP_LIMIT:
                     nogoods[group_key] = np.vstack([group, low])
+                    stored[0] += len(low)
             else:
                 if len(failed) >= _MEMORY_LIMIT:
                     failed.clear()  # a bounded memory: forgetting only costs nodes
                 failed[state] = last_key
             return EXHAUSTED
+
+        def scattered_floor(idx: IntArray, low: IntArray, lo: int, hi: int) -> IntArray:
+            """The floors by one scatter over every (section, unplaced buffer) pair.
+
+            A function of its own so that its large temporaries die before the search recurses
+            (each frame of the recursion would otherwise keep them alive).
+            """
+            starts = first[idx]
+            lengths = last[idx] - starts
+            ends = np.cumsum(lengths)
+            where = np.arange(int(ends[-1])) + np.repeat(starts - ends + lengths - lo, lengths)
+            floor = np.full(hi - lo, cap, dtype=np.int64)
+            minimum_at(floor, where, np.repeat(low, lengths))
+            return floor
 
         def split(part: BoolArray, lo: int, hi: int, cutpoints: list[int]) -> str:
             """Solve the windows between new zero cuts one by one (they no longer interact)."""
