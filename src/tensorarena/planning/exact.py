@@ -74,10 +74,11 @@ def solve_exact(
         raise InvalidProblemError(f"capacity must be a non-negative int, got {capacity!r}")
     if not isinstance(time_limit, int | float) or not time_limit >= 0:
         raise InvalidProblemError(f"time_limit must be a non-negative number, got {time_limit!r}")
-    if initial is not None:
-        _check_initial(problem, initial)
+    # The clock starts before the seed is checked: validating a large plan takes a while.
     started = time.perf_counter()
     deadline = time.monotonic() + float(time_limit)
+    if initial is not None:
+        _check_initial(problem, initial)
     sections = build_sections(problem.buffers)
     if capacity is not None:
         return _decision(problem, sections, capacity, initial, deadline, started)

@@ -56,10 +56,12 @@ __all__ = [
 _EXACT_MODULE = "tensorarena.planning.exact"
 
 # The exact search first builds every pair of time-overlapping buffers, before it looks at the
-# clock: about 1 s and 60 MB per million pairs here (idealloc pangu_2.6B, 24M pairs: 28 s and
-# 1.4 GB; Y_1 would need ~20 GB). ``auto`` and ``exact`` skip it when the pairs cannot be built
-# well within the time limit, and keep the portfolio's plan (a longer limit lets it run).
-_AUTO_EXACT_PAIRS_PER_SECOND = 400_000
+# clock: ~16 M pairs per second end to end and 4-20 bytes per pair (idealloc pangu_2.6B, 24 M
+# pairs: 1.5 s and ~450 MB in all; Y_1 has 360 M). ``auto`` and ``exact`` skip it when the pairs
+# cannot be built well within the time limit (a rate that leaves room for a loaded machine), or
+# would not fit in memory whatever the limit, and keep the portfolio's plan.
+_AUTO_EXACT_PAIRS_PER_SECOND = 8_000_000
+_AUTO_EXACT_MAX_PAIRS = 50_000_000
 
 #: Seconds the exact search may run by default (``auto`` and ``exact``).
 DEFAULT_TIME_LIMIT = 10.0
@@ -153,7 +155,8 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
     if best.optimal:
         return replace(best, planner=f"{name}:{best.planner}")
     remaining = max(0.0, time_limit - (time.perf_counter() - start))
-    if guard and overlapping_pairs(problem) > _AUTO_EXACT_PAIRS_PER_SECOND * remaining:
+    pairs = overlapping_pairs(problem) if guard else 0
+    if pairs > min(_AUTO_EXACT_PAIRS_PER_SECOND * remaining, _AUTO_EXACT_MAX_PAIRS):
         return Plan(problem, best.offsets, planner=f"{name}:{best.planner}",
                     stats={"exact_skipped": 1.0})
     # If the portfolio already fits, spend the time lowering it; if not, ask the decision
