@@ -214,6 +214,7 @@ class _Search:
         node_limit = self.node_limit
         monotonic = time.monotonic
         maximum = np.maximum
+        minimum = np.minimum
         minimum_at = np.minimum.at
         clock_every = max(1, min(_CLOCK_EVERY, _CLOCK_WORK // n))
         stored = self.stored
@@ -241,10 +242,11 @@ class _Search:
             # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
             if by_section is not None:
                 # Members of every section, listed section by section: one gather and one
-                # segmented minimum. Placed buffers count as ``cap`` (no constraint).
+                # segmented minimum. Placed buffers hold ``cap`` or more (no constraint); the
+                # clip keeps a section without unplaced bytes (or without members) harmless.
                 a, b = section_start[lo], section_start[hi]
-                lowest = np.where(active, minoff, cap)[by_section[a:b]]
-                floor = minimum_reduceat(lowest, section_start[lo:hi] - a)
+                floor = minimum_reduceat(minoff[by_section[a:b]], section_start[lo:hi] - a)
+                minimum(floor, cap, out=floor)
             else:
                 floor = scattered_floor(idx, low, lo, hi)
             # Section inference: every later buffer sits at or above the next one's offset, so
@@ -284,6 +286,7 @@ class _Search:
                 else:
                     minoff[ov] = maximum(before, top)
                 free[i] = False
+                minoff[i] = cap  # placed: no floor (``offset`` is its lowest offset, restored)
                 a, b = first_l[i], last_l[i]
                 span = total[a:b]
                 span -= nbytes
@@ -302,6 +305,7 @@ class _Search:
                 span += nbytes
                 free[i] = True
                 minoff[ov] = before
+                minoff[i] = offset
                 if status != EXHAUSTED:
                     return status
             if clean:
