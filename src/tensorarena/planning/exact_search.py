@@ -115,7 +115,15 @@ def decide(
             for rank, failed in zip(ranks, caches, strict=True):
                 limit = budget if len(ranks) > 1 else None
                 search = _Search(
-                    sections, capacity, rank, deadline, limit, decompose, remember, failed, nogoods,
+                    sections,
+                    capacity,
+                    rank,
+                    deadline,
+                    limit,
+                    decompose,
+                    remember,
+                    failed,
+                    nogoods,
                     stored,
                 )
                 status = search.run()
@@ -232,14 +240,10 @@ class _Search:
                     return STOPPED
                 if this.nodes > node_limit:
                     return STOPPED
-            active = part & free
-            idx = active.nonzero()[0]
-            if not len(idx):
-                return FOUND
-            low = minoff[idx]
-            window = total[lo:hi]
             # Unallocated floor: in every section, nothing unplaced can go below the lowest
             # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
+            # Checked first: about half of all nodes end here.
+            window = total[lo:hi]
             if by_section is not None:
                 # Members of every section, listed section by section: one gather and one
                 # segmented minimum. Placed buffers hold ``cap`` or more (no constraint); the
@@ -247,15 +251,19 @@ class _Search:
                 a, b = section_start[lo], section_start[hi]
                 floor = minimum_reduceat(minoff[by_section[a:b]], section_start[lo:hi] - a)
                 minimum(floor, cap, out=floor)
-            else:
-                floor = scattered_floor(idx, low, lo, hi)
+                if int((floor + window).max()) > cap:
+                    return EXHAUSTED
+            idx = (part & free).nonzero()[0]
+            if not len(idx):
+                return FOUND
+            low = minoff[idx]
+            if by_section is None and int((scattered_floor(idx, low, lo, hi) + window).max()) > cap:
+                return EXHAUSTED
             # Section inference: every later buffer sits at or above the next one's offset, so
             # in every section of the window the unplaced bytes must fit above it. A candidate's
             # own sections (it included) and the others together are the whole window: one
             # maximum serves every candidate.
             peak = int(window.max())
-            if int((floor + window).max()) > cap:
-                return EXHAUSTED
             # Different orders of placing the same buffers often leave the same skyline: the
             # same unplaced buffers with the same lowest offsets. Such a state that failed once
             # fails again under the same or a stricter canonical bound ``last_key``.
