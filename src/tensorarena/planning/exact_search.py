@@ -89,7 +89,8 @@ def decide(
     """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
 
     Several static preorders are tried round robin with a node budget that doubles each round
-    (minimalloc's schedule), so one unlucky order does not sink the search. Stops at ``deadline``
+    (minimalloc's schedule), so one unlucky order does not sink the search; each independent
+    time window (between zero cuts) has a schedule of its own. Stops at ``deadline``
     (a ``time.monotonic()`` value) with STOPPED. ``decompose=False`` turns off the splitting
     into independent time windows and ``remember=False`` the memory of failed states (for tests
     that check that neither changes an answer).
@@ -105,33 +106,57 @@ def decide(
     # True nogoods (see _Search) hold whatever the order: all preorders share them.
     nogoods: dict[bytes, IntArray] = {}
     stored = [0]  # lowest offsets held in ``nogoods``, against _NOGOOD_CELLS
+    searches: list[_Search | None] = [None] * len(ranks)  # built when first needed
+
+    def search(k: int) -> _Search:
+        built = searches[k]
+        if built is None:
+            built = searches[k] = _Search(
+                sections,
+                capacity,
+                ranks[k],
+                deadline,
+                decompose,
+                remember,
+                caches[k],
+                nogoods,
+                stored,
+            )
+        return built
+
+    # Windows between zero cuts share no buffer: each gets its own round robin, so a window
+    # solved once stays solved while another needs more restarts (one schedule over all of
+    # them would solve the easy ones again at every restart, and only under the same order).
+    cutpoints = (np.flatnonzero(sections.cuts == 0) + 1).tolist() if decompose else []
+    bounds = [0, *cutpoints, sections.n_sections]
+    offsets = np.zeros(n, dtype=np.int64)
     nodes = 0
-    budget = n
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 4 * n + 1000))
     try:
-        while True:
-            budget *= 2
-            for rank, failed in zip(ranks, caches, strict=True):
-                limit = budget if len(ranks) > 1 else None
-                search = _Search(
-                    sections,
-                    capacity,
-                    rank,
-                    deadline,
-                    limit,
-                    decompose,
-                    remember,
-                    failed,
-                    nogoods,
-                    stored,
-                )
-                status = search.run()
-                nodes += search.nodes
-                if status != STOPPED:
-                    return Decision(status, search.offsets if status == FOUND else None, nodes)
-                if search.timed_out:
-                    return Decision(STOPPED, None, nodes)
+        for lo, hi in pairwise(bounds):
+            inside = (sections.first < hi) & (sections.last > lo)
+            count = int(inside.sum())
+            if not count:
+                continue
+            budget = count
+            solved = None
+            while solved is None:
+                budget *= 2
+                for k in range(len(ranks)):
+                    current = search(k)
+                    limit = budget if len(ranks) > 1 else None
+                    status = current.run(inside, lo, hi, limit)
+                    nodes += current.nodes
+                    if status == FOUND:
+                        solved = current
+                        break
+                    if status == EXHAUSTED:
+                        return Decision(EXHAUSTED, None, nodes)
+                    if current.timed_out:
+                        return Decision(STOPPED, None, nodes)
+            offsets[inside] = solved.offsets[inside]
+        return Decision(FOUND, offsets, nodes)
     finally:
         sys.setrecursionlimit(old_limit)
 
@@ -145,7 +170,6 @@ class _Search:
         capacity: int,
         rank: IntArray,
         deadline: float,
-        node_limit: int | None,
         decompose: bool,
         remember: bool,
         failed: dict[bytes, int],
@@ -156,7 +180,7 @@ class _Search:
         self.capacity = capacity
         self.rank = rank
         self.deadline = deadline
-        self.node_limit = node_limit if node_limit is not None else 1 << 62
+        self.node_limit = 1 << 62
         self.decompose = decompose
         self.remember = remember
         self.failed = failed
@@ -166,23 +190,14 @@ class _Search:
         self.nodes = 0
         self.timed_out = False
         self.offsets = np.zeros(len(sections), dtype=np.int64)
+        self._search = self._make_search()
 
-    def run(self) -> str:
-        """Solve every initial time window in turn; FOUND only if all of them fit."""
-        sec = self.sections
-        n = len(sec)
-        search = self._make_search()
-        everyone = np.ones(n, dtype=np.bool_)
-        cutpoints = (np.flatnonzero(sec.cuts == 0) + 1).tolist() if self.decompose else []
-        bounds = [0, *cutpoints, sec.n_sections]
-        for lo, hi in pairwise(bounds):
-            part = everyone & (sec.first < hi) & (sec.last > lo)
-            if not part.any():
-                continue
-            status = search(part, lo, hi, -1)
-            if status != FOUND:
-                return status
-        return FOUND
+    def run(self, part: BoolArray, lo: int, hi: int, node_limit: int | None) -> str:
+        """Solve the time window ``[lo, hi)`` (buffers ``part``) within ``node_limit`` nodes."""
+        self.nodes = 0
+        self.node_limit = node_limit if node_limit is not None else 1 << 62
+        self.timed_out = False
+        return self._search(part.copy(), lo, hi, -1)
 
     def _make_search(self) -> Callable[[BoolArray, int, int, int], str]:
         """Build the recursive search as closures over local arrays (the hot path)."""
@@ -219,7 +234,6 @@ class _Search:
         cuts = sec.cuts.copy()
         sol = self.offsets
         deadline = self.deadline
-        node_limit = self.node_limit
         monotonic = time.monotonic
         maximum = np.maximum
         minimum = np.minimum
@@ -238,7 +252,7 @@ class _Search:
                 if monotonic() > deadline:
                     this.timed_out = True
                     return STOPPED
-                if this.nodes > node_limit:
+                if this.nodes > this.node_limit:
                     return STOPPED
             # Unallocated floor: in every section, nothing unplaced can go below the lowest
             # offset any of its unplaced buffers can reach, so the live bytes must fit above it.
