@@ -278,6 +278,27 @@ def test_bounded_memory_and_scattered_floors_change_no_answer(
     assert usual[-1] == FOUND  # the greedy height always fits
 
 
+def test_window_preorder_agrees_with_the_static_one_and_follows_new_totals() -> None:
+    import numpy as np
+
+    problem = _tight_instance(7, 30)
+    sections = build_sections(problem.buffers)
+    n = len(sections)
+    everyone = np.arange(n, dtype=np.int64)
+    section_max = np.array(
+        [sections.total[sections.first[i] : sections.last[i]].max() for i in range(n)]
+    )
+    for heuristic in ("WAT", "TAW", "TWA", "ZT"):
+        order = sections.preorder(heuristic, everyone, section_max)
+        assert sorted(order.tolist()) == list(range(n))
+        rank = sections.preorder_rank(heuristic)
+        assert rank[order].tolist() == list(range(n))
+    # A window's members, with their own totals: "T" first follows the totals given.
+    members = everyone[::3]
+    fresh = np.arange(len(members), dtype=np.int64)  # the last member has the largest total
+    assert sections.preorder("T", members, fresh).tolist() == members[::-1].tolist()
+
+
 # ---------------------------------------------------------------------------------------------
 # Time limits, seeds and edge cases
 # ---------------------------------------------------------------------------------------------

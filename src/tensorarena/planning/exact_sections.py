@@ -63,20 +63,28 @@ class Sections:
         section_max = np.zeros(n, dtype=np.int64)
         for i in range(n):
             section_max[i] = self.total[self.first[i] : self.last[i]].max()
-        keys = {
-            "W": self.width,
-            "A": self.width * self.size,
-            "T": section_max,
-            "Z": self.size,
-            "L": self.last - self.first,
-        }
-        # np.lexsort sorts by the last key first; negate for "larger first", index breaks ties.
-        columns = [np.arange(n, dtype=np.int64)]
-        columns += [-keys[letter] for letter in reversed(heuristic)]
-        order = np.lexsort(columns)
+        order = self.preorder(heuristic, np.arange(n, dtype=np.int64), section_max)
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n, dtype=np.int64)
         return rank
+
+    def preorder(self, heuristic: str, members: IntArray, section_max: IntArray) -> IntArray:
+        """``members`` sorted by a preorder: larger first on each letter, index breaks ties.
+
+        W = lifetime width, A = area (bytes x time), T = ``section_max`` (one per member: the
+        largest live total among its sections, which the search recomputes for the windows it
+        splits off), Z = size, L = number of sections.
+        """
+        keys = {
+            "W": self.width[members],
+            "A": self.width[members] * self.size[members],
+            "T": section_max,
+            "Z": self.size[members],
+            "L": self.last[members] - self.first[members],
+        }
+        # np.lexsort sorts by the last key first; negate for "larger first", index breaks ties.
+        columns = [members, *(-keys[letter] for letter in reversed(heuristic))]
+        return members[np.lexsort(columns)]
 
 
 def build_sections(buffers: tuple[Buffer, ...]) -> Sections:
