@@ -143,6 +143,8 @@ def decide(
             count = int(inside.sum())
             if not count:
                 continue
+            if time.monotonic() > deadline:  # many small windows may never reach a clock check
+                return Decision(STOPPED, None, nodes)
             budget = count
             solved = None
             while solved is None:
