@@ -12,7 +12,8 @@ compact plans:
   since that buffer would then fit entirely in the space below and the plan would not be compact;
 - *section inference*: once a buffer sits at ``offset``, every later one sits at ``offset`` or
   higher, so in every section the unplaced live bytes must fit between ``offset`` (or the top of
-  the newest buffer there) and the capacity; checked for every candidate at once, vectorised;
+  the newest buffer there) and the capacity; a candidate's sections and the rest of the window
+  make up the whole window, so one maximum of the window checks every candidate at once;
 - *unallocated floors*: nothing unplaced in a section can go below the lowest offset any of its
   unplaced buffers can reach, so the section's unplaced bytes must fit above that floor;
 - *dynamic decomposition*: when the last unplaced buffer spanning a section boundary is placed,
