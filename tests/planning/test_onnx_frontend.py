@@ -7,14 +7,13 @@ import io
 from pathlib import Path
 
 import pytest
+from graph_checks import check_consistent
 
 onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper  # noqa: E402
 
 from tensorarena.errors import InvalidProblemError  # noqa: E402
-from tensorarena.planning import Plan, Problem, validate  # noqa: E402
-from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
 from tensorarena.planning.onnx_frontend import problem_from_onnx  # noqa: E402
 
 pytestmark = pytest.mark.onnx
@@ -22,23 +21,6 @@ pytestmark = pytest.mark.onnx
 F32 = TensorProto.FLOAT
 
 
-def prefix_sum_plan(problem: Problem) -> Plan:
-    offsets, top = [], 0
-    for b in problem.buffers:
-        offset = -(-top // b.alignment) * b.alignment
-        offsets.append(offset)
-        top = offset + b.nbytes
-    return Plan(problem, tuple(offsets), planner="prefix-sum")
-
-
-def check_consistent(gp: GraphProblem) -> None:
-    ids = {b.id for b in gp.problem.buffers}
-    for b in gp.problem.buffers:
-        assert 0 <= b.start < b.end <= gp.steps
-    assert not ids & set(gp.unplanned)
-    for out in gp.outputs:
-        assert next(b for b in gp.problem.buffers if b.id == out).end == gp.steps
-    validate(gp.problem, prefix_sum_plan(gp.problem))
 
 
 def make_model(

@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from graph_checks import check_consistent
 
 torch = pytest.importorskip("torch")
 
+
 from tensorarena.errors import InvalidProblemError  # noqa: E402
-from tensorarena.planning import Plan, Problem, validate  # noqa: E402
 from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
 from tensorarena.planning.torch_frontend import (  # noqa: E402
     problem_from_exported,
@@ -25,28 +26,6 @@ def export(module: torch.nn.Module, *args: torch.Tensor) -> GraphProblem:
     return problem_from_exported(torch.export.export(module, args))
 
 
-def prefix_sum_plan(problem: Problem) -> Plan:
-    """The naive plan: every buffer after the previous one, aligned; always valid."""
-    offsets, top = [], 0
-    for b in problem.buffers:
-        offset = -(-top // b.alignment) * b.alignment
-        offsets.append(offset)
-        top = offset + b.nbytes
-    return Plan(problem, tuple(offsets), planner="prefix-sum")
-
-
-def check_consistent(gp: GraphProblem) -> None:
-    """Invariants every front-end result must satisfy."""
-    ids = {b.id for b in gp.problem.buffers}
-    for b in gp.problem.buffers:
-        assert 0 <= b.start < b.end <= gp.steps
-    assert not ids & set(gp.unplanned)
-    for alias, root in gp.aliases.items():
-        assert root in ids or root in gp.unplanned
-        assert alias not in ids
-    for out in gp.outputs:
-        assert next(b for b in gp.problem.buffers if b.id == out).end == gp.steps
-    validate(gp.problem, prefix_sum_plan(gp.problem))
 
 
 class Tiny(torch.nn.Module):
