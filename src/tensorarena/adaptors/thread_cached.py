@@ -25,6 +25,27 @@ second free of the same address fails (``DoubleFreeError`` while it sits in a ca
 ``InvalidAddressError`` once it went back upstream) instead of caching the block twice. Single
 dict operations are atomic in CPython, so the map needs no lock on the hot path.
 
+No lock on the owner's hot path. A cache hit (``stack.pop()``) and a cache put
+(``stack.append()``) take no lock: ``list.pop``/``list.append`` are atomic under the GIL (and
+per-object locked on free-threaded builds), so the owner and a drainer on another thread never
+take the same block. The counters are single-writer: the owner alone writes ``nbytes``,
+``count``, ``hits`` and ``misses``; a drainer on another thread (``flush_all``) adds what it took
+to ``drained_bytes``/``drained_count`` instead, under the cache's drain lock, which only drainers
+and the owner's own (rare) drains take. The cache holds ``nbytes - drained_bytes`` bytes (and
+likewise blocks): that is what bounds and statistics use. A foreign drainer only takes blocks
+with ``pop(0)``: it never deletes a bucket or replaces a list, because the owner may hold a
+reference to it and append a block that would then be lost. The owner's drains (over bounds,
+``flush()``) run on the owner thread, so they may delete emptied buckets and fold the drained
+counters back into the owner's. A cache records its owner's thread ident to tell the cases
+apart; a thread-end ``retire`` runs when the owner is dead and treats the cache as its own.
+
+Refused flushes. If the upstream refuses a flushed block (it never handed it out: corruption),
+the rest of the batch is put back rather than lost and the error propagates. The owner puts
+them back into their buckets; a foreign drainer puts a block back into its bucket's list if that
+still exists, else into the cache's ``orphans`` list (it must not create buckets), which counts as
+cached, is drained like a bucket, and which the owner adopts into its buckets on its next miss
+or drain.
+
 Stream-ordered allocations (``stream`` not ``None``) bypass the caches: a block freed on one
 stream may not be reused on another before that stream's work is done.
 
@@ -74,17 +95,50 @@ class ThreadCacheStatistics:
 
 
 class _Cache:
-    """One thread's cache. Its lock is uncontended except while ``flush_all`` drains it."""
+    """One thread's cache. The owner thread alone writes ``nbytes``, ``count``, ``hits`` and
+    ``misses`` and touches the lists without a lock; ``lock`` serialises drains only."""
 
-    __slots__ = ("buckets", "count", "hits", "lock", "misses", "nbytes")
+    __slots__ = (
+        "buckets",
+        "count",
+        "drained_bytes",
+        "drained_count",
+        "hits",
+        "lock",
+        "misses",
+        "nbytes",
+        "orphans",
+        "owner",
+    )
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # drain lock: taken by drains, never by the hot paths
+        self.owner = threading.get_ident()
         self.buckets: dict[_Key, list[int]] = {}  # each list: oldest first, newest last
-        self.nbytes = 0
+        self.nbytes = 0  # owner-written: bytes put minus bytes taken by the owner
         self.count = 0
+        self.drained_bytes = 0  # drainer-written (under lock): bytes foreign drains took
+        self.drained_count = 0
+        self.orphans: list[tuple[int, _Key]] = []  # refused blocks with no bucket to go back to
         self.hits = 0
         self.misses = 0
+
+    def cached(self) -> tuple[int, int]:
+        """``(bytes, blocks)`` held now; exact when no thread is using the cache."""
+        return self.nbytes - self.drained_bytes, self.count - self.drained_count
+
+    def adopt_locked(self) -> None:
+        """Owner only, lock held: move orphans into buckets (oldest first) and fold the
+        drained counters into the owner's, so that they stop growing without bound."""
+        orphans = self.orphans
+        while orphans:
+            address, key = orphans.pop()
+            self.buckets.setdefault(key, []).insert(0, address)
+            # An orphan was counted as drained and uncounted again: the owner now counts it.
+        self.nbytes -= self.drained_bytes
+        self.count -= self.drained_count
+        self.drained_bytes = 0
+        self.drained_count = 0
 
 
 class _Token:
@@ -106,26 +160,53 @@ class _Shared:
         self.retired_hits = 0  # hits and misses of threads that ended, so totals survive them
         self.retired_misses = 0
 
-    def drain(self, cache: _Cache, max_bytes: int, max_blocks: int) -> None:
-        """Give the cache's oldest blocks back upstream until it is within the bounds."""
+    def drain(self, cache: _Cache, max_bytes: int, max_blocks: int, *, owned: bool) -> None:
+        """Give the cache's oldest blocks back upstream until it is within the bounds.
+
+        ``owned``: the caller is the cache's owner thread, or the owner is dead; otherwise the
+        owner may be using the lists concurrently, so only ``pop(0)`` them and drain them all.
+        """
         victims: list[tuple[int, _Key]] = []
         with cache.lock:
-            for key in list(cache.buckets):
-                if cache.nbytes <= max_bytes and cache.count <= max_blocks:
-                    break
-                stack = cache.buckets[key]
-                nbytes = key[0]
-                taken = 0
-                while taken < len(stack) and (
-                    cache.nbytes > max_bytes or cache.count > max_blocks
-                ):
-                    victims.append((stack[taken], key))
-                    cache.nbytes -= nbytes
-                    cache.count -= 1
-                    taken += 1
-                del stack[:taken]
-                if not stack:
-                    del cache.buckets[key]
+            if owned:
+                cache.adopt_locked()
+                for key in list(cache.buckets):
+                    if cache.nbytes <= max_bytes and cache.count <= max_blocks:
+                        break
+                    stack = cache.buckets[key]
+                    nbytes = key[0]
+                    taken = 0
+                    while taken < len(stack) and (
+                        cache.nbytes > max_bytes or cache.count > max_blocks
+                    ):
+                        victims.append((stack[taken], key))
+                        cache.nbytes -= nbytes
+                        cache.count -= 1
+                        taken += 1
+                    del stack[:taken]
+                    if not stack:
+                        del cache.buckets[key]
+                if max_bytes == max_blocks == 0:  # a full flush drops buckets others emptied
+                    for key in [key for key, stack in cache.buckets.items() if not stack]:
+                        del cache.buckets[key]
+            else:
+                # dict.copy() is atomic; the owner may add buckets meanwhile (blocks freed
+                # after this flush began, left for the next one).
+                for key, stack in cache.buckets.copy().items():
+                    while True:
+                        try:
+                            address = stack.pop(0)
+                        except IndexError:
+                            break
+                        victims.append((address, key))
+                        cache.drained_bytes += key[0]
+                        cache.drained_count += 1
+                orphans = cache.orphans
+                while orphans:
+                    address, key = orphans.pop(0)
+                    victims.append((address, key))
+                    cache.drained_bytes += key[0]
+                    cache.drained_count += 1
         if not victims:
             return
         with self.upstream_lock:
@@ -133,23 +214,34 @@ class _Shared:
                 try:
                     self.upstream.deallocate(address, key[0], None)
                 except BaseException:
-                    self._restore(cache, victims[i:])
+                    self._restore(cache, victims[i:], owned=owned)
                     raise
                 self.upstream_deallocations += 1
 
     @staticmethod
-    def _restore(cache: _Cache, blocks: list[tuple[int, _Key]]) -> None:
+    def _restore(cache: _Cache, blocks: list[tuple[int, _Key]], *, owned: bool) -> None:
         # The upstream refused a block it handed out: keep the rest cached rather than lose them.
         with cache.lock:
-            for address, key in blocks:
-                cache.buckets.setdefault(key, []).insert(0, address)
-                cache.nbytes += key[0]
-                cache.count += 1
+            for address, key in reversed(blocks):  # insert(0) in reverse keeps oldest first
+                if owned:
+                    cache.buckets.setdefault(key, []).insert(0, address)
+                    cache.nbytes += key[0]
+                    cache.count += 1
+                    continue
+                # Not the owner: never create a bucket (the owner would not see it), and undo
+                # the drained count rather than touch the owner's counters.
+                stack = cache.buckets.get(key)
+                if stack is None:
+                    cache.orphans.insert(0, (address, key))
+                else:
+                    stack.insert(0, address)
+                cache.drained_bytes -= key[0]
+                cache.drained_count -= 1
 
     def retire(self, cache: _Cache) -> None:
         """The thread owning ``cache`` ended: flush it and forget it."""
         try:
-            self.drain(cache, 0, 0)
+            self.drain(cache, 0, 0, owned=True)  # the owner is dead: nobody races the lists
         finally:
             with self.caches_lock:
                 self.caches.discard(cache)
@@ -213,17 +305,25 @@ class ThreadCached:
                 cache = self._local.cache
             except AttributeError:
                 cache = self._new_cache()
-            key = (nbytes, alignment)
-            with cache.lock:
-                stack = cache.buckets.get(key)
-                if stack:
-                    # An emptied bucket stays (no list churn); drain() removes empty ones.
+            # No lock: only this thread writes the counters and pushes onto its lists; a
+            # flush_all on another thread may pop(0) concurrently, each block goes to one side.
+            stack = cache.buckets.get((nbytes, alignment))
+            if stack:
+                try:
                     address = stack.pop()
+                except IndexError:  # a foreign flush emptied it since the check: a miss
+                    pass
+                else:
+                    # An emptied bucket stays (no list churn); the owner's drains remove it.
                     cache.nbytes -= nbytes
                     cache.count -= 1
                     cache.hits += 1
-                    self._live[address] = key
+                    self._live[address] = (nbytes, alignment)
                     return address
+            if cache.orphans:  # blocks a foreign flush could not give back: take them in
+                with cache.lock:
+                    cache.adopt_locked()
+                return self.allocate(nbytes, alignment, stream)  # one of them may fit
         shared = self._shared
         with shared.upstream_lock:
             address = self._upstream.allocate(nbytes, alignment, stream)
@@ -252,17 +352,23 @@ class ThreadCached:
                 cache = self._local.cache
             except AttributeError:
                 cache = self._new_cache()
-            with cache.lock:
-                stack = cache.buckets.get(key)
-                if stack is None:
-                    cache.buckets[key] = [address]
-                else:
-                    stack.append(address)
-                cache.nbytes += nbytes
-                cache.count += 1
-                over = cache.nbytes > self._max_bytes or cache.count > self._max_blocks
-            if over:
-                self._shared.drain(cache, self._max_bytes // 2, self._max_blocks // 2)
+            # No lock (see allocate): appending to a list a foreign drain is popping is safe.
+            stack = cache.buckets.get(key)
+            if stack is None:
+                cache.buckets[key] = [address]
+            else:
+                stack.append(address)
+            cache.nbytes += nbytes
+            cache.count += 1
+            # The drained counters are not negative, so the owner's own counts bound what is
+            # cached from above: only when they are over is the exact check needed. (A refused
+            # foreign flush racing an owner drain can leave them negative: the cache may then
+            # exceed its bounds by those refused blocks until the owner's next drain.)
+            if (cache.nbytes > self._max_bytes or cache.count > self._max_blocks) and (
+                cache.nbytes - cache.drained_bytes > self._max_bytes
+                or cache.count - cache.drained_count > self._max_blocks
+            ):
+                self._shared.drain(cache, self._max_bytes // 2, self._max_blocks // 2, owned=True)
             return
         shared = self._shared
         try:
@@ -279,14 +385,17 @@ class ThreadCached:
         """Give every block in the calling thread's cache back to the upstream."""
         cache = getattr(self._local, "cache", None)
         if cache is not None:
-            self._shared.drain(cache, 0, 0)
+            self._shared.drain(cache, 0, 0, owned=True)
 
     def flush_all(self) -> None:
         """Give every cached block of every thread back to the upstream."""
         with self._shared.caches_lock:
             caches = list(self._shared.caches)
+        me = threading.get_ident()
         for cache in caches:
-            self._shared.drain(cache, 0, 0)
+            # An ident equal to ours means we own it, or its owner is dead (idents are unique
+            # among live threads): either way nobody uses its lists without the lock.
+            self._shared.drain(cache, 0, 0, owned=cache.owner == me)
 
     def close(self) -> None:
         """Flush every cache (the adaptor stays usable)."""
@@ -313,9 +422,10 @@ class ThreadCached:
             hits, misses = shared.retired_hits, shared.retired_misses
         nbytes = count = 0
         for cache in caches:
-            with cache.lock:
-                nbytes += cache.nbytes
-                count += cache.count
+            with cache.lock:  # excludes drains (and the owner's folding); not the hot path
+                cached_bytes, cached_blocks = cache.cached()
+                nbytes += cached_bytes
+                count += cached_blocks
                 hits += cache.hits
                 misses += cache.misses
         with shared.upstream_lock:
@@ -368,7 +478,9 @@ class ThreadCached:
             caches = list(self._shared.caches)
         for cache in caches:
             with cache.lock:
-                if any(address in stack for stack in cache.buckets.values()):
+                stacks = list(cache.buckets.copy().values())
+                stacks.append([orphan for orphan, _ in cache.orphans])
+                if any(address in stack for stack in stacks):
                     return DoubleFreeError(
                         f"double free: block at {address:#x} was already freed (it sits in a "
                         "thread cache)",
