@@ -89,3 +89,41 @@ def test_check_alignment_rejects(alignment: object) -> None:
 def test_align_up() -> None:
     assert [align_up(n, 256) for n in (0, 1, 255, 256, 257)] == [0, 256, 256, 256, 512]
     assert align_up(5, 1) == 5
+
+
+# --- one request check for every allocator ------------------------------------------------
+
+
+def test_check_nbytes_accepts_integer_likes_and_strings() -> None:
+    import numpy as np
+
+    from tensorarena.sizes import check_nbytes, check_request
+
+    assert check_nbytes(np.int64(4096)) == 4096
+    assert type(check_nbytes(np.uint32(8))) is int
+    assert check_nbytes("4KiB") == 4096
+    assert check_request(np.int64(100), np.int64(64)) == (100, 64)
+    for bad in (0, -1, True, 1.5, None, 1 << 61):
+        with pytest.raises(InvalidSizeError):
+            check_nbytes(bad)
+
+
+def test_every_allocator_accepts_and_refuses_the_same_sizes() -> None:
+    import numpy as np
+
+    from tensorarena import Arena, Limiting, Pool, VirtualMemory
+
+    allocators = [
+        Arena("1MiB"),
+        Pool(VirtualMemory(), initial_size="1MiB"),
+        Limiting(VirtualMemory(), "1MiB"),
+        VirtualMemory(),
+    ]
+    for allocator in allocators:
+        address = allocator.allocate(np.int64(4096), np.int64(256))
+        allocator.deallocate(address, 4096)
+        for bad in (0, -5, True, "lots"):
+            with pytest.raises(InvalidSizeError):
+                allocator.allocate(bad)
+        with pytest.raises(InvalidAlignmentError):
+            allocator.allocate(64, 3)

@@ -5,11 +5,20 @@ Everything below the API edge speaks plain ``int`` bytes; this is the one place 
 
 from __future__ import annotations
 
+import operator
 import re
 
 from tensorarena.errors import InvalidAlignmentError, InvalidSizeError
 
-__all__ = ["Size", "align_up", "check_alignment", "format_size", "parse_size"]
+__all__ = [
+    "Size",
+    "align_up",
+    "check_alignment",
+    "check_nbytes",
+    "check_request",
+    "format_size",
+    "parse_size",
+]
 
 Size = int | str
 """A byte count: an ``int``, or a string such as ``"4096"``, ``"256MiB"``, ``"1.5GB"``."""
@@ -67,8 +76,32 @@ def parse_size(value: Size, *, name: str = "size", allow_zero: bool = False) -> 
     return nbytes
 
 
+def _as_index(value: object) -> object:
+    """An integer-like value (a NumPy integer, say) as an ``int``; anything else unchanged."""
+    is_int_like = not isinstance(value, (bool, str)) and hasattr(value, "__index__")
+    if type(value) is not int and is_int_like:
+        return operator.index(value)  # type: ignore[arg-type]
+    return value
+
+
+def check_nbytes(value: object, *, name: str = "nbytes") -> int:
+    """A request's byte count as an ``int`` in ``(0, MAX_SIZE]``, else :class:`InvalidSizeError`.
+
+    Accepts ints, integer-likes (NumPy integers) and size strings. Allocators keep their own
+    one-line fast test for a plain in-range ``int`` and call this for everything else, so every
+    resource accepts and refuses the same values with the same messages.
+    """
+    return parse_size(_as_index(value), name=name)  # type: ignore[arg-type]
+
+
+def check_request(nbytes: object, alignment: object) -> tuple[int, int]:
+    """Validate an allocation request; return ``(nbytes, alignment)`` as ints."""
+    return check_nbytes(nbytes), check_alignment(alignment)
+
+
 def check_alignment(alignment: object, *, name: str = "alignment") -> int:
-    """Return ``alignment`` if it is a positive power-of-two ``int``, else raise."""
+    """Return ``alignment`` as an ``int`` if it is a positive power of two, else raise."""
+    alignment = _as_index(alignment)
     if (
         type(alignment) is not int
         or alignment <= 0

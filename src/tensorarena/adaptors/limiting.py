@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 
-from tensorarena.errors import InvalidSizeError, OutOfMemoryError
+from tensorarena.errors import OutOfMemoryError
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
-from tensorarena.sizes import MAX_SIZE, Size, format_size, parse_size
+from tensorarena.sizes import MAX_SIZE, Size, check_nbytes, format_size, parse_size
 
 __all__ = ["Limiting"]
 
@@ -53,10 +53,8 @@ class Limiting:
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
     ) -> int:
         """``upstream.allocate`` if ``nbytes`` fits under the limit, else OutOfMemoryError."""
-        if type(nbytes) is not int:
-            nbytes = parse_size(nbytes, name="nbytes")
-        elif nbytes <= 0 or nbytes > MAX_SIZE:
-            raise InvalidSizeError(f"nbytes must be a positive int below 2**60, got {nbytes!r}")
+        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
+            nbytes = check_nbytes(nbytes)
         with self._lock:
             allocated = self._allocated
             if allocated + nbytes > self._limit:

@@ -40,7 +40,6 @@ Measured costs and what did not pay are in ``bench/RESULTS.md`` (allocation core
 
 from __future__ import annotations
 
-import operator
 import os
 from dataclasses import dataclass
 
@@ -54,7 +53,14 @@ from tensorarena.errors import (
     OutOfMemoryError,
     SizeMismatchError,
 )
-from tensorarena.sizes import MAX_SIZE, Size, check_alignment, format_size, parse_size
+from tensorarena.sizes import (
+    MAX_SIZE,
+    Size,
+    check_alignment,
+    check_nbytes,
+    format_size,
+    parse_size,
+)
 
 __all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "Arena", "ArenaStatistics"]
 
@@ -222,7 +228,7 @@ class Arena:
     def _allocate_general(self, nbytes: Size, alignment: int) -> int:
         """``allocate`` for any alignment and any size type, validating both."""
         if type(nbytes) is not int or (nbytes - 1) >> _SIZE_BITS:
-            nbytes = _checked_size(nbytes, "nbytes")
+            nbytes = check_nbytes(nbytes)
         if type(alignment) is not int or alignment not in self._alignments:
             alignment = self._checked_alignment(alignment)
         reserved = (nbytes + alignment - 1) & -alignment
@@ -328,8 +334,6 @@ class Arena:
 
     def _checked_alignment(self, alignment: object) -> int:
         """Validate an alignment the fast path did not recognise; return it as an int."""
-        if not isinstance(alignment, bool) and hasattr(alignment, "__index__"):
-            alignment = operator.index(alignment)  # NumPy integers and the like
         checked = check_alignment(alignment)
         if checked > self._base_alignment:
             raise InvalidAlignmentError(
@@ -342,7 +346,7 @@ class Arena:
         """Raise unless ``nbytes`` (given to ``deallocate``) names the block's requested size."""
         given = nbytes
         if type(nbytes) is not int:
-            given = _checked_size(nbytes, "nbytes")
+            given = check_nbytes(nbytes)
         if given != requested:
             raise SizeMismatchError(
                 f"block at {address:#x} was allocated with {requested} bytes, "
@@ -452,8 +456,3 @@ def _size_error(nbytes: int) -> InvalidSizeError:
     raise AssertionError(f"{nbytes} is a valid size")  # pragma: no cover - callers checked
 
 
-def _checked_size(value: object, name: str) -> int:
-    """Validate a byte count the fast path did not accept; return it as an int."""
-    if not isinstance(value, (bool, str)) and hasattr(value, "__index__"):
-        value = operator.index(value)  # NumPy integers and the like
-    return parse_size(value, name=name)  # type: ignore[arg-type]

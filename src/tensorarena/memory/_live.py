@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
-    InvalidSizeError,
     SizeMismatchError,
 )
-from tensorarena.sizes import MAX_SIZE, check_alignment, parse_size
 
 __all__ = ["RECENT_FREES", "LiveBlocks", "ResourceStatistics"]
 
@@ -69,15 +67,6 @@ class LiveBlocks:
         self._free_count = 0
 
     # --- checks (no state change) ----------------------------------------------------------
-
-    @staticmethod
-    def check_request(nbytes: object, alignment: object) -> tuple[int, int]:
-        """Validate an allocation request; return ``(nbytes, alignment)`` as ints."""
-        if type(nbytes) is not int:
-            nbytes = parse_size(nbytes, name="nbytes")  # type: ignore[arg-type]
-        elif nbytes <= 0 or nbytes > MAX_SIZE:
-            raise InvalidSizeError(f"nbytes must be a positive int below 2**60, got {nbytes!r}")
-        return nbytes, check_alignment(alignment)
 
     def lookup(self, address: object, nbytes: object) -> tuple[int, int, object]:
         """The live entry at ``address`` freed with ``nbytes``; raise if it is not exactly that."""

@@ -32,7 +32,7 @@ from tensorarena.memory.numa import (
     bind_to_node,
 )
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
-from tensorarena.sizes import align_up, format_size
+from tensorarena.sizes import align_up, check_request, format_size
 
 __all__ = ["HUGE_PAGE_SIZE", "PAGE_SIZE", "HostMemory", "map_region", "unmap_region"]
 
@@ -116,7 +116,7 @@ class HostMemory:
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
     ) -> int:
         """Map a fresh region of at least ``nbytes`` bytes aligned to ``alignment``."""
-        nbytes, alignment = LiveBlocks.check_request(nbytes, alignment)
+        nbytes, alignment = check_request(nbytes, alignment)
         length = align_up(nbytes, PAGE_SIZE)
         if self._huge_pages and length >= HUGE_PAGE_SIZE:
             alignment = max(alignment, HUGE_PAGE_SIZE)

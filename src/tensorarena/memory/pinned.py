@@ -26,7 +26,7 @@ from tensorarena.memory import _libc
 from tensorarena.memory._live import LiveBlocks, ResourceStatistics
 from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
-from tensorarena.sizes import Size, align_up, format_size, parse_size
+from tensorarena.sizes import Size, align_up, check_request, format_size, parse_size
 
 __all__ = [
     "MlockBackend",
@@ -144,7 +144,7 @@ class PinnedHostMemory:
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
     ) -> int:
         """Pin a fresh region of at least ``nbytes`` bytes aligned to ``alignment``."""
-        nbytes, alignment = LiveBlocks.check_request(nbytes, alignment)
+        nbytes, alignment = check_request(nbytes, alignment)
         length = align_up(nbytes, PAGE_SIZE)
         with self._lock:
             limit = self.limit

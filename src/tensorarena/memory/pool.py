@@ -42,7 +42,15 @@ from tensorarena.errors import (
 )
 from tensorarena.memory.growth import GrowthPolicy, NextPowerOfTwo
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
-from tensorarena.sizes import MAX_SIZE, Size, align_up, check_alignment, format_size, parse_size
+from tensorarena.sizes import (
+    MAX_SIZE,
+    Size,
+    align_up,
+    check_alignment,
+    check_nbytes,
+    format_size,
+    parse_size,
+)
 
 __all__ = ["Pool", "PoolStatistics"]
 
@@ -186,12 +194,10 @@ class Pool:
         Raises :class:`OutOfMemoryError` when the growth policy, ``maximum_size`` or the
         upstream refuse a new arena; the pool is unchanged when it raises.
         """
-        if type(nbytes) is not int:
-            nbytes = parse_size(nbytes, name="nbytes")
-        elif nbytes <= 0 or nbytes > MAX_SIZE:
-            raise InvalidSizeError(f"nbytes must be a positive int below 2**60, got {nbytes!r}")
+        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
+            nbytes = check_nbytes(nbytes)
         if type(alignment) is not int or alignment & (alignment - 1) or alignment <= 0:
-            check_alignment(alignment)
+            alignment = check_alignment(alignment)
         active = (nbytes + alignment - 1) & -alignment
         mask = alignment - 1
         for arena in self._arenas:

@@ -14,7 +14,7 @@ import threading
 from tensorarena.errors import InvalidAddressError, OutOfMemoryError
 from tensorarena.memory._live import LiveBlocks, ResourceStatistics
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
-from tensorarena.sizes import Size, align_up, format_size, parse_size
+from tensorarena.sizes import Size, align_up, check_request, format_size, parse_size
 
 __all__ = ["DEFAULT_VIRTUAL_BASE", "DEFAULT_VIRTUAL_CAPACITY", "VirtualMemory"]
 
@@ -44,7 +44,7 @@ class VirtualMemory:
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
     ) -> int:
         """Return the next ``alignment``-aligned address with ``nbytes`` of room after it."""
-        nbytes, alignment = LiveBlocks.check_request(nbytes, alignment)
+        nbytes, alignment = check_request(nbytes, alignment)
         with self._lock:
             address = align_up(self._cursor, alignment)
             end = address + nbytes
