@@ -201,7 +201,14 @@ class Pool:
         active = (nbytes + alignment - 1) & -alignment
         mask = alignment - 1
         for arena in self._arenas:
-            if arena.strategy.free_bytes() >= active and not arena.base & mask:
+            # Ask the strategy first: a refusal raised by the arena costs several times a
+            # whole allocation, and a fragmented arena would pay it on every request.
+            strategy = arena.strategy
+            if (
+                strategy.free_bytes() >= active
+                and not arena.base & mask
+                and strategy.largest_free() >= active
+            ):
                 try:
                     address = arena.allocate(nbytes, alignment)
                 except OutOfMemoryError:
