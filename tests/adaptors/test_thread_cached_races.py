@@ -19,6 +19,22 @@ from tensorarena.memory.pool import Pool
 SHAPES = [(64, 64), (256, 64), (256, 256), (1024, 64), (4096, 512)]  # (nbytes, alignment)
 
 
+def flush_all_on_another_thread(cached: ThreadCached) -> list[BaseException]:
+    """Run ``cached.flush_all()`` on a fresh thread (a foreign drain); return what it raised."""
+    caught: list[BaseException] = []
+
+    def flush_all() -> None:
+        try:
+            cached.flush_all()
+        except OSError as exc:
+            caught.append(exc)
+
+    flusher = threading.Thread(target=flush_all)
+    flusher.start()
+    flusher.join()
+    return caught
+
+
 @pytest.fixture
 def fast_switching() -> Iterator[None]:
     # Switch threads often so the owners' lock-free pops and the flusher's pop(0)s interleave.
@@ -137,17 +153,7 @@ def test_a_refused_foreign_flush_keeps_the_block_as_an_orphan_the_owner_adopts()
         raise OSError("refused")
 
     upstream.deallocate = refuse  # type: ignore[method-assign]
-    caught: list[BaseException] = []
-
-    def flush_all() -> None:
-        try:
-            cached.flush_all()
-        except OSError as exc:
-            caught.append(exc)
-
-    flusher = threading.Thread(target=flush_all)
-    flusher.start()
-    flusher.join()
+    caught = flush_all_on_another_thread(cached)
     upstream.deallocate = real  # type: ignore[method-assign]
     assert len(caught) == 1
     assert cache.orphans == [(address, (100, 256))] and cache.buckets == {}
@@ -180,17 +186,7 @@ def test_a_refused_foreign_flush_puts_the_block_back_into_its_bucket() -> None:
         real(address, nbytes, stream)
 
     upstream.deallocate = refuse_the_second  # type: ignore[method-assign]
-    caught: list[BaseException] = []
-
-    def flush_all() -> None:
-        try:
-            cached.flush_all()
-        except OSError as exc:
-            caught.append(exc)
-
-    flusher = threading.Thread(target=flush_all)
-    flusher.start()
-    flusher.join()
+    caught = flush_all_on_another_thread(cached)
     upstream.deallocate = real  # type: ignore[method-assign]
     assert len(caught) == 1
     cache = cached._local.cache

@@ -17,15 +17,6 @@ DATA = Path(__file__).parent / "data"
 KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds"}
 
 
-@pytest.fixture(autouse=True)
-def only_planning_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    # main() builds every command's parser; keep these tests independent of the other
-    # benchmark modules, which other parts of the project provide.
-    monkeypatch.setattr(
-        cli_main, "BENCHMARKS", {k: v for k, v in cli_main.BENCHMARKS.items() if k == "plan"}
-    )
-
-
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
     status = cli_main.main(["plan", *argv, "--json"])
     out = capsys.readouterr().out
@@ -125,13 +116,8 @@ def test_unreadable_file_and_bad_options_exit_2(
 
 
 def test_subprocess_contract(tmp_path: Path) -> None:
-    code = (
-        "import sys, tensorarena.cli.main as m; "
-        "m.BENCHMARKS = {k: v for k, v in m.BENCHMARKS.items() if k == 'plan'}; "
-        "sys.exit(m.main(sys.argv[1:]))"
-    )
     done = subprocess.run(
-        [sys.executable, "-c", code, "plan", str(DATA / "pisarchyk_lee.csv"), "--json",
+        [sys.executable, "-m", "tensorarena", "plan", str(DATA / "pisarchyk_lee.csv"), "--json",
          "--capacity", "124"],
         capture_output=True, text=True, timeout=120, check=False,
     )
