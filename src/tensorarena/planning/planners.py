@@ -26,11 +26,9 @@ the best plan, so a caller can still report how close it came.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -40,6 +38,7 @@ from tensorarena.errors import (
     UnknownPlannerError,
 )
 from tensorarena.planning import heuristics
+from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.problem import Plan, Problem, lower_bound
 from tensorarena.sizes import check_alignment
 
@@ -48,12 +47,9 @@ __all__ = [
     "PLANNERS",
     "PlanDoesNotFitError",
     "UnknownPlannerError",
-    "exact_available",
     "overlapping_pairs",
     "plan",
 ]
-
-_EXACT_MODULE = "tensorarena.planning.exact"
 
 # The exact search first builds every pair of time-overlapping buffers, before it looks at the
 # clock: ~16 M pairs per second end to end and 4-20 bytes per pair (idealloc pangu_2.6B, 24 M
@@ -68,17 +64,8 @@ DEFAULT_TIME_LIMIT = 10.0
 
 
 # ---------------------------------------------------------------------------------------------
-# The exact search, through whatever planning/exact.py offers
+# The exact search
 # ---------------------------------------------------------------------------------------------
-
-
-def exact_available() -> bool:
-    """True if the exact planner's module is importable in this build."""
-    try:
-        importlib.import_module(_EXACT_MODULE)
-    except ImportError:
-        return False
-    return True
 
 
 def _exact(
@@ -91,30 +78,20 @@ def _exact(
 ) -> tuple[Plan | None, bool]:
     """(best plan the search found or None, whether it proved that nothing fits ``capacity``).
 
-    Talks to ``planning/exact.py``'s ``solve_exact(problem, *, capacity, time_limit, initial)
-    -> ExactResult(plan, feasible, proven, nodes, seconds)``: with a capacity it is the decision
-    version, without one it minimises the height; ``plan.optimal`` marks a proven optimum.
+    With a capacity :func:`solve_exact` answers the decision version; without one it minimises
+    the height, and ``plan.optimal`` marks a proven optimum.
     """
-    try:
-        # Imported by name: the exact planner is a separate module that may be absent.
-        exact = importlib.import_module(_EXACT_MODULE)
-    except ImportError as exc:
-        raise UnknownPlannerError(
-            f"the exact planner is not available ({_EXACT_MODULE} did not import)"
-        ) from exc
-    solve: Callable[..., Any] = exact.solve_exact
     searched = problem if alignment is None else problem.with_alignment(alignment)
     seed = Plan(searched, initial.offsets, planner=initial.planner)
-    result = solve(searched, capacity=capacity, time_limit=time_limit, initial=seed)
-    found = result if isinstance(result, Plan) else getattr(result, "plan", None)
-    proven = bool(getattr(result, "proven", False))
+    result = solve_exact(searched, capacity=capacity, time_limit=time_limit, initial=seed)
+    found = result.plan
     if found is None:
-        return None, proven and capacity is not None
+        return None, result.proven and capacity is not None
     offsets = tuple(int(o) for o in found.offsets)
     plan = Plan(problem, offsets, planner="exact", optimal=bool(found.optimal),
                 stats=dict(found.stats))
     fits = capacity is None or plan.height <= capacity
-    return plan, proven and not fits
+    return plan, result.proven and not fits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,9 +162,6 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
 def _auto(problem: Problem, *, capacity: int | None, time_limit: float,
           alignment: int | None) -> Plan:
     """The portfolio, then (if it is above the lower bound) the exact search seeded with it."""
-    if not exact_available():
-        best = heuristics.portfolio(problem, alignment=alignment)
-        return replace(best, planner=f"auto:{best.planner}")
     return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
                    name="auto", guard=True)
 
@@ -195,10 +169,6 @@ def _auto(problem: Problem, *, capacity: int | None, time_limit: float,
 def _exact_planner(problem: Problem, *, capacity: int | None, time_limit: float,
                    alignment: int | None) -> Plan:
     """Branch and bound seeded with the portfolio; optimal when proven within the time limit."""
-    if not exact_available():
-        raise UnknownPlannerError(
-            "the exact planner is not available (tensorarena.planning.exact did not import)"
-        )
     return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
                    name="exact", guard=True)
 
