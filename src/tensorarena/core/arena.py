@@ -80,8 +80,6 @@ if 1 << _SIZE_BITS != MAX_SIZE:  # pragma: no cover - guards the shift test in a
 if DEFAULT_ALIGNMENT != 256:  # pragma: no cover - the hot paths spell out 255 and 256
     raise ImportError("Arena's hot paths assume DEFAULT_ALIGNMENT == 256")
 
-#: Built-in strategies that take exactly the bytes asked of them (checked by _check_invariants).
-_EXACT_STRATEGIES = frozenset({"first_fit", "next_fit", "best_fit", "segregated_fit", "tlsf"})
 
 _DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
 
@@ -417,7 +415,7 @@ class Arena:
         reserved = self._initial_free - strategy.free_bytes()
         requested_reserved = sum(e[1] for _, e in entries)
         # Free-list strategies carve exactly what is asked; others (buddy) may round it up.
-        if strategy.name in _EXACT_STRATEGIES:
+        if getattr(strategy, "exact", False):
             assert reserved == requested_reserved, "reserved bytes drift"
         assert reserved >= requested_reserved, "reserved bytes drift"
         free_total = 0

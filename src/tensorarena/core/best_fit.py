@@ -26,6 +26,7 @@ class BestFit:
 
     name: ClassVar[str] = "best_fit"
     coalesces: ClassVar[bool] = True
+    exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity

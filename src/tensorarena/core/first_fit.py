@@ -22,6 +22,7 @@ class FirstFit(AddressOrderedExtents):
 
     name: ClassVar[str] = "first_fit"
     coalesces: ClassVar[bool] = True
+    exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""

@@ -22,6 +22,7 @@ class NextFit(AddressOrderedExtents):
 
     name: ClassVar[str] = "next_fit"
     coalesces: ClassVar[bool] = True
+    exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
 
     def reset(self) -> None:
         """Forget every reservation and move the roving pointer back to offset 0."""

@@ -44,4 +44,5 @@ class SegregatedFit(SegregatedExtents):
 
     name: ClassVar[str] = "segregated_fit"
     coalesces: ClassVar[bool] = True
+    exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
     _SL_BITS = 2

@@ -29,6 +29,8 @@ class PlacementStrategy(Protocol):
     name: ClassVar[str]
     #: True when freeing every reserved extent restores one free extent covering the region.
     coalesces: ClassVar[bool]
+    # Optional: ``exact: ClassVar[bool] = True`` declares that ``reserve(n)`` takes exactly ``n``
+    # bytes (no rounding), which ``Arena._check_invariants`` then checks to the byte.
 
     @property
     def capacity(self) -> int:

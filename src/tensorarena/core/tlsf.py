@@ -62,6 +62,7 @@ class TLSF(SegregatedExtents):
 
     name: ClassVar[str] = "tlsf"
     coalesces: ClassVar[bool] = True
+    exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
     # The engine's flat class index is fl * 16 + sl: the size's top five bits plus 16 per power
     # of two, the same numbers as mapping_insert's pair.
     _SL_BITS = SL_BITS
