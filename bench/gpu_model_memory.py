@@ -99,7 +99,7 @@ def run(names: list[str], size: str) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2,bert,llama,vit")
-    parser.add_argument("--size", default="base", choices=("small", "base"))
+    parser.add_argument("--size", default="base", choices=("tiny", "base"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:

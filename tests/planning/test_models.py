@@ -28,12 +28,12 @@ pytestmark = pytest.mark.torch
 
 @pytest.fixture(scope="module")
 def inference() -> dict[str, GraphProblem]:
-    return dict(model_problems(size="small", training=False, errors="raise"))
+    return dict(model_problems(size="tiny", training=False, errors="raise"))
 
 
 @pytest.fixture(scope="module")
 def training() -> dict[str, GraphProblem]:
-    return dict(model_problems(size="small", training=True, errors="raise"))
+    return dict(model_problems(size="tiny", training=True, errors="raise"))
 
 
 def test_at_least_six_architectures_including_the_required_four(
@@ -78,7 +78,7 @@ def test_training_needs_more_than_inference(
 
 
 def test_parameters_match_the_model(inference: dict[str, GraphProblem]) -> None:
-    model, _ = build_model("bert", size="small")
+    model, _ = build_model("bert", size="tiny")
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     assert inference["bert"].unplanned_bytes_of("parameter") == params
 
@@ -182,7 +182,7 @@ def test_inference_problem_matches_a_real_execution(name: str) -> None:
 
     from tensorarena.planning.torch_frontend import problem_from_exported
 
-    model, (args, kwargs) = build_model(name, size="small")
+    model, (args, kwargs) = build_model(name, size="tiny")
     model.eval()
     with torch.no_grad():
         ep = torch.export.export(model, args, kwargs, strict=False)
@@ -209,7 +209,7 @@ def test_training_problem_matches_a_real_execution(name: str) -> None:
 
     from tensorarena.planning.torch_frontend import problem_from_fx, trace_training
 
-    model, (args, kwargs) = build_model(name, size="small")
+    model, (args, kwargs) = build_model(name, size="tiny")
     model.train()
     gm = trace_training(model, args, kwargs)
     params, buffers = dict(model.named_parameters()), dict(model.named_buffers())

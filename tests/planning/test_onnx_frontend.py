@@ -276,11 +276,11 @@ def test_exported_transformer_is_in_the_ballpark_of_torch(name: str, tmp_path: P
     pytest.importorskip("onnxscript")
     from tensorarena.planning.models import build_model, model_problem
 
-    model, (args, kwargs) = build_model(name, size="small")
+    model, (args, kwargs) = build_model(name, size="tiny")
     model.eval()
     path = tmp_path / f"{name}.onnx"
     export_onnx(model, args, path, kwargs=kwargs, dynamo=True)
     gp = problem_from_onnx(path)
-    reference = model_problem(name, size="small")
+    reference = model_problem(name, size="tiny")
     assert 0.5 <= gp.lower_bound() / reference.lower_bound() <= 2.0
     check_consistent(gp)

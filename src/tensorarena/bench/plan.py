@@ -178,7 +178,7 @@ def _idealloc(args: argparse.Namespace, data: Path | None) -> Iterator[Row]:
 
 
 def _models(args: argparse.Namespace, data: Path | None) -> Iterator[Row]:
-    size: Literal["small", "base"] = "small" if args.quick else "base"
+    size: Literal["tiny", "base"] = "tiny" if args.quick else "base"
     try:
         # import_module, not "from ... import": it honours a module masked in sys.modules.
         models = importlib.import_module("tensorarena.planning.models")

@@ -5,7 +5,7 @@ then traced two ways: *inference* with ``torch.export`` (eval mode) and *trainin
 :func:`~tensorarena.planning.torch_frontend.trace_training` (train mode: forward, loss and every
 gradient in one ``make_fx`` graph). Two sizes:
 
-``"small"``
+``"tiny"``
     Test-sized: two layers, hidden size 64, short sequences, small images; seconds for all.
 ``"base"``
     The published base configurations (GPT-2 small, BERT-base, ViT-B/16, ResNet-50, ...) at
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tensorarena._optional import require
-from tensorarena.errors import TensorArenaWarning
+from tensorarena.errors import InvalidSizeError, TensorArenaWarning
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.torch_frontend import (
     problem_from_exported,
@@ -35,7 +35,7 @@ from tensorarena.planning.torch_frontend import (
 
 __all__ = ["ARCHITECTURES", "ModelSkippedWarning", "build_model", "model_problem", "model_problems"]
 
-Size = Literal["small", "base"]
+Size = Literal["tiny", "base"]
 
 
 class ModelSkippedWarning(TensorArenaWarning):
@@ -65,7 +65,7 @@ def _images(torch: Any, batch: int, side: int, channels: int = 3) -> Any:
 
 
 def _gpt2(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.GPT2Config(
             n_layer=2,
             n_embd=64,
@@ -84,7 +84,7 @@ def _gpt2(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
 
 
 def _bert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.BertConfig(
             num_hidden_layers=2,
             hidden_size=64,
@@ -101,7 +101,7 @@ def _bert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
 
 
 def _distilbert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.DistilBertConfig(
             n_layers=2,
             dim=64,
@@ -119,7 +119,7 @@ def _distilbert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inpu
 
 
 def _vit(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.ViTConfig(
             num_hidden_layers=2,
             hidden_size=64,
@@ -134,7 +134,7 @@ def _vit(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
 
 
 def _resnet(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.ResNetConfig(
             embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"
         )
@@ -146,7 +146,7 @@ def _resnet(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
 
 
 def _convnext(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)
         side = 32
     else:  # ConvNeXt-T at 224×224 (28M)
@@ -156,7 +156,7 @@ def _convnext(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs
 
 
 def _llama(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.LlamaConfig(
             num_hidden_layers=2,
             hidden_size=64,
@@ -187,7 +187,7 @@ def _llama(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
 
 
 def _t5(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.T5Config(
             num_layers=2,
             num_decoder_layers=2,
@@ -208,7 +208,7 @@ def _t5(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
 
 
 def _whisper_encoder(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
-    if size == "small":
+    if size == "tiny":
         config = tf.WhisperConfig(
             encoder_layers=2,
             decoder_layers=2,
@@ -257,15 +257,15 @@ _BUILDERS: dict[str, _Builder] = {
 #: The architectures :func:`model_problems` knows, in the order it yields them.
 ARCHITECTURES: tuple[str, ...] = tuple(_BUILDERS)
 
-_DEFAULT_BATCH: dict[Size, int] = {"small": 2, "base": 4}
+_DEFAULT_BATCH: dict[Size, int] = {"tiny": 2, "base": 4}
 
 
-def build_model(name: str, *, size: Size = "small", batch: int | None = None) -> tuple[Any, Any]:
+def build_model(name: str, *, size: Size = "tiny", batch: int | None = None) -> tuple[Any, Any]:
     """``(model, (args, kwargs))`` for one architecture: random weights, example inputs."""
     if name not in _BUILDERS:
         raise KeyError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
     if size not in _DEFAULT_BATCH:
-        raise ValueError(f"size must be 'small' or 'base', got {size!r}")
+        raise InvalidSizeError(f"size must be 'tiny' or 'base', got {size!r}")
     torch = require("torch", extra="torch", feature="real-model planning problems")
     tf = require("transformers", extra="torch", feature="real-model planning problems")
     torch.manual_seed(0)  # the same random weights every time
@@ -274,7 +274,7 @@ def build_model(name: str, *, size: Size = "small", batch: int | None = None) ->
 
 
 def model_problem(
-    name: str, *, size: Size = "small", training: bool = False, batch: int | None = None
+    name: str, *, size: Size = "tiny", training: bool = False, batch: int | None = None
 ) -> GraphProblem:
     """The planning problem of one architecture (errors propagate; see :func:`model_problems`)."""
     torch = require("torch", extra="torch", feature="real-model planning problems")
@@ -292,7 +292,7 @@ def model_problem(
 
 def model_problems(
     *,
-    size: Size = "small",
+    size: Size = "tiny",
     training: bool = False,
     names: Iterable[str] | None = None,
     batch: int | None = None,
