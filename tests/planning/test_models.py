@@ -49,7 +49,7 @@ def test_problems_are_well_formed_and_plan(
     name: str, inference: dict[str, GraphProblem], training: dict[str, GraphProblem]
 ) -> None:
     for gp, mode in ((inference[name], "infer"), (training[name], "train")):
-        assert gp.name == f"{name}-small-{mode}"
+        assert gp.name == f"{name}-tiny-{mode}"
         assert len(gp.problem) > 0 and gp.lower_bound() > 0
         assert gp.unplanned_bytes_of("parameter") > 0
         ids = {b.id for b in gp.problem.buffers}
