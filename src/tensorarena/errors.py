@@ -4,12 +4,19 @@ Every error a user can cause has its own class, carries the numbers needed to ac
 raised *before* any state changes: an allocator that raised is exactly as it was before the call.
 
     TensorArenaError
+    ├── InvalidArgumentError      (also ValueError)   an option out of its range or of a wrong type
+    │   ├── UnknownStrategyError                      a placement-strategy name nobody answers to
+    │   ├── UnknownArchitectureError                  a model-zoo architecture name we do not have
+    │   └── InvalidResourceError  (also TypeError)    an object that is not a memory resource
     ├── InvalidSizeError          (also ValueError)   bad byte count or size string
     ├── InvalidAlignmentError     (also ValueError)   alignment not a positive power of two
     ├── OutOfMemoryError          (also MemoryError)  no room: exhaustion, fragmentation or a limit
     ├── InvalidAddressError       (also ValueError)   an address this allocator never handed out
     │   ├── DoubleFreeError                           an address already freed (or reset)
     │   └── SizeMismatchError                         freed with a size other than allocated
+    ├── ResourceInUseError                            close()/reset() refused: blocks are live
+    ├── NotHostAccessibleError    (also TypeError)    an array asked of memory the CPU cannot touch
+    ├── ConcurrentUseError                            an unlocked resource used from two threads
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
     ├── UnknownPlannerError       (also ValueError)   a planner name no planner answers to
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
@@ -24,30 +31,34 @@ raised *before* any state changes: an allocator that raised is exactly as it was
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tensorarena.planning.problem import Plan
+from typing import Any
 
 __all__ = [
+    "ConcurrentUseError",
     "DoubleFreeError",
     "InfeasibleError",
     "InvalidAddressError",
     "InvalidAlignmentError",
+    "InvalidArgumentError",
     "InvalidPlanError",
     "InvalidProblemError",
+    "InvalidResourceError",
     "InvalidSizeError",
     "MissingDependencyError",
+    "NotHostAccessibleError",
     "NumaBindError",
     "OutOfMemoryError",
     "PlanDoesNotFitError",
+    "ResourceInUseError",
     "ScopeEscapeError",
     "SizeMismatchError",
     "TensorArenaError",
     "TensorArenaWarning",
+    "UnknownArchitectureError",
     "UnknownBackendError",
     "UnknownNumaNodeError",
     "UnknownPlannerError",
+    "UnknownStrategyError",
 ]
 
 
@@ -57,6 +68,24 @@ class TensorArenaError(Exception):
 
 class TensorArenaWarning(UserWarning):
     """Base class of every warning issued by tensorarena."""
+
+
+class InvalidArgumentError(TensorArenaError, ValueError):
+    """An option that is out of its range or of the wrong type (a time limit, a growth policy,
+    an array kind...); the message names the option, the value and what was expected."""
+
+
+class UnknownStrategyError(InvalidArgumentError):
+    """A placement-strategy name that no strategy answers to."""
+
+
+class UnknownArchitectureError(InvalidArgumentError):
+    """A model-zoo architecture name that :mod:`tensorarena.planning.models` does not build."""
+
+
+class InvalidResourceError(InvalidArgumentError, TypeError):
+    """An object given where a memory resource was expected (an instance with ``allocate`` and
+    ``deallocate``): a class instead of an instance, an :class:`~tensorarena.core.Arena`, ..."""
 
 
 class InvalidSizeError(TensorArenaError, ValueError):
@@ -155,6 +184,29 @@ class SizeMismatchError(InvalidAddressError):
         super().__init__(message, address=address)
 
 
+class ResourceInUseError(TensorArenaError):
+    """An operation that would unmap or re-hand-out bytes that live blocks still hold
+    (``close()``/``reset()`` of a pool with live blocks, say) was refused; nothing changed.
+
+    ``live_blocks`` and ``live_bytes`` say what is still held.
+    """
+
+    def __init__(self, message: str, *, live_blocks: int, live_bytes: int) -> None:
+        self.live_blocks = live_blocks
+        self.live_bytes = live_bytes
+        super().__init__(message)
+
+
+class NotHostAccessibleError(TensorArenaError, TypeError):
+    """An array (or any CPU access) was asked of a resource whose addresses the CPU cannot touch:
+    device memory, or bookkeeping / address space only (``VirtualMemory``, a bare ``Arena``)."""
+
+
+class ConcurrentUseError(TensorArenaError):
+    """A resource made without a lock (``Pool(thread_safe=False)``) was entered by a second
+    thread while another was inside it; the second call was refused before changing anything."""
+
+
 class InvalidProblemError(TensorArenaError, ValueError):
     """A malformed planning problem: bad CSV, bad lifetime, bad size, or an unusable graph.
 
@@ -233,16 +285,30 @@ class UnknownPlannerError(TensorArenaError, ValueError):
 class PlanDoesNotFitError(InfeasibleError):
     """The best plan found is higher than the capacity asked for.
 
-    ``plan`` is that best plan; ``proven`` is True when the exact search showed that no plan
-    fits, False when it merely ran out of time (or was not run).
+    ``plan`` is that best plan (a :class:`~tensorarena.planning.Plan`); ``height``,
+    ``lower_bound`` and ``planner`` are its numbers, carried here so that this module needs
+    nothing from the layers above it. ``proven`` is True when the exact search showed that no
+    plan fits, False when it merely ran out of time (or was not run).
     """
 
-    def __init__(self, plan: Plan, capacity: int, *, proven: bool) -> None:
+    def __init__(
+        self,
+        plan: Any,
+        capacity: int,
+        *,
+        height: int,
+        lower_bound: int,
+        planner: str,
+        proven: bool,
+    ) -> None:
         self.plan = plan
         self.capacity = capacity
+        self.height = height
+        self.lower_bound = lower_bound
+        self.planner = planner
         self.proven = proven
         how = "no plan fits" if proven else "no plan found that fits"
         super().__init__(
-            f"{how} in capacity {capacity}: the best plan ({plan.planner}) needs {plan.height} "
-            f"bytes, the lower bound is {plan.problem.lower_bound()}"
+            f"{how} in capacity {capacity}: the best plan ({planner}) needs {height} "
+            f"bytes, the lower bound is {lower_bound}"
         )

@@ -155,7 +155,10 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
     best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal,
                 stats=best.stats)
     if infeasible and capacity is not None:
-        raise PlanDoesNotFitError(best, capacity, proven=True)
+        raise PlanDoesNotFitError(
+            best, capacity, height=best.height, lower_bound=problem.lower_bound(),
+            planner=best.planner, proven=True,
+        )
     return best
 
 
@@ -217,5 +220,8 @@ def plan(
     result = replace(result, stats=stats)
     if capacity is not None and result.height > capacity:
         proven = result.optimal  # the optimum itself is too high
-        raise PlanDoesNotFitError(result, capacity, proven=proven)
+        raise PlanDoesNotFitError(
+            result, capacity, height=result.height, lower_bound=lower_bound(problem),
+            planner=result.planner, proven=proven,
+        )
     return result
