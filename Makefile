@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# The stamp records which extras are installed; it is remade when pyproject.toml changes.
+# The stamps record which extras are installed; they are remade when what pip reads changes.
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
+# The test set-up pins torch to the CPU build on disk (see the file); users get only the extra's floor.
+CONSTRAINTS := constraints-test.txt
 
 .PHONY: run test lint bench clean
 
@@ -16,9 +18,8 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-# torch==2.13.0 is the CPU build already on disk; the pin keeps pip from fetching a CUDA build.
-$(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,torch,onnx]'
+$(STAMP_TEST): pyproject.toml $(CONSTRAINTS) Makefile | $(BIN)/python
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev,torch,models,onnx]'
 	touch $@ $(STAMP_RUN)
 
 run: $(STAMP_RUN)

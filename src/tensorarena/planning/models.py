@@ -267,7 +267,7 @@ def build_model(name: str, *, size: Size = "tiny", batch: int | None = None) -> 
     if size not in _DEFAULT_BATCH:
         raise InvalidSizeError(f"size must be 'tiny' or 'base', got {size!r}")
     torch = require("torch", extra="torch", feature="real-model planning problems")
-    tf = require("transformers", extra="torch", feature="real-model planning problems")
+    tf = require("transformers", extra="models", feature="real-model planning problems")
     torch.manual_seed(0)  # the same random weights every time
     model, inputs = _BUILDERS[name](torch, tf, size, batch or _DEFAULT_BATCH[size])
     return model, (inputs.args, inputs.kwargs)
@@ -306,7 +306,7 @@ def model_problems(
     """
     # Checked here, at the call, not at the first next() of a generator.
     require("torch", extra="torch", feature="real-model planning problems")
-    require("transformers", extra="torch", feature="real-model planning problems")
+    require("transformers", extra="models", feature="real-model planning problems")
     chosen = ARCHITECTURES if names is None else tuple(names)
     for name in chosen:
         if name not in _BUILDERS:
