@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# The stamps record which extras are installed; they are remade when what pip reads changes.
+# The stamps record which extras are installed; they are remade when what pip reads changes
+# (the version lives in _version.py: the metadata must be rewritten when it moves).
 STAMP_RUN  := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
+VERSION_PY := src/tensorarena/_version.py
 # The test set-up pins torch to the CPU build on disk (see the file); users get only the extra's floor.
 CONSTRAINTS := constraints-test.txt
 
@@ -14,11 +16,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
+$(STAMP_RUN): pyproject.toml $(VERSION_PY) | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(STAMP_TEST): pyproject.toml $(CONSTRAINTS) Makefile | $(BIN)/python
+$(STAMP_TEST): pyproject.toml $(VERSION_PY) $(CONSTRAINTS) Makefile | $(BIN)/python
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev,torch,models,onnx]'
 	touch $@ $(STAMP_RUN)
 

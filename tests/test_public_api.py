@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tensorarena
@@ -60,3 +62,19 @@ def test_import_needs_only_numpy() -> None:
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_one_version_string() -> None:
+    # The metadata pip wrote comes from src/tensorarena/_version.py, as tensorarena.__version__.
+    assert importlib.metadata.version("tensorarena") == tensorarena.__version__
+    assert tensorarena.__version__.count(".") >= 2
+
+
+def test_cli_prints_the_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tensorarena", "--version"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"tensorarena {tensorarena.__version__} (Python ")
+    assert f"NumPy {np.__version__}" in done.stdout
+    assert done.stderr == ""

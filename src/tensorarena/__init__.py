@@ -4,6 +4,7 @@
 imported where they are used.
 """
 
+from tensorarena._version import __version__
 from tensorarena.adaptors import Limiting, Statistics, ThreadCached, ThreadSafe
 from tensorarena.core import STRATEGIES, Arena, ArenaStatistics, PlacementStrategy
 from tensorarena.errors import (
@@ -36,8 +37,6 @@ from tensorarena.memory import (
     memory_summary,
 )
 from tensorarena.sizes import format_size, parse_size
-
-__version__ = "0.1.0"
 
 __all__ = [
     "STRATEGIES",

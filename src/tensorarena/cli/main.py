@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -27,6 +28,36 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package's version and the Python and NumPy it runs on, then exit.
+
+    An action rather than ``action="version"`` so that NumPy is imported only when asked.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        import platform
+
+        import numpy
+
+        from tensorarena._version import __version__
+
+        # To stdout, as argparse's own version action: parser.exit(message=...) writes stderr.
+        print(
+            f"tensorarena {__version__} (Python {platform.python_version()}, "
+            f"NumPy {numpy.__version__})"
+        )
+        parser.exit()
+
+
 def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """Build the parser, importing only the module of the command ``argv`` names.
 
@@ -37,6 +68,7 @@ def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorarena", description="The memory manager of a machine-learning runtime."
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
