@@ -25,6 +25,7 @@ import argparse
 import json
 import random
 import statistics
+import textwrap
 import timeit
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ __all__ = [
 MIN_SIZE = 256
 MAX_SIZE = 64 << 20
 TARGET_LIVE = 500
+
+#: What the table's columns mean: printed under the table and at the end of ``--help``.
+LEGEND = (
+    "ns/pair: CPU time per allocate+deallocate pair in the timed phase (median of the repeats); "
+    "x libc: ns/pair over one libc malloc+free pair called through ctypes; "
+    "x call: ns/pair over one empty Python function call; "
+    "footprint: highest offset+size reached over the peak of requested bytes live (1.0 = tight); "
+    "frag: fragmentation at the end, 1 - largest free extent / free bytes (0 = one free extent)."
+)
 
 
 @dataclass(frozen=True)
@@ -312,6 +322,7 @@ def _process_seconds() -> float:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the benchmark's options to ``parser``."""
+    parser.epilog = f"columns: {LEGEND}"
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
     parser.add_argument("--quick", action="store_true", help="a short run (for tests)")
     parser.add_argument("--ops", type=int, default=None, help="steady-phase operations")
@@ -393,6 +404,7 @@ def _print_table(
             f"{result.ns_per_pair / call_ns:>9.0f}{result.footprint_ratio:>11.3f}"
             f"{result.fragmentation:>8.3f}"
         )
+    print(textwrap.fill(LEGEND, width=100, subsequent_indent="  "))
     libc_text = f"{libc_ns:.0f} ns" if libc_ns is not None else "unavailable"
     print(f"python call: {call_ns:.0f} ns; libc malloc+free pair via ctypes: {libc_text}")
 
