@@ -8,11 +8,12 @@ does the op's schema say it aliases. torch is never imported at module level.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tensorarena._optional import require
 from tensorarena.errors import InvalidProblemError
+from tensorarena.planning.graph_problem import TensorSpec
 
 if TYPE_CHECKING:
     import torch
@@ -82,34 +83,63 @@ def _remember_storage(value: Any, tensor: str, by_storage: dict[int, str] | None
         by_storage.setdefault(key, tensor)
 
 
-def _nbytes(value: Any, tensor: str) -> int:
-    """Bytes of storage the tensor spans: ``(offset + 1 + Σ (size - 1) × stride) × itemsize``."""
+#: Concrete values for the size symbols of a dynamic-shape graph (``s0`` → 16), by symbol.
+Bindings = Mapping[Any, int]
+
+
+def _spec(value: Any, tensor: str, bindings: Bindings | None = None) -> TensorSpec:
+    """The concrete layout of a tensor value (fake tensor or ShapeProp's ``TensorMetadata``);
+    symbolic sizes are evaluated with ``bindings``."""
     torch = _torch()
     if isinstance(value, torch.Tensor):
         shape, stride, offset = value.shape, value.stride(), value.storage_offset()
     else:  # ShapeProp's TensorMetadata has no storage offset: the tensor starts its storage
         shape, stride, offset = value.shape, value.stride, 0
-    itemsize = value.dtype.itemsize
-    sizes = [_concrete(s, tensor) for s in shape]
-    if any(s == 0 for s in sizes):
-        return 0
-    strides = [_concrete(s, tensor) for s in stride]
-    extent = _concrete(offset, tensor) + 1
-    extent += sum((s - 1) * abs(st) for s, st in zip(sizes, strides, strict=True))
-    return int(extent * itemsize)
+    return TensorSpec(
+        shape=tuple(_concrete(s, tensor, bindings) for s in shape),
+        stride=tuple(_concrete(s, tensor, bindings) for s in stride),
+        dtype=str(value.dtype).removeprefix("torch."),
+        itemsize=int(value.dtype.itemsize),
+        storage_offset=_concrete(offset, tensor, bindings),
+    )
 
 
-def _concrete(value: Any, tensor: str) -> int:
+def _nbytes(value: Any, tensor: str, bindings: Bindings | None = None) -> int:
+    """Bytes of storage the tensor spans: ``(offset + 1 + Σ (size - 1) × stride) × itemsize``."""
+    return _spec(value, tensor, bindings).nbytes
+
+
+def _concrete(value: Any, tensor: str, bindings: Bindings | None = None) -> int:
     if isinstance(value, int):
         return value
-    as_int = getattr(getattr(value, "node", None), "maybe_as_int", lambda: None)()
+    node = getattr(value, "node", None)
+    as_int = getattr(node, "maybe_as_int", lambda: None)()
     if isinstance(as_int, int):
         return as_int
+    expr = getattr(node, "expr", None)
+    if bindings and expr is not None:
+        bound = expr.xreplace(bindings)
+        if bound.is_number:
+            return int(bound)
     raise InvalidProblemError(
         f"tensor {tensor!r} has a symbolic size ({value}); a static plan needs concrete "
-        "shapes: export with static shapes or trace with concrete example inputs",
+        "shapes: export with static shapes, trace with concrete example inputs, or bind the "
+        "symbols (tensorarena.runtime plans a dynamic-shape program per shape)",
         column=tensor,
     )
+
+
+def _free_symbols(value: Any) -> frozenset[Any]:
+    """The size symbols a tensor value's shape, strides or offset depend on (none if static)."""
+    torch = _torch()
+    if not isinstance(value, torch.Tensor):
+        return frozenset()
+    symbols: set[Any] = set()
+    for size in (*value.shape, *value.stride(), value.storage_offset()):
+        expr = getattr(getattr(size, "node", None), "expr", None)
+        if expr is not None:
+            symbols |= expr.free_symbols
+    return frozenset(symbols)
 
 
 def _is_contiguous(value: Any) -> bool:
@@ -153,7 +183,6 @@ def _schemas(node: torch.fx.Node) -> list[Any]:
         return [getattr(packet, overload)._schema for overload in packet.overloads()]
     except (AttributeError, RuntimeError):
         return []
-
 
 
 def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:

@@ -11,6 +11,10 @@ to ``steps``, one past the last node.
 
 Aliases always resolve to their root on the spot, so chains (a view of a view of an in-place
 result) cost nothing to follow later.
+
+Each planned buffer may carry a :class:`TensorSpec` (shape, strides, storage offset, dtype): what a
+runtime needs to lay a tensor over the buffer's bytes (see :mod:`tensorarena.runtime`). It is plain
+data, like the rest: dtypes are names (``"float32"``), so nothing here needs torch.
 """
 
 from __future__ import annotations
@@ -21,10 +25,34 @@ from dataclasses import dataclass, field
 from tensorarena.errors import InvalidProblemError
 from tensorarena.planning.problem import Buffer, Problem
 
-__all__ = ["GraphProblem", "Liveness"]
+__all__ = ["GraphProblem", "Liveness", "TensorSpec"]
 
 #: The kinds of tensors that are not planned (their storage is owned by someone else).
 UNPLANNED_KINDS = ("parameter", "buffer", "constant", "input")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """The layout of a tensor over a buffer: ``shape``, ``stride`` and ``storage_offset`` in
+    elements, ``dtype`` a torch dtype name without the prefix (``"float32"``, ``"bfloat16"``),
+    ``itemsize`` its bytes per element."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+    itemsize: int
+    storage_offset: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage the tensor spans: ``(offset + 1 + Σ (size - 1) × |stride|) × itemsize``
+        (0 for a tensor with no elements)."""
+        if any(size == 0 for size in self.shape):
+            return 0
+        extent = self.storage_offset + 1
+        pairs = zip(self.shape, self.stride, strict=True)
+        extent += sum((size - 1) * abs(stride) for size, stride in pairs)
+        return extent * self.itemsize
 
 
 @dataclass(frozen=True)
@@ -37,6 +65,8 @@ class GraphProblem:
     every tensor that shares the storage of another (views, in-place results, multi-output
     selections) to the root it shares: a buffer id or an unplanned name. ``outputs`` are the
     buffer ids that are graph outputs (they live to ``steps``, the number of time steps).
+    ``tensors`` maps planned buffer ids to the layout of the tensor that fills them, where the
+    front end knows it (the PyTorch front end always does).
     """
 
     problem: Problem
@@ -45,6 +75,7 @@ class GraphProblem:
     aliases: dict[str, str] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
     steps: int = 0
+    tensors: dict[str, TensorSpec] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -96,6 +127,7 @@ class Liveness:
         self._kinds: dict[str, str] = {}
         self._aliases: dict[str, str] = {}
         self._outputs: dict[str, None] = {}  # ordered set
+        self._specs: dict[str, TensorSpec] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self._root
@@ -108,9 +140,12 @@ class Liveness:
         """True if ``name`` lives in a planned buffer."""
         return self._root[name] in self._start
 
-    def produce(self, name: str, step: int, nbytes: int) -> None:
-        """A node at ``step`` creates ``name`` in fresh storage of ``nbytes`` bytes: plan it."""
+    def produce(self, name: str, step: int, nbytes: int, spec: TensorSpec | None = None) -> None:
+        """A node at ``step`` creates ``name`` in fresh storage of ``nbytes`` bytes: plan it
+        (``spec``, when known, is the layout of the tensor over those bytes)."""
         self._check_new(name)
+        if spec is not None:
+            self._specs[name] = spec
         self._root[name] = name
         self._start[name] = step
         self._end[name] = step + 1
@@ -161,6 +196,7 @@ class Liveness:
             aliases=dict(self._aliases),
             outputs=tuple(self._outputs),
             steps=steps,
+            tensors=dict(self._specs),
         )
 
     def _check_new(self, name: str) -> None:

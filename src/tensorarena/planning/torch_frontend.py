@@ -42,6 +42,7 @@ from tensorarena.errors import InvalidProblemError
 from tensorarena.planning._torch_graph import (
     _MISSING,
     _VIEW_IF_CONTIGUOUS,
+    Bindings,
     _flat_nodes,
     _is_contiguous,
     _is_tensor_like,
@@ -51,6 +52,7 @@ from tensorarena.planning._torch_graph import (
     _remember_storage,
     _returns_nothing,
     _schema_alias_arg,
+    _spec,
     _storage_key,
     _storages_comparable,
     _torch,
@@ -81,12 +83,18 @@ _METADATA_ONLY = frozenset(
 
 
 def problem_from_exported(
-    ep: torch.export.ExportedProgram, *, alignment: int = 64, name: str = ""
+    ep: torch.export.ExportedProgram,
+    *,
+    alignment: int = 64,
+    name: str = "",
+    bindings: Bindings | None = None,
 ) -> GraphProblem:
     """The planning problem of an ``ExportedProgram`` (from ``torch.export.export``).
 
     Inputs are classified by the program's graph signature: parameters, module buffers, lifted
-    constants and user inputs are unplanned. Every buffer gets ``alignment``.
+    constants and user inputs are unplanned. Every buffer gets ``alignment``. A program exported
+    with dynamic dimensions is planned for one shape: ``bindings`` gives each size symbol
+    (``s0``, a sympy symbol) its value.
     """
     _torch()
     from torch.export.graph_signature import InputKind
@@ -119,11 +127,23 @@ def problem_from_exported(
     def kind_of(node: torch.fx.Node) -> str:
         return by_name.get(node.name, "input")
 
-    return _walk(ep.graph, kind_of, lambda node: None, tied=tied, alignment=alignment, name=name)
+    return _walk(
+        ep.graph,
+        kind_of,
+        lambda node: None,
+        tied=tied,
+        alignment=alignment,
+        name=name,
+        bindings=bindings,
+    )
 
 
 def problem_from_fx(
-    gm: torch.fx.GraphModule, *, alignment: int = 64, name: str = ""
+    gm: torch.fx.GraphModule,
+    *,
+    alignment: int = 64,
+    name: str = "",
+    bindings: Bindings | None = None,
 ) -> GraphProblem:
     """The planning problem of a ``GraphModule`` whose nodes carry shapes.
 
@@ -131,7 +151,8 @@ def problem_from_fx(
     ``node.meta["tensor_meta"]`` (``torch.fx.passes.shape_prop.ShapeProp``). Placeholders are
     unplanned inputs, unless :func:`trace_training` marked them as parameters or buffers or
     their value is a ``Parameter`` (dynamo); ``get_attr`` tensors are unplanned parameters,
-    buffers or constants.
+    buffers or constants. ``bindings`` gives values to size symbols, as for
+    :func:`problem_from_exported`.
     """
     th = _torch()
     params = {id(p) for p in gm.parameters()}
@@ -155,7 +176,7 @@ def problem_from_fx(
         kind = "parameter" if id(value) in params else "buffer" if id(value) in buffers else None
         return value, kind or "constant"
 
-    return _walk(gm.graph, kind_of, attr_of, alignment=alignment, name=name)
+    return _walk(gm.graph, kind_of, attr_of, alignment=alignment, name=name, bindings=bindings)
 
 
 def trace_training(
@@ -246,6 +267,7 @@ def _walk(
     tied: Mapping[str, str] | None = None,
     alignment: int,
     name: str,
+    bindings: Bindings | None = None,
 ) -> GraphProblem:
     torch = _torch()
     nodes = list(graph.nodes)
@@ -265,14 +287,15 @@ def _walk(
             if tied and node.name in tied and tied[node.name] in live:
                 live.alias(node.name, tied[node.name], step)
             elif _is_tensor_like(value):
-                live.external(node.name, _nbytes(value, node.name), kind_of(node))
+                live.external(node.name, _nbytes(value, node.name, bindings), kind_of(node))
                 _remember_storage(value, node.name, by_storage)
             continue
         if node.op == "get_attr":
             attr = attr_of(node)
             value = node.meta.get("val", attr[0] if attr else None)
             if _is_tensor_like(value):
-                live.external(node.name, _nbytes(value, node.name), attr[1] if attr else "constant")
+                nbytes = _nbytes(value, node.name, bindings)
+                live.external(node.name, nbytes, attr[1] if attr else "constant")
                 _remember_storage(value, node.name, by_storage)
             continue
         selector = _selected_output(node, elements)
@@ -296,7 +319,7 @@ def _walk(
                 column=node.name,
             )
         if _is_tensor_like(value):
-            _place(node, 0, node.name, value, step, live, by_storage, elements)
+            _place(node, 0, node.name, value, step, live, by_storage, elements, bindings)
         elif isinstance(value, (list, tuple)):
             names = _element_names(node, len(value))
             elements[node.name] = [
@@ -304,7 +327,7 @@ def _walk(
             ]
             for k, (tensor, v) in enumerate(zip(names, value, strict=True)):
                 if _is_tensor_like(v):
-                    _place(node, k, tensor, v, step, live, by_storage, elements)
+                    _place(node, k, tensor, v, step, live, by_storage, elements, bindings)
     return live.build(steps=steps, name=name, alignment=alignment)
 
 
@@ -317,6 +340,7 @@ def _place(
     live: Liveness,
     by_storage: dict[int, str] | None,
     elements: dict[str, list[str | None]],
+    bindings: Bindings | None,
 ) -> None:
     """Record output ``k`` of ``node`` (named ``tensor``): an alias of a known root, or new."""
     key = _storage_key(value) if by_storage is not None else None
@@ -332,7 +356,8 @@ def _place(
         # A fake storage that stands for the base's bytes (an inactive dropout's) leads there too.
         _remember_storage(value, base, by_storage)
     else:
-        live.produce(tensor, step, _nbytes(value, tensor))
+        spec = _spec(value, tensor, bindings)
+        live.produce(tensor, step, spec.nbytes, spec)
         _remember_storage(value, tensor, by_storage)
 
 
