@@ -1,0 +1,28 @@
+"""Running PyTorch models with a static memory plan: the hybrid static + dynamic runtime.
+
+:class:`PlannedProgram` runs a ``torch.export`` program or an FX graph node by node with every
+planned intermediate written into its slot of one arena (a :class:`Workspace` over tensorarena
+memory); :func:`materialize` is the bridge for runtimes of one's own (one block, a tensor per
+buffer). torch is imported only when one of these is used.
+"""
+
+from tensorarena.runtime.lowering import PATHS, NodePath
+from tensorarena.runtime.materialize import Materialized, materialize
+from tensorarena.runtime.program import ExportFailedError, PlannedProgram, PlanVerificationError
+from tensorarena.runtime.report import ExecutionReport
+from tensorarena.runtime.shapes import ShapeNotCoveredError
+from tensorarena.runtime.workspace import Workspace, WorkspaceStatistics
+
+__all__ = [
+    "PATHS",
+    "ExecutionReport",
+    "ExportFailedError",
+    "Materialized",
+    "NodePath",
+    "PlanVerificationError",
+    "PlannedProgram",
+    "ShapeNotCoveredError",
+    "Workspace",
+    "WorkspaceStatistics",
+    "materialize",
+]

@@ -1,0 +1,402 @@
+"""From an FX graph and its plan to straight-line Python that runs every node in its slot.
+
+Two steps, both once per specialisation of a program (not per call):
+
+1. :func:`classify` decides, before planning, which path every node takes and which buffers are
+   left out of the plan (*dynamic*), with a reason for each:
+
+   ``out``      every result is a planned buffer and the op has an out variant
+                (:func:`~tensorarena.runtime.ops.out_variant`): it writes into its slots;
+   ``copy``     planned results, no usable out variant: the op runs as usual and its results are
+                copied into their slots (the op's own allocation lives for one node only);
+   ``alias``    views and in-place ops: they run as they are, over whatever storage they alias;
+   ``dynamic``  results outside the arena: graph outputs (handed to the caller, see
+                :mod:`~tensorarena.runtime.program`), and, with ``unplaceable="dynamic"``,
+                results of ops without an out variant;
+   ``pool``     results whose size follows a dimension declared *growing*: written through the
+                out variant into a block of the dynamic pool, sized at each call;
+   ``other``    no tensor result: shape arithmetic, assertions, picking one result of several.
+
+2. :func:`generate` writes one Python function for the plan: one statement per node, calling
+   the op (or its out variant, the raw ``torch._C`` callable with its slot bound as a global)
+   and dropping each value after its last use, as ``torch.fx`` code generation does. Out calls
+   sit in ``try`` blocks (free in CPython 3.11 until something raises): an out variant that
+   refuses its slot falls back to the ``copy`` path and the node is reported, never a crash.
+
+With ``poison=True`` every buffer's bytes are overwritten (``0xFF``: NaN in floating point) right
+after its last use and the whole arena before the first node, so a lifetime computed too short,
+or a read of bytes never written, changes the results instead of passing unnoticed.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value, _op_name
+from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
+from tensorarena.planning.torch_frontend import _element_names
+from tensorarena.runtime.materialize import slot
+from tensorarena.runtime.ops import out_variant
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+__all__ = ["PATHS", "Lowering", "NodePath", "Unplaceable", "classify", "generate"]
+
+#: Every path a node can take, in report order.
+PATHS = ("out", "copy", "alias", "dynamic", "pool", "other")
+Path = Literal["out", "copy", "alias", "dynamic", "pool", "other"]
+Unplaceable = Literal["copy", "dynamic"]
+
+POISON_BYTE = 0xFF
+
+
+@dataclass(frozen=True)
+class NodePath:
+    """The path one node takes, and why."""
+
+    node: str
+    op: str
+    path: Path
+    reason: str
+
+
+@dataclass
+class Lowering:
+    """The decisions of :func:`classify`: a path per node (by node name), the buffers left out
+    of the plan with the reason, and each node's tensor names (one per result, ``None`` where a
+    result is not a tensor)."""
+
+    paths: dict[str, NodePath] = field(default_factory=dict)
+    dynamic: dict[str, str] = field(default_factory=dict)
+    results: dict[str, list[str | None]] = field(default_factory=dict)
+
+    def demote(self, node: str, reason: str) -> None:
+        """Send an ``out`` node down the ``copy`` path from now on (its out variant failed)."""
+        old = self.paths[node]
+        self.paths[node] = NodePath(old.node, old.op, "copy", reason)
+
+
+def classify(
+    graph: torch.fx.Graph,
+    gp: GraphProblem,
+    *,
+    unplaceable: Unplaceable = "copy",
+    pooled: Iterable[str] = (),
+    demoted: Mapping[str, str] | None = None,
+) -> Lowering:
+    """Decide every node's path (see the module docstring) before planning.
+
+    ``pooled`` are buffers whose size follows a growing dimension (dynamic pool); ``demoted``
+    maps nodes whose out variant failed before to the reason (they take the ``copy`` path).
+    """
+    planned = {b.id for b in gp.problem.buffers}
+    outputs = set(gp.outputs)
+    pooled = set(pooled)
+    demoted = demoted or {}
+    lowering = Lowering()
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        op = _op_label(node)
+        value = _meta_value(node)
+        if _is_tensor_like(value):
+            names: list[str | None] = [node.name]
+        elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
+            names = [
+                name if _is_tensor_like(v) else None
+                for name, v in zip(_element_names(node, len(value)), value, strict=True)
+            ]
+        else:
+            names = []
+        lowering.results[node.name] = names
+        roots = [name for name in names if name is not None and name in planned]
+        if not roots:
+            if any(name is not None and name in gp.aliases for name in names):
+                reason = "in-place" if _mutates(node) else "view of its input"
+                lowering.paths[node.name] = NodePath(node.name, op, "alias", reason)
+            else:
+                reason = "picks one result" if node.target is operator.getitem else "no tensor"
+                lowering.paths[node.name] = NodePath(node.name, op, "other", reason)
+            continue
+        for root in roots:
+            if root in outputs:
+                lowering.dynamic[root] = "graph output, handed to the caller"
+            elif root in pooled:
+                lowering.dynamic[root] = "size follows a growing dimension"
+        variant = out_variant(node.target) if node.op == "call_function" else None
+        kept = [root for root in roots if root not in lowering.dynamic]
+        whole = len(roots) == len(names)  # every result is a fresh planned-or-pooled buffer
+        if node.name in demoted and kept:
+            path: Path = "copy"
+            reason = demoted[node.name]
+        elif not kept and any(lowering.dynamic[r].startswith("size") for r in roots):
+            path = "pool" if variant is not None and whole else "dynamic"
+            reason = "size follows a growing dimension" + (
+                "" if path == "pool" else " (no out variant: the op allocates it)"
+            )
+        elif not kept:
+            path, reason = "dynamic", lowering.dynamic[roots[0]]
+        elif variant is not None and whole and len(kept) == len(roots):
+            path, reason = "out", f"written in place by {variant.name}"
+        elif unplaceable == "dynamic" and variant is None:
+            path, reason = "dynamic", "no out variant: result kept where the op allocated it"
+            for root in kept:
+                lowering.dynamic[root] = reason
+        else:
+            path = "copy"
+            reason = (
+                "no out variant: run, then copied into its slot"
+                if variant is None
+                else "results only partly planned: run, then copied into the slots"
+            )
+        lowering.paths[node.name] = NodePath(node.name, op, path, reason)
+    return lowering
+
+
+def _op_label(node: torch.fx.Node) -> str:
+    target = node.target
+    name = getattr(target, "name", None)
+    if callable(name):  # OpOverload.name() -> "aten::mm"; its str is "aten.mm.default"
+        return str(target)
+    if node.op == "call_method":
+        return f"Tensor.{target}"
+    return getattr(target, "__name__", str(target))
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        return bool(schema.is_mutable)
+    return _op_name(node).endswith("_") and not _op_name(node).endswith("__")
+
+
+# ----------------------------------------------------------------------------------------------
+# Code generation
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Generated:
+    """The generated function and what it needs: ``run(inputs) -> outputs`` (flat lists), its
+    source (for debugging), the slot tensors by buffer id, and the nodes whose out variant
+    failed at run time (filled in by the function itself; the program then re-lowers them)."""
+
+    run: Callable[[list[Any]], Any]
+    source: str
+    slots: dict[str, torch.Tensor]
+    failed: dict[str, str]
+
+
+def generate(
+    graph: torch.fx.Graph,
+    owner: Any,
+    gp: GraphProblem,
+    lowering: Lowering,
+    offsets: Mapping[str, int],
+    memory: torch.Tensor,
+    *,
+    poison: bool = False,
+    pool_tensor: Callable[[str], Any] | None = None,
+) -> Generated:
+    """Write and compile the function that runs ``graph`` with planned buffers at ``offsets``
+    in ``memory``. ``owner`` resolves ``get_attr``/``call_module`` targets (the graph's module);
+    ``pool_tensor(buffer)`` returns the callable that allocates a pooled buffer at call time."""
+    import torch
+
+    writer = _Writer()
+    slots: dict[str, torch.Tensor] = {}
+    failed: dict[str, str] = {}
+    specs: dict[str, TensorSpec] = gp.tensors
+    for buffer_id, offset in offsets.items():
+        slots[buffer_id] = slot(memory, offset, specs[buffer_id])
+    nodes = list(graph.nodes)
+    index = {node: i for i, node in enumerate(nodes)}
+    last_use = _last_uses(nodes, index)
+    deaths: dict[int, list[str]] = {}
+    if poison:
+        ends = {b.id: b.end for b in gp.problem.buffers if b.id in offsets}
+        for buffer_id, end in ends.items():
+            deaths.setdefault(end - 1, []).append(buffer_id)
+    writer.globals.update(
+        _failed=failed, _torch=torch, _grad=torch._C._set_grad_enabled, _poison=_poison_bytes
+    )
+    lines = writer.lines
+    placeholders = [f"v{index[n]}" for n in nodes if n.op == "placeholder"]
+    lines.append("def run(inputs):")
+    if placeholders:
+        lines.append(f"    {', '.join(placeholders)}, = inputs")
+    if poison:
+        lines.append(f"    _poison({writer.const(memory)})")
+    for i, node in enumerate(nodes):
+        if node.op == "placeholder":
+            pass
+        elif node.op == "output":
+            lines.append(f"    return {writer.expr(node.args[0], index)}")
+        elif node.op == "get_attr":
+            lines.append(f"    v{i} = {writer.const(_resolve(owner, str(node.target)))}")
+        else:
+            _statement(writer, node, i, index, lowering, slots, failed, pool_tensor, owner)
+        for buffer_id in deaths.get(i, ()):
+            whole = memory[offsets[buffer_id] : offsets[buffer_id] + specs[buffer_id].nbytes]
+            lines.append(f"    _poison({writer.const(whole)})")
+        dead = [f"v{index[n]}" for n in last_use.get(i, ())]
+        if node.op != "output" and not node.users and node.op != "placeholder":
+            dead.append(f"v{i}")
+        if dead and node.op != "output":
+            lines.append(f"    del {', '.join(dead)}")
+    source = "\n".join(lines) + "\n"
+    namespace = dict(writer.globals)
+    exec(compile(source, f"<tensorarena planned {gp.name or 'program'}>", "exec"), namespace)
+    return Generated(namespace["run"], source, slots, failed)
+
+
+def _poison_bytes(memory: torch.Tensor) -> None:
+    memory.fill_(POISON_BYTE)
+
+
+def _resolve(owner: Any, target: str) -> Any:
+    value = owner
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _last_uses(
+    nodes: list[torch.fx.Node], index: Mapping[torch.fx.Node, int]
+) -> dict[int, list[torch.fx.Node]]:
+    """Node index → the values used for the last time there (placeholders included)."""
+    last: dict[torch.fx.Node, int] = {}
+    for i, node in enumerate(nodes):
+        for used in node.all_input_nodes:
+            last[used] = i
+    by_step: dict[int, list[torch.fx.Node]] = {}
+    for used, i in last.items():
+        by_step.setdefault(i, []).append(used)
+    return by_step
+
+
+def _statement(
+    writer: _Writer,
+    node: torch.fx.Node,
+    i: int,
+    index: Mapping[torch.fx.Node, int],
+    lowering: Lowering,
+    slots: Mapping[str, torch.Tensor],
+    failed: dict[str, str],
+    pool_tensor: Callable[[str], Any] | None,
+    owner: Any,
+) -> None:
+    lines = writer.lines
+    target = node.target
+    if node.op == "call_module":
+        target = _resolve(owner, str(target))
+    if target is operator.getitem and len(node.args) == 2 and isinstance(node.args[1], int):
+        lines.append(f"    v{i} = {writer.expr(node.args[0], index)}[{node.args[1]}]")
+        return
+    args = ", ".join(
+        [writer.expr(a, index) for a in node.args]
+        + [f"{k}={writer.expr(v, index)}" for k, v in node.kwargs.items()]
+    )
+    if node.op == "call_method":
+        self_arg, *rest = node.args
+        rest_args = ", ".join(
+            [writer.expr(a, index) for a in rest]
+            + [f"{k}={writer.expr(v, index)}" for k, v in node.kwargs.items()]
+        )
+        call = f"{writer.expr(self_arg, index)}.{target}({rest_args})"
+    else:
+        call = f"{writer.const(_raw(target))}({args})"
+    path = lowering.paths.get(node.name)
+    names = lowering.results.get(node.name, [])
+    sep = ", " if args else ""
+    if path is None or path.path in ("alias", "dynamic", "other"):
+        lines.append(f"    v{i} = {call}")
+    elif path.path == "out":
+        variant = out_variant(node.target)
+        assert variant is not None  # classify chose "out" because there is one
+        outs = ", ".join(
+            f"{kw}={writer.const(slots[str(name)])}"
+            for kw, name in zip(variant.outputs, names, strict=True)
+        )
+        lines.append("    try:")
+        lines.append(f"        v{i} = {writer.const(_raw(variant.op))}({args}{sep}{outs})")
+        lines.append("    except Exception as error:")
+        lines.append(f"        _failed[{node.name!r}] = f'{variant.name} failed: {{error}}'")
+        lines.append(f"        v{i} = {_copy_into(writer, call, names, slots)}")
+    elif path.path == "copy":
+        lines.append(f"    v{i} = {_copy_into(writer, call, names, slots)}")
+    elif path.path == "pool":
+        variant = out_variant(node.target)
+        assert variant is not None and pool_tensor is not None
+        outs = ", ".join(
+            f"{kw}={writer.const(pool_tensor(str(name)))}()"
+            for kw, name in zip(variant.outputs, names, strict=True)
+        )
+        lines.append(f"    v{i} = {writer.const(_raw(variant.op))}({args}{sep}{outs})")
+
+
+def _copy_into(
+    writer: _Writer, call: str, names: list[str | None], slots: Mapping[str, torch.Tensor]
+) -> str:
+    """An expression: run ``call`` and copy its planned results into their slots."""
+    if len(names) == 1 and names[0] is not None and names[0] in slots:
+        return f"{writer.const(slots[names[0]])}.copy_({call})"
+    parts = []
+    for k, name in enumerate(names):
+        if name is not None and name in slots:
+            parts.append(f"{writer.const(slots[name])}.copy_(_r[{k}])")
+        else:
+            parts.append(f"_r[{k}]")
+    return f"(lambda _r: ({', '.join(parts)},))({call})"
+
+
+def _raw(target: Any) -> Any:
+    """The C++ callable behind an ``OpOverload`` (skips one Python frame per call)."""
+    raw = getattr(target, "_op", None)
+    return raw if callable(raw) and hasattr(target, "_schema") else target
+
+
+class _Writer:
+    """Source lines plus the globals they name: constants are hoisted, never printed."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.globals: dict[str, Any] = {}
+        self._names: dict[int, str] = {}
+
+    def const(self, value: Any) -> str:
+        key = id(value)
+        name = self._names.get(key)
+        if name is None:
+            name = f"_g{len(self._names)}"
+            self._names[key] = name
+            self.globals[name] = value
+        return name
+
+    def expr(self, value: Any, index: Mapping[Any, int]) -> str:
+        import torch.fx
+
+        if isinstance(value, torch.fx.Node):
+            return f"v{index[value]}"
+        if isinstance(value, tuple):
+            items = [self.expr(v, index) for v in value]
+            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        if isinstance(value, list):
+            return f"[{', '.join(self.expr(v, index) for v in value)}]"
+        if isinstance(value, dict):
+            pairs = ", ".join(f"{k!r}: {self.expr(v, index)}" for k, v in value.items())
+            return f"{{{pairs}}}"
+        if isinstance(value, slice):
+            parts = (self.expr(p, index) for p in (value.start, value.stop, value.step))
+            return f"slice({', '.join(parts)})"
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float) and math.isfinite(value):
+            return repr(value)
+        return self.const(value)

@@ -1,0 +1,70 @@
+"""Which ATen ops can write their result into a given tensor: ``out=`` overloads from op schemas.
+
+An op overload such as ``aten::mm(Tensor self, Tensor mat2) -> Tensor`` has an out variant when
+its overload packet holds another overload with the same arguments, in the same order with the
+same types, plus keyword-only outputs annotated as written (``Tensor(a!) out``), one per return:
+``aten::mm.out``, ``aten::add.out`` for ``add.Tensor``, ``add.Scalar_out`` for ``add.Scalar``,
+``native_layer_norm.out(..., out0, out1, out2)`` for a three-output op. Matching on the whole
+argument list, not on overload names, finds all of these and never pairs ``arange.default`` (which
+takes a dtype) with ``arange.out`` (which does not).
+
+Answers are cached per op overload: a runtime asks once per node when it builds a program.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["OutVariant", "out_variant"]
+
+
+@dataclass(frozen=True)
+class OutVariant:
+    """The out overload of an op: call ``op(*args, **kwargs, **{name: tensor for each output})``."""
+
+    op: Any  #: the ``torch._ops.OpOverload`` of the out variant
+    outputs: tuple[str, ...]  #: keyword names of its outputs, in the order of the op's returns
+
+    @property
+    def name(self) -> str:
+        """The schema name with overload, e.g. ``aten::mm.out``."""
+        schema = self.op._schema
+        return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def out_variant(op: Any) -> OutVariant | None:
+    """The out variant of an ``OpOverload`` (``torch.ops.aten.mm.default`` → ``mm.out``), or
+    ``None`` when it has none (views, in-place ops, composite ops such as ``layer_norm``, factory
+    functions whose out variant takes other arguments, ops that are not ``OpOverload``\\ s)."""
+    try:
+        return _out_variant(op)
+    except TypeError:  # unhashable target: not an op overload
+        return None
+
+
+@functools.cache
+def _out_variant(op: Any) -> OutVariant | None:
+    schema = getattr(op, "_schema", None)
+    packet = getattr(op, "overloadpacket", None)
+    if schema is None or packet is None or schema.is_mutable or not schema.returns:
+        return None
+    if any(ret.alias_info is not None for ret in schema.returns):
+        return None  # a view or an in-place op: its result is an input's storage already
+    if any(str(ret.type) != "Tensor" for ret in schema.returns):
+        return None  # lists and optional results have no fixed slot
+    wanted = [_signature(arg) for arg in schema.arguments]
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        arguments = candidate._schema.arguments
+        outputs = [arg for arg in arguments if arg.is_out]
+        if len(outputs) != len(schema.returns) or any(str(a.type) != "Tensor" for a in outputs):
+            continue
+        if [_signature(arg) for arg in arguments if not arg.is_out] == wanted:
+            return OutVariant(candidate, tuple(arg.name for arg in outputs))
+    return None
+
+
+def _signature(arg: Any) -> tuple[str, str, bool]:
+    return arg.name, str(arg.type), bool(arg.kwarg_only)

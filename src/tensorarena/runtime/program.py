@@ -1,0 +1,468 @@
+"""``PlannedProgram``: a PyTorch graph run node by node, every intermediate at its planned offset.
+
+Built from a ``torch.export`` program (:meth:`PlannedProgram.from_exported`) or an FX graph with
+shapes (:meth:`PlannedProgram.from_graph_module`: ``make_fx``, ``aot_autograd``). For each input
+shape it:
+
+1. builds the graph's planning problem (:mod:`tensorarena.planning.torch_frontend`, with the
+   shape's values for the size symbols of a dynamic graph);
+2. decides each node's path (:func:`~tensorarena.runtime.lowering.classify`) and leaves out of
+   the plan what cannot live in the arena;
+3. plans the rest (:func:`tensorarena.planning.plan`) and reserves the plan's height in its
+   :class:`~tensorarena.runtime.workspace.Workspace`, one block from a tensorarena resource;
+4. generates straight-line code that writes each result into its slot.
+
+and caches the result, up to ``max_plans`` shapes (least recently used first out), as ONNX
+Runtime caches its memory patterns. ``max_shapes`` plans once for declared maximum sizes instead
+and serves every smaller shape inside that plan (each buffer at the same offset, never larger);
+``growing`` names dimensions that change at every call (a growing KV cache): their buffers are
+allocated per call from the dynamic pool and never trigger a new plan.
+
+**Outputs never alias the arena.** The buffers a graph returns (and everything they view) are
+left out of the plan and made fresh at each call, so the caller owns them outright and the next
+call cannot overwrite them: the plan is made *around* the outputs rather than copying them out,
+which costs nothing but those outputs' own allocation, exactly what eager execution pays.
+
+**Threads.** A call holds the workspace for its whole duration; a second thread waits
+(``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.errors import InvalidArgumentError, TensorArenaError
+from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
+from tensorarena.planning.graph_problem import GraphProblem
+from tensorarena.planning.planners import plan as make_plan
+from tensorarena.planning.problem import Plan, Problem, lower_bound
+from tensorarena.runtime.lowering import (
+    Generated,
+    Lowering,
+    Unplaceable,
+    classify,
+    generate,
+)
+from tensorarena.runtime.materialize import _torch, block, slot
+from tensorarena.runtime.report import ExecutionReport
+from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
+from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
+from tensorarena.runtime.workspace import Concurrency, Workspace
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+    from tensorarena.memory.resource import MemoryResource
+
+__all__ = ["ExportFailedError", "PlanVerificationError", "PlannedProgram"]
+
+#: Seconds the exact search may spend on one shape's plan by default.
+DEFAULT_TIME_LIMIT = 2.0
+
+
+class PlanVerificationError(TensorArenaError):
+    """:meth:`PlannedProgram.verify` found outputs that differ from the unplanned graph's, or a
+    slot whose layout an op changed: a lifetime computed too short, or an unsafe alias."""
+
+
+class ExportFailedError(TensorArenaError):
+    """``torch.export`` could not capture the model; the message says what to try and the
+    ``__cause__`` is torch's own error."""
+
+
+@dataclass
+class _Specialization:
+    """Everything built for one input shape."""
+
+    bindings: dict[Any, int]
+    graph: GraphProblem
+    lowering: Lowering
+    plan: Plan
+    planner_note: str
+    generated: Generated
+    generation: int
+    seconds: float
+
+
+class PlannedProgram:
+    """A graph run in one planned arena; call it like the program it was built from.
+
+    Use :meth:`from_exported` or :meth:`from_graph_module`. Options (keyword-only):
+
+    ``resource``
+        where the arena's block comes from (default: tensorarena's default resource);
+    ``workspace``
+        a :class:`Workspace` to share with other programs that never run at the same time
+        (default: one of its own over ``resource``);
+    ``pool``
+        the resource of the dynamic pool (buffers of growing dimensions);
+    ``planner``, ``time_limit``
+        passed to :func:`tensorarena.planning.plan`;
+    ``unplaceable``
+        ``"copy"`` (default): a result of an op without an out variant is copied into its
+        slot, so every planned byte lives in the arena; ``"dynamic"``: it stays where the op
+        put it, outside the plan;
+    ``poison``
+        overwrite each buffer when its lifetime ends (a debugging mode; see :meth:`verify`);
+    ``max_plans``, ``max_shapes``, ``growing``
+        dynamic shapes (see the module docstring);
+    ``concurrency``
+        ``"serialize"`` or ``"refuse"`` concurrent calls (of a workspace made here).
+    """
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        problem_of: Callable[[Mapping[Any, int]], GraphProblem],
+        signature: Signature,
+        *,
+        name: str = "",
+        reference: Callable[..., Any] | None = None,
+        ranges: Mapping[Any, tuple[int, int | None]] | None = None,
+        resource: MemoryResource | None = None,
+        workspace: Workspace | None = None,
+        pool: MemoryResource | None = None,
+        planner: str = "auto",
+        time_limit: float = DEFAULT_TIME_LIMIT,
+        unplaceable: Unplaceable = "copy",
+        poison: bool = False,
+        max_plans: int = 8,
+        max_shapes: Mapping[str, Sequence[int]] | None = None,
+        growing: Iterable[str] = (),
+        concurrency: Concurrency = "serialize",
+    ) -> None:
+        torch = _torch()
+        if unplaceable not in ("copy", "dynamic"):
+            raise InvalidArgumentError(
+                f"unplaceable must be 'copy' or 'dynamic', got {unplaceable!r}"
+            )
+        if type(max_plans) is not int or max_plans < 1:
+            raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
+        self.name = name
+        self._gm = gm
+        self._graph = gm.graph
+        self._problem_of = problem_of
+        self._signature = signature
+        self._reference = reference
+        self.workspace = workspace or Workspace(resource, concurrency=concurrency)
+        self._pool = pool
+        self._planner = planner
+        self._time_limit = time_limit
+        self._unplaceable: Unplaceable = unplaceable
+        self._poison = poison
+        self._max_plans = max_plans
+        self._binder = ShapeBinder(self._graph, signature.checked, ranges=ranges)
+        self._growing = growing_symbols(self._binder, growing)
+        self._key_symbols = tuple(s for s in self._binder.symbols if s not in self._growing)
+        self._max_bindings: dict[Any, int] | None = None
+        if max_shapes is not None:
+            self._max_bindings = self._binder.bind_shapes(max_shapes)
+            self._binder.limit({s: v for s, v in self._max_bindings.items()
+                                if s not in self._growing})
+        self._max: _Specialization | None = None
+        self._cache: OrderedDict[tuple[int, ...], _Specialization] = OrderedDict()
+        self._demoted: dict[str, str] = {}
+        self._last: _Specialization | None = None
+        self._bindings: Mapping[Any, int] = {}
+        self._values = _result_values(self._graph)
+        self._no_grad = torch.no_grad
+        self.plans_made = 0  #: how many plans were computed (one per new shape without max_shapes)
+
+    # ------------------------------------------------------------------------------------------
+    # Construction
+    # ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_exported(cls, ep: torch.export.ExportedProgram, **options: Any) -> PlannedProgram:
+        """Plan and run an ``ExportedProgram``; call the result as ``ep.module()`` is called."""
+        from tensorarena.planning.torch_frontend import problem_from_exported
+
+        name = options.pop("name", "") or "exported"
+
+        def problem_of(bindings: Mapping[Any, int]) -> GraphProblem:
+            return problem_from_exported(ep, name=name, bindings=bindings or None)
+
+        return cls(ep.graph_module, problem_of, ExportedSignature(ep), name=name,
+                   reference=ep.module(), ranges=ranges_of(ep), **options)
+
+    @classmethod
+    def from_module(
+        cls,
+        model: torch.nn.Module,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        dynamic_shapes: Any = None,
+        strict: bool = False,
+        **options: Any,
+    ) -> PlannedProgram:
+        """Export ``model`` with ``torch.export.export`` (under ``no_grad``, in the mode it is
+        in: call ``model.eval()`` first for inference) and plan the program. A model that cannot
+        be exported raises :class:`ExportFailedError` carrying torch's error."""
+        torch = _torch()
+        try:
+            with torch.no_grad():
+                ep = torch.export.export(model, tuple(args), dict(kwargs or {}),
+                                         dynamic_shapes=dynamic_shapes, strict=strict)
+        except Exception as exc:
+            raise ExportFailedError(
+                f"torch.export could not capture {type(model).__name__}: "
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}\n"
+                "What to try: torch.compile(model, backend='tensorarena'), which plans the parts "
+                "export cannot capture whole (graph breaks); strict=False if you passed True; "
+                "a dynamic_shapes spec if a dimension changes between calls; or export the model "
+                "yourself and pass the program to PlannedProgram.from_exported"
+            ) from exc
+        options.setdefault("name", type(model).__name__)
+        return cls.from_exported(ep, **options)
+
+    @classmethod
+    def from_graph_module(
+        cls,
+        gm: torch.fx.GraphModule,
+        *,
+        input_names: Sequence[str] | None = None,
+        check_inputs: bool = True,
+        **options: Any,
+    ) -> PlannedProgram:
+        """Plan and run an FX ``GraphModule`` whose nodes carry shapes (``make_fx``, export,
+        dynamo, ``aot_autograd``); call the result with the graph's placeholders in order.
+        ``check_inputs=False`` skips the shape checks (for callers that guard already)."""
+        from tensorarena.planning.torch_frontend import problem_from_fx
+
+        name = options.pop("name", "") or "graph"
+        signature = options.pop("signature", None) or FlatSignature(
+            gm, input_names, check=check_inputs
+        )
+
+        def problem_of(bindings: Mapping[Any, int]) -> GraphProblem:
+            return problem_from_fx(gm, name=name, bindings=bindings or None)
+
+        return cls(gm, problem_of, signature, name=name, reference=options.pop("reference", gm),
+                   **options)
+
+    # ------------------------------------------------------------------------------------------
+    # Calling
+    # ------------------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inputs = self._signature.flatten(args, kwargs)
+        return self._signature.unflatten(self.run_flat(inputs), inputs)
+
+    def run_flat(self, inputs: list[Any]) -> Any:
+        """Run with the placeholder values in graph order; return the graph's flat outputs."""
+        with self.workspace.use(), self._no_grad():
+            bindings = self._binder.bind(inputs)
+            current = self._specialization(bindings)
+            self._bindings = bindings
+            outputs = current.generated.run(inputs)
+            if current.generated.failed:
+                self._relower(current)
+        return outputs
+
+    def _specialization(self, bindings: dict[Any, int]) -> _Specialization:
+        key = tuple(bindings[s] for s in self._key_symbols)
+        current = self._cache.get(key)
+        if current is None:
+            current = self._build(bindings)
+            self._cache[key] = current
+            while len(self._cache) > self._max_plans:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+            if current.generation != self.workspace.generation:
+                self._regenerate(current)
+        self._last = current
+        return current
+
+    # ------------------------------------------------------------------------------------------
+    # Building one shape
+    # ------------------------------------------------------------------------------------------
+
+    def _build(self, bindings: dict[Any, int]) -> _Specialization:
+        start = time.perf_counter()
+        graph = self._problem_of(bindings)
+        lowering = self._classify(graph)
+        planned = Problem(
+            (b for b in graph.problem.buffers if b.id not in lowering.dynamic), name=graph.name
+        )
+        plan, note = self._plan_for(planned, bindings)
+        self.workspace.reserve(plan.height)
+        generated = self._generate(graph, lowering, plan, poison=self._poison)
+        return _Specialization(bindings, graph, lowering, plan, note, generated,
+                               self.workspace.generation, time.perf_counter() - start)
+
+    def _classify(self, graph: GraphProblem) -> Lowering:
+        return classify(self._graph, graph, unplaceable=self._unplaceable,
+                        pooled=self._pooled(), demoted=self._demoted)
+
+    def _pooled(self) -> set[str]:
+        if not self._growing:
+            return set()
+        return {name for name, value in self._values.items()
+                if _free_symbols(value) & self._growing}
+
+    def _plan_for(self, planned: Problem, bindings: Mapping[Any, int]) -> tuple[Plan, str]:
+        if self._max_bindings is not None:
+            fitted = self._inside_max_plan(planned)
+            if fitted is not None:
+                return fitted, "inside the plan for the maximum shapes"
+        self.plans_made += 1
+        return make_plan(planned, self._planner, time_limit=self._time_limit), ""
+
+    def _inside_max_plan(self, planned: Problem) -> Plan | None:
+        """The maximum-shape plan's offsets for ``planned`` if every buffer fits in its slot."""
+        if self._max is None:
+            assert self._max_bindings is not None
+            self._max = self._build_max(self._max_bindings)
+        maximum = self._max.plan
+        offsets = maximum.as_dict()
+        sizes = {b.id: b.nbytes for b in maximum.problem.buffers}
+        if any(b.id not in sizes or b.nbytes > sizes[b.id] for b in planned.buffers):
+            return None  # a buffer grew where the dimensions shrank: plan this shape anew
+        # Same lifetimes, no larger sizes, same offsets: no two buffers can overlap. The
+        # arena keeps the maximum plan's height, so any shape up to the maximum fits.
+        return Plan(planned, tuple(offsets[b.id] for b in planned.buffers),
+                    planner=maximum.planner, optimal=False)
+
+    def _build_max(self, bindings: dict[Any, int]) -> _Specialization:
+        graph = self._problem_of(bindings)
+        lowering = self._classify(graph)
+        planned = Problem(
+            (b for b in graph.problem.buffers if b.id not in lowering.dynamic), name=graph.name
+        )
+        self.plans_made += 1
+        plan = make_plan(planned, self._planner, time_limit=self._time_limit)
+        self.workspace.reserve(plan.height)
+        return _Specialization(bindings, graph, lowering, plan, "maximum shapes",
+                               _EMPTY, self.workspace.generation, 0.0)
+
+    def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
+                  poison: bool) -> Generated:
+        return generate(self._graph, self._gm, graph, lowering, plan.as_dict(),
+                        self.workspace.memory, poison=poison, pool_tensor=self._pool_tensor)
+
+    def _regenerate(self, current: _Specialization) -> None:
+        """New slots over a new block (the workspace grew): same plan, new code."""
+        current.generated = self._generate(current.graph, current.lowering, current.plan,
+                                           poison=self._poison)
+        current.generation = self.workspace.generation
+
+    def _relower(self, current: _Specialization) -> None:
+        """Nodes whose out variant failed take the copy path from now on."""
+        for node, reason in current.generated.failed.items():
+            self._demoted[node] = reason
+            current.lowering.demote(node, reason)
+        self._regenerate(current)
+
+    def _pool_tensor(self, name: str) -> Callable[[], torch.Tensor]:
+        value = self._values[name]
+
+        def allocate() -> torch.Tensor:
+            spec = _spec(value, name, self._bindings)
+            return slot(block(spec.nbytes, self._pool), 0, spec)
+
+        return allocate
+
+    # ------------------------------------------------------------------------------------------
+    # Reports and checks
+    # ------------------------------------------------------------------------------------------
+
+    def report(self) -> ExecutionReport:
+        """How the most recent call ran: paths per node, planned and dynamic bytes, the plan."""
+        if self._last is None:
+            raise InvalidArgumentError("the program has not run yet: call it once first")
+        return _report(self.name, self._last, self._binder)
+
+    def verify(self, *args: Any, **kwargs: Any) -> Any:
+        """Run once with every slot poisoned at the end of its buffer's lifetime (and the whole
+        arena before the first node) and compare the outputs with the unplanned graph's
+        (``torch.testing.assert_close``); also check that no op moved or reshaped a slot.
+        Returns the planned outputs; raises :class:`PlanVerificationError`."""
+        torch = _torch()
+        if self._reference is None:
+            raise InvalidArgumentError("this program has no reference to compare with")
+        with self._no_grad():
+            expected = self._reference(*args, **kwargs)
+        inputs = self._signature.flatten(args, kwargs)
+        with self.workspace.use(), self._no_grad():
+            bindings = self._binder.bind(inputs)
+            current = self._specialization(bindings)
+            self._bindings = bindings
+            checked = self._generate(current.graph, current.lowering, current.plan, poison=True)
+            layouts = {k: _layout(t) for k, t in checked.slots.items()}
+            flat = checked.run(inputs)
+            moved = [k for k, t in checked.slots.items() if _layout(t) != layouts[k]]
+        got = self._signature.unflatten(flat, inputs)
+        if moved:
+            raise PlanVerificationError(f"ops changed the layout of the slots of {moved}")
+        try:
+            torch.testing.assert_close(got, expected, equal_nan=False)
+        except AssertionError as exc:
+            raise PlanVerificationError(
+                f"outputs differ from the unplanned graph's with dead buffers poisoned: {exc}"
+            ) from None
+        return got
+
+    @property
+    def source(self) -> str:
+        """The generated code of the most recent call's shape (for debugging)."""
+        return self._last.generated.source if self._last is not None else ""
+
+    def __repr__(self) -> str:
+        return (
+            f"PlannedProgram({self.name!r}, shapes_cached={len(self._cache)}, "
+            f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
+        )
+
+
+_EMPTY = Generated(run=lambda inputs: None, source="", slots={}, failed={})
+
+
+def _layout(tensor: torch.Tensor) -> tuple[Any, ...]:
+    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+
+
+def _result_values(graph: torch.fx.Graph) -> dict[str, Any]:
+    """Tensor name → its (fake, possibly symbolic) value, as the front end names results."""
+    import operator
+
+    from tensorarena.planning._torch_graph import _is_tensor_like
+    from tensorarena.planning.torch_frontend import _element_names
+
+    values: dict[str, Any] = {}
+    for node in graph.nodes:
+        value = _meta_value(node)
+        if _is_tensor_like(value):
+            values[node.name] = value
+        elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
+            for name, v in zip(_element_names(node, len(value)), value, strict=True):
+                if _is_tensor_like(v):
+                    values[name] = v
+    return values
+
+
+def _report(name: str, current: _Specialization, binder: ShapeBinder) -> ExecutionReport:
+    graph, lowering, plan = current.graph, current.lowering, current.plan
+    sizes = {b.id: b.nbytes for b in graph.problem.buffers}
+    shapes = {binder.labels.get(s, str(s)): v for s, v in current.bindings.items()}
+    return ExecutionReport(
+        name=name,
+        nodes=tuple(lowering.paths.values()),
+        dynamic=dict(lowering.dynamic),
+        buffers=len(plan.problem),
+        lower_bound=lower_bound(plan.problem),
+        planned_bytes=plan.height,
+        naive_bytes=sum(b.nbytes for b in plan.problem.buffers),
+        dynamic_bytes=sum(sizes.get(b, 0) for b in lowering.dynamic),
+        graph_lower_bound=graph.lower_bound(),
+        planner=plan.planner + (f" ({current.planner_note})" if current.planner_note else ""),
+        optimal=plan.optimal,
+        shapes=shapes,
+        seconds=current.seconds,
+    )

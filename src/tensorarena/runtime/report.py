@@ -1,0 +1,95 @@
+"""What a planned program did with each node and each byte: :class:`ExecutionReport`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensorarena.runtime.lowering import PATHS, NodePath
+from tensorarena.sizes import format_size
+
+__all__ = ["ExecutionReport"]
+
+
+@dataclass(frozen=True)
+class ExecutionReport:
+    """One shape of a planned program.
+
+    ``nodes``: the path of every op node and why (see :mod:`tensorarena.runtime.lowering`);
+    ``dynamic``: buffers left out of the plan, with the reason. Bytes: ``planned_bytes`` is the
+    arena the plan needs (its height), ``lower_bound`` the peak of live planned bytes (no plan of
+    the same buffers is lower), ``naive_bytes`` their sum (no reuse), ``dynamic_bytes`` the sum of
+    the buffers left out, ``graph_lower_bound`` the lower bound of every buffer of the graph,
+    planned or not.
+    """
+
+    name: str
+    nodes: tuple[NodePath, ...]
+    dynamic: dict[str, str]
+    buffers: int
+    lower_bound: int
+    planned_bytes: int
+    naive_bytes: int
+    dynamic_bytes: int
+    graph_lower_bound: int
+    planner: str
+    optimal: bool
+    shapes: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Nodes per path, every path listed (zero included), in :data:`PATHS` order."""
+        tally: Counter[str] = Counter(node.path for node in self.nodes)
+        return {path: tally.get(path, 0) for path in PATHS}
+
+    @property
+    def reasons(self) -> dict[str, dict[str, int]]:
+        """Per path, how many nodes took it for each reason."""
+        out: dict[str, dict[str, int]] = {}
+        for node in self.nodes:
+            # Reasons that name an op (``written in place by aten::mm.out``) are grouped.
+            reason = node.reason.split(" by ")[0] if node.path == "out" else node.reason
+            bucket = out.setdefault(node.path, {})
+            bucket[reason] = bucket.get(reason, 0) + 1
+        return out
+
+    @property
+    def ratio(self) -> float:
+        """``planned_bytes / lower_bound`` (1.0 for an empty plan)."""
+        return self.planned_bytes / self.lower_bound if self.lower_bound else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON: everything but the per-node list, plus counts and reasons."""
+        return {
+            "name": self.name,
+            "counts": self.counts,
+            "reasons": self.reasons,
+            "buffers": self.buffers,
+            "dynamic_buffers": len(self.dynamic),
+            "lower_bound": self.lower_bound,
+            "planned_bytes": self.planned_bytes,
+            "naive_bytes": self.naive_bytes,
+            "dynamic_bytes": self.dynamic_bytes,
+            "graph_lower_bound": self.graph_lower_bound,
+            "planner": self.planner,
+            "optimal": self.optimal,
+            "shapes": {str(k): v for k, v in self.shapes.items()},
+            "seconds": self.seconds,
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.name}: {self.buffers} planned buffers in {format_size(self.planned_bytes)} "
+            f"(lower bound {format_size(self.lower_bound)}, x{self.ratio:.3f}; no reuse "
+            f"{format_size(self.naive_bytes)}); {len(self.dynamic)} left out "
+            f"({format_size(self.dynamic_bytes)}); planner {self.planner}",
+        ]
+        if self.shapes:
+            lines.append("  shapes: " + ", ".join(f"{k}={v}" for k, v in self.shapes.items()))
+        for path, count in self.counts.items():
+            if count:
+                why = "; ".join(f"{n} {reason}" for reason, n in self.reasons[path].items())
+                lines.append(f"  {path:<8}{count:>5}  {why}")
+        return "\n".join(lines)

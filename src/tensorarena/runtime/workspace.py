@@ -1,0 +1,128 @@
+"""The memory planned programs run in: one block, grown on demand, used by one call at a time.
+
+A :class:`Workspace` owns a single ``torch.uint8`` block from a tensorarena resource. Every planned
+program given the same workspace lays its slots over that block: their intermediates all die
+before a call returns (outputs never live there), so programs that never run at the same time can
+share the bytes. The forward and backward graphs of ``torch.compile`` share one this way, and so
+do the per-shape plans of one dynamic program.
+
+Sharing bytes means two calls must not overlap. :meth:`Workspace.use` serialises them with a lock
+(``concurrency="serialize"``, the default) or refuses the second with
+:class:`~tensorarena.errors.ConcurrentUseError` (``"refuse"``); a call that re-enters the
+workspace from inside a call (a planned program called by an op of another) is always refused, as
+it would otherwise deadlock or overwrite the outer call's intermediates.
+
+Growing replaces the block by a larger one and bumps :attr:`Workspace.generation`; programs
+rebuild their slots when they see a new generation. The old block goes back to its resource when
+the last slot over it is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from tensorarena.errors import ConcurrentUseError, InvalidArgumentError
+from tensorarena.runtime.materialize import block
+
+if TYPE_CHECKING:
+    import torch
+
+    from tensorarena.memory.resource import MemoryResource
+
+__all__ = ["Concurrency", "Workspace", "WorkspaceStatistics"]
+
+Concurrency = Literal["serialize", "refuse"]
+
+
+@dataclass(frozen=True)
+class WorkspaceStatistics:
+    """``nbytes``: the block's size now; ``grows``: blocks taken so far; ``calls``: calls run."""
+
+    nbytes: int
+    grows: int
+    calls: int
+
+
+class Workspace:
+    """One block of memory for the planned intermediates of one or more programs."""
+
+    def __init__(
+        self, resource: MemoryResource | None = None, *, concurrency: Concurrency = "serialize"
+    ) -> None:
+        if concurrency not in ("serialize", "refuse"):
+            raise InvalidArgumentError(
+                f"concurrency must be 'serialize' or 'refuse', got {concurrency!r}"
+            )
+        self.resource = resource
+        self.concurrency: Concurrency = concurrency
+        self._lock = threading.Lock()
+        self._owner: int | None = None  # thread id inside use()
+        self._memory: torch.Tensor | None = None
+        self._nbytes = 0
+        self._generation = 0
+        self._grows = 0
+        self._calls = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in the current block (0 before the first program needs any)."""
+        return self._nbytes
+
+    @property
+    def generation(self) -> int:
+        """Bumped every time the block is replaced: slots over an older generation are stale."""
+        return self._generation
+
+    @property
+    def memory(self) -> torch.Tensor:
+        """The current block (a ``torch.uint8`` tensor); call :meth:`reserve` first."""
+        if self._memory is None:
+            return self.reserve(0)
+        return self._memory
+
+    def reserve(self, nbytes: int) -> torch.Tensor:
+        """The block, replaced by one of ``nbytes`` bytes first if it is smaller."""
+        memory = self._memory
+        if memory is None or nbytes > self._nbytes:
+            memory = self._memory = block(nbytes, self.resource)
+            self._nbytes = nbytes
+            self._generation += 1
+            self._grows += 1
+        return memory
+
+    @contextmanager
+    def use(self) -> Iterator[None]:
+        """Hold the workspace for one call (see the module docstring for the policy)."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise ConcurrentUseError(
+                "a planned program was called from inside a call of a program that shares its "
+                "workspace; give the inner one a Workspace of its own"
+            )
+        if not self._lock.acquire(blocking=self.concurrency == "serialize"):
+            raise ConcurrentUseError(
+                "this planned program (or one sharing its workspace) is running in another "
+                "thread; its intermediates share one block of memory, so calls cannot overlap "
+                "(use concurrency='serialize' to wait, or one program per thread)"
+            )
+        self._owner = me
+        try:
+            self._calls += 1
+            yield
+        finally:
+            self._owner = None
+            self._lock.release()
+
+    def statistics(self) -> WorkspaceStatistics:
+        """The block's size and how often it grew."""
+        return WorkspaceStatistics(self._nbytes, self._grows, self._calls)
+
+    def __repr__(self) -> str:
+        return (
+            f"Workspace(nbytes={self._nbytes}, generation={self._generation}, "
+            f"concurrency={self.concurrency!r}, busy={self._owner is not None})"
+        )

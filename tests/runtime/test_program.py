@@ -1,0 +1,241 @@
+"""PlannedProgram on small hand-written graphs: paths, outputs, shapes, threads, bad input."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from _resources import CountingMemory
+
+torch = pytest.importorskip("torch")
+
+from tensorarena.errors import ConcurrentUseError  # noqa: E402
+from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
+from tensorarena.planning.problem import Buffer, Problem  # noqa: E402
+from tensorarena.runtime import (  # noqa: E402
+    ExportFailedError,
+    PlannedProgram,
+    PlanVerificationError,
+    ShapeNotCoveredError,
+    Workspace,
+)
+
+pytestmark = pytest.mark.torch
+
+
+class Block(torch.nn.Module):
+    """layer_norm (no out variant), linear and relu (out variants), a view, a sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.up(self.norm(x)).relu()
+        y = self.down(h) + x
+        return y, y.view(-1).sum()
+
+
+def block_program(**options: object) -> tuple[PlannedProgram, torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    return PlannedProgram.from_module(model, (x,), **options), model, x  # type: ignore[arg-type]
+
+
+def in_block(tensor: torch.Tensor, memory: torch.Tensor) -> bool:
+    start = memory.data_ptr()
+    return start <= tensor.data_ptr() < start + max(memory.numel(), 1)
+
+
+def test_outputs_equal_eager_and_each_node_path_is_reported() -> None:
+    program, model, x = block_program()
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(program(x), expected)
+    report = program.report()
+    ops = {n.node: (n.path, n.op) for n in report.nodes}
+    assert ops["layer_norm"][0] == "copy"  # composite op, no out variant
+    assert ops["linear"][0] == "out" and ops["relu"][0] == "out"
+    assert ops["view"][0] == "alias"
+    assert ops["add"][0] == "dynamic" and ops["sum_1"][0] == "dynamic"  # graph outputs
+    assert report.counts == {"out": 3, "copy": 1, "alias": 1, "dynamic": 2, "pool": 0, "other": 0}
+    assert set(report.dynamic) == {"add", "sum_1"}
+    assert report.planned_bytes == report.lower_bound  # three small buffers, planned exactly
+    assert "copy" in str(report) and "graph output" in str(report)
+
+
+def test_outputs_never_alias_the_arena_and_survive_the_next_call() -> None:
+    program, _, x = block_program()
+    first, total = program(x)
+    kept = first.clone()
+    memory = program.workspace.memory
+    assert not in_block(first, memory) and not in_block(total, memory)
+    program(torch.randn(4, 8))
+    torch.testing.assert_close(first, kept)
+
+
+def test_steady_state_takes_no_memory_from_the_resource() -> None:
+    memory = CountingMemory()
+    program, _, x = block_program(resource=memory)
+    program(x)
+    assert memory.allocations == 1  # the workspace's one block
+    for _ in range(5):
+        program(torch.randn(4, 8))
+    assert memory.allocations == 1
+    slots = program._last.generated.slots  # type: ignore[union-attr]
+    assert slots and all(in_block(t, program.workspace.memory) for t in slots.values())
+
+
+def test_a_static_program_rejects_another_shape_naming_the_dimension() -> None:
+    program, _, _ = block_program()
+    with pytest.raises(ShapeNotCoveredError, match=r"x\.shape\[0\] is 5.*static size of 4") as info:
+        program(torch.randn(5, 8))
+    assert info.value.dim == "x.shape[0]" and info.value.got == 5 and info.value.expected == 4
+    with pytest.raises(ShapeNotCoveredError, match="dtype"):
+        program(torch.randn(4, 8, dtype=torch.float64))
+    with pytest.raises(ShapeNotCoveredError, match="3 dimensions"):
+        program(torch.randn(4, 8, 1))
+
+
+def test_verify_passes_a_correct_plan() -> None:
+    program, _, x = block_program()
+    program.verify(x)
+
+
+def test_poisoning_catches_a_lifetime_computed_too_short() -> None:
+    program, _, x = block_program(unplaceable="copy")
+    honest = program._problem_of
+
+    def too_short(bindings: object) -> GraphProblem:
+        gp = honest(bindings)  # type: ignore[arg-type]
+        # relu's result is read by the second linear; claim it dies where it is made.
+        buffers = [
+            Buffer(b.id, b.start, b.start + 1, b.nbytes, b.alignment) if b.id == "relu" else b
+            for b in gp.problem.buffers
+        ]
+        return GraphProblem(Problem(buffers, name=gp.name), gp.unplanned, gp.unplanned_kinds,
+                            gp.aliases, gp.outputs, gp.steps, gp.tensors)
+
+    program._problem_of = too_short  # type: ignore[method-assign]
+    with pytest.raises(PlanVerificationError, match="poisoned"):
+        program.verify(x)
+
+
+def test_two_threads_are_serialised_and_both_get_their_own_results() -> None:
+    program, model, _ = block_program()
+    inputs = [torch.randn(4, 8) for _ in range(8)]
+    with torch.no_grad():
+        expected = [model(x)[0] for x in inputs]
+    errors: list[BaseException] = []
+
+    def worker(indices: range) -> None:
+        try:
+            for _ in range(20):
+                for i in indices:
+                    torch.testing.assert_close(program(inputs[i])[0], expected[i])
+        except BaseException as exc:  # reported to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in (range(0, 4), range(4, 8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert program.workspace.statistics().calls == 2 * 20 * 4
+
+
+def test_a_second_thread_is_refused_when_asked_to() -> None:
+    program, _, x = block_program(concurrency="refuse")
+    program(x)
+    caught: list[BaseException] = []
+    with program.workspace.use():  # as if a call were running in this thread
+
+        def other() -> None:
+            try:
+                program(x)
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        with pytest.raises(ConcurrentUseError, match="inside a call"):
+            program(x)  # re-entering from the thread that holds it
+    assert len(caught) == 1 and isinstance(caught[0], ConcurrentUseError)
+    assert "another thread" in str(caught[0])
+
+
+def test_programs_sharing_a_workspace_share_one_block() -> None:
+    workspace = Workspace()
+    a, _, x = block_program(workspace=workspace)
+    b, _, _ = block_program(workspace=workspace)
+    a(x)
+    b(x)
+    assert a.workspace is b.workspace and workspace.statistics().grows == 1
+
+
+# A custom op with a functional form and an out variant that refuses every call.
+_lib = torch.library.Library("tensorarena_test", "DEF")
+_lib.define("twice(Tensor x) -> Tensor")
+_lib.define("twice.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+_lib.define("thrice(Tensor x) -> Tensor")
+
+
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _twice_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    raise RuntimeError("this out variant never works")
+
+
+_lib.impl("twice", _twice, "CompositeExplicitAutograd")
+_lib.impl("twice.out", _twice_out, "CompositeExplicitAutograd")
+_lib.impl("thrice", lambda x: x * 3, "CompositeExplicitAutograd")
+torch.library.register_fake("tensorarena_test::twice")(lambda x: torch.empty_like(x))
+torch.library.register_fake("tensorarena_test::thrice")(lambda x: torch.empty_like(x))
+
+
+class Custom(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.ops.tensorarena_test.twice(x.sin())
+        b = torch.ops.tensorarena_test.thrice(a.cos())
+        return (a + b).sum()
+
+
+def test_an_out_variant_that_fails_falls_back_to_copy_and_is_reported() -> None:
+    x = torch.randn(3, 5)
+    program = PlannedProgram.from_module(Custom(), (x,))
+    torch.testing.assert_close(program(x), Custom()(x))
+    paths = {n.node: n for n in program.report().nodes}
+    assert paths["twice"].path == "copy" and "never works" in paths["twice"].reason
+    assert paths["thrice"].path == "copy" and "no out variant" in paths["thrice"].reason
+    torch.testing.assert_close(program(x), Custom()(x))  # the re-lowered code
+    program.verify(x)
+
+
+def test_ops_without_out_variant_can_stay_dynamic() -> None:
+    x = torch.randn(3, 5)
+    program = PlannedProgram.from_module(Custom(), (x,), unplaceable="dynamic")
+    torch.testing.assert_close(program(x), Custom()(x))
+    report = program.report()
+    assert {n.node: n.path for n in report.nodes}["thrice"] == "dynamic"
+    assert "thrice" in report.dynamic
+    program.verify(x)
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+
+def test_a_model_that_cannot_be_exported_says_what_to_try() -> None:
+    with pytest.raises(ExportFailedError, match=r"What to try: torch\.compile") as info:
+        PlannedProgram.from_module(DataDependent(), (torch.randn(3),))
+    assert info.value.__cause__ is not None
