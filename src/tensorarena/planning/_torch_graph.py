@@ -118,15 +118,23 @@ def _concrete(value: Any, tensor: str, bindings: Bindings | None = None) -> int:
         return as_int
     expr = getattr(node, "expr", None)
     if bindings and expr is not None:
-        bound = expr.xreplace(bindings)
-        if bound.is_number:
-            return int(bound)
+        bound = evaluate(expr, bindings)
+        if bound is not None:
+            return bound
     raise InvalidProblemError(
         f"tensor {tensor!r} has a symbolic size ({value}); a static plan needs concrete "
         "shapes: export with static shapes, trace with concrete example inputs, or bind the "
         "symbols (tensorarena.runtime plans a dynamic-shape program per shape)",
         column=tensor,
     )
+
+
+def evaluate(expr: Any, bindings: Bindings) -> int | None:
+    """A sympy size expression's value with ``bindings``, or None if a symbol is unbound."""
+    bound = expr.xreplace(bindings)  # a bare symbol is replaced by the int itself
+    if isinstance(bound, int):
+        return bound
+    return int(bound) if bound.is_number else None
 
 
 def _free_symbols(value: Any) -> frozenset[Any]:

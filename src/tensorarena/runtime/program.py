@@ -156,7 +156,8 @@ class PlannedProgram:
         self._unplaceable: Unplaceable = unplaceable
         self._poison = poison
         self._max_plans = max_plans
-        self._binder = ShapeBinder(self._graph, signature.checked, ranges=ranges)
+        self._binder = ShapeBinder(self._graph, signature.checked, ranges=ranges,
+                                   check=signature.check)
         self._growing = growing_symbols(self._binder, growing)
         self._key_symbols = tuple(s for s in self._binder.symbols if s not in self._growing)
         self._max_bindings: dict[Any, int] | None = None
@@ -387,8 +388,11 @@ class PlannedProgram:
         torch = _torch()
         if self._reference is None:
             raise InvalidArgumentError("this program has no reference to compare with")
+        # Both runs draw the same random numbers (dropout masks): same state before each.
+        rng = torch.random.get_rng_state()
         with self._no_grad():
             expected = self._reference(*args, **kwargs)
+        torch.random.set_rng_state(rng)
         inputs = self._signature.flatten(args, kwargs)
         with self.workspace.use(), self._no_grad():
             bindings = self._binder.bind(inputs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.planning._torch_graph import _meta_value
+from tensorarena.planning._torch_graph import _meta_value, evaluate
 
 if TYPE_CHECKING:
     import torch.fx
@@ -52,7 +52,8 @@ class _Input:
 
 
 class ShapeBinder:
-    """Checks a call's inputs against the graph's placeholders and binds the size symbols."""
+    """Checks a call's inputs against the graph's placeholders and binds the size symbols
+    (with ``check=False``, only binds: for callers that guard shapes themselves, as dynamo)."""
 
     def __init__(
         self,
@@ -60,6 +61,7 @@ class ShapeBinder:
         checked: Sequence[tuple[int, str]],
         *,
         ranges: Mapping[Any, tuple[int, int | None]] | None = None,
+        check: bool = True,
     ) -> None:
         import torch
 
@@ -89,6 +91,8 @@ class ShapeBinder:
                     self._where[expr] = (len(self._inputs), d)
                     self.labels[expr] = dim_label(name, d)
             static = tuple(dims) if all(isinstance(d, int) for d in dims) else None
+            if static is not None and not check:
+                continue  # the caller guards shapes already; only symbols need binding
             self._inputs.append(_Input(position, name, value.dtype, static, tuple(dims)))
         self.symbols: tuple[Any, ...] = tuple(self._where)
         self._ranges = dict(ranges or {})
@@ -193,14 +197,14 @@ class ShapeBinder:
         # Dimensions that are expressions of symbols (2*s0) are checked once all are bound.
         for d, (size, dim) in enumerate(zip(shape, spec.dims, strict=True)):
             if not isinstance(dim, int) and not dim.is_symbol:
-                expected = dim.xreplace(bindings)
-                if expected.is_number and int(expected) != size:
+                expected = evaluate(dim, bindings)
+                if expected is not None and expected != size:
                     raise ShapeNotCoveredError(
                         f"{dim_label(spec.name, d)} is {size}; the program needs {dim} = "
-                        f"{int(expected)} there",
+                        f"{expected} there",
                         dim=dim_label(spec.name, d),
                         got=size,
-                        expected=int(expected),
+                        expected=expected,
                     )
 
     def _check_ranges(self, bindings: Mapping[Any, int]) -> None:

@@ -34,6 +34,8 @@ class Signature:
 
     #: (placeholder position, name) of the inputs whose shapes a call must match
     checked: list[tuple[int, str]]
+    #: False when the caller guards shapes itself: static inputs are then not checked
+    check: bool = True
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The placeholder values, in graph order."""
@@ -130,7 +132,8 @@ class FlatSignature(Signature):
         self._in_spec = getattr(info, "in_spec", None)
         self._out_spec = getattr(info, "out_spec", None)
         labels = list(names) if names is not None else [n.name for n in placeholders]
-        self.checked = list(enumerate(labels)) if check else []
+        self.checked = list(enumerate(labels))
+        self.check = check
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         from torch.utils import _pytree as pytree
