@@ -33,13 +33,18 @@ completeness needs. State lives in preallocated NumPy arrays (lowest offsets, un
 unplaced bytes per section, cuts) updated in place and undone on backtrack; a node allocates only
 small index arrays. The inner loop is NumPy calls on arrays of a few hundred elements, so a node
 costs tens of microseconds: minimalloc's C++ visits nodes one to two orders of magnitude faster.
+
+The search is depth-first and as deep as the buffers it places, so it does not recurse on the
+interpreter's stack (which would need ``sys.setrecursionlimit``, a process-wide setting that every
+thread shares). Each node is a generator that *yields* the call it would have made and is sent
+the child's answer; :func:`_drive` keeps the suspended nodes on a list. That costs a generator
+and a ``StopIteration`` per node, a few percent of a node.
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from hashlib import blake2b
 from itertools import pairwise
 
@@ -54,6 +59,9 @@ FOUND, EXHAUSTED, STOPPED = "found", "exhausted", "stopped"
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+#: One node of the search: yields the nodes it would have called, is sent their status, and
+#: returns its own (see :func:`_drive`).
+Step = Generator["Step", str, str]
 
 # How many nodes pass between two looks at the clock: a clock read costs about as much as a node
 # of a small problem. A node costs time linear in the problem, so large ones look more often.
@@ -89,15 +97,17 @@ def decide(
     preorders: tuple[str, ...] = PREORDERS,
     decompose: bool = True,
     remember: bool = True,
+    node_limit: int | None = None,
 ) -> Decision:
     """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
 
     Several static preorders are tried round robin with a node budget that doubles each round
     (minimalloc's schedule), so one unlucky order does not sink the search; each independent
     time window (between zero cuts) has a schedule of its own. Stops at ``deadline``
-    (a ``time.monotonic()`` value) with STOPPED. ``decompose=False`` turns off the splitting
-    into independent time windows and ``remember=False`` the memory of failed states (for tests
-    that check that neither changes an answer).
+    (a ``time.monotonic()`` value) with STOPPED, and after ``node_limit`` nodes in all (a budget
+    that, unlike the clock, stops at the same place on any machine). ``decompose=False`` turns
+    off the splitting into independent time windows and ``remember=False`` the memory of failed
+    states (for tests that check that neither changes an answer).
     """
     n = len(sections)
     if n == 0:
@@ -136,36 +146,59 @@ def decide(
     bounds = [0, *cutpoints, sections.n_sections]
     offsets = np.zeros(n, dtype=np.int64)
     nodes = 0
-    old_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old_limit, 4 * n + 1000))
-    try:
-        for lo, hi in pairwise(bounds):
-            inside = (sections.first < hi) & (sections.last > lo)
-            count = int(inside.sum())
-            if not count:
-                continue
-            if time.monotonic() > deadline:  # many small windows may never reach a clock check
-                return Decision(STOPPED, None, nodes)
-            budget = count
-            solved = None
-            while solved is None:
-                budget *= 2
-                for k in range(len(ranks)):
-                    current = search(k)
-                    limit = budget if len(ranks) > 1 else None
-                    status = current.run(inside, lo, hi, limit)
-                    nodes += current.nodes
-                    if status == FOUND:
-                        solved = current
-                        break
-                    if status == EXHAUSTED:
-                        return Decision(EXHAUSTED, None, nodes)
-                    if current.timed_out:
-                        return Decision(STOPPED, None, nodes)
-            offsets[inside] = solved.offsets[inside]
-        return Decision(FOUND, offsets, nodes)
-    finally:
-        sys.setrecursionlimit(old_limit)
+    for lo, hi in pairwise(bounds):
+        inside = (sections.first < hi) & (sections.last > lo)
+        count = int(inside.sum())
+        if not count:
+            continue
+        if time.monotonic() > deadline:  # many small windows may never reach a clock check
+            return Decision(STOPPED, None, nodes)
+        budget = count
+        solved = None
+        while solved is None:
+            budget *= 2
+            for k in range(len(ranks)):
+                limit = budget if len(ranks) > 1 else None
+                left = None if node_limit is None else node_limit - nodes
+                if left is not None and left <= 0:
+                    return Decision(STOPPED, None, nodes)
+                current = search(k)
+                status = current.run(inside, lo, hi, limit, left)
+                nodes += current.nodes
+                if status == FOUND:
+                    solved = current
+                    break
+                if status == EXHAUSTED:
+                    return Decision(EXHAUSTED, None, nodes)
+                if current.timed_out:
+                    return Decision(STOPPED, None, nodes)
+        offsets[inside] = solved.offsets[inside]
+    return Decision(FOUND, offsets, nodes)
+
+
+def _drive(root: Step) -> str:
+    """Run the node ``root`` and every node it yields, depth first, on a list, not the C stack.
+
+    A node yields a child node and is sent back the child's status when the child returns.
+    """
+    stack = [root]
+    push, pop = stack.append, stack.pop
+    node = root
+    reply: str | None = None
+    while True:
+        try:
+            child = node.send(reply)  # type: ignore[arg-type]  # None starts a fresh node
+        except StopIteration as done:
+            pop()
+            if not stack:
+                status: str = done.value
+                return status
+            node = stack[-1]
+            reply = done.value
+            continue
+        push(child)
+        node = child
+        reply = None
 
 
 class _Search:
@@ -190,6 +223,7 @@ class _Search:
         self.heuristic = heuristic
         self.deadline = deadline
         self.node_limit = 1 << 62
+        self.hard_limit = 1 << 62
         self.decompose = decompose
         self.remember = remember
         self.failed = failed
@@ -201,17 +235,24 @@ class _Search:
         self.offsets = np.zeros(len(sections), dtype=np.int64)
         self._search = self._make_search()
 
-    def run(self, part: BoolArray, lo: int, hi: int, node_limit: int | None) -> str:
-        """Solve the time window ``[lo, hi)`` (buffers ``part``) within ``node_limit`` nodes."""
+    def run(
+        self, part: BoolArray, lo: int, hi: int, node_limit: int | None, hard_limit: int | None
+    ) -> str:
+        """Solve the time window ``[lo, hi)`` (buffers ``part``) within ``node_limit`` nodes.
+
+        ``node_limit`` is the round robin's budget, checked with the clock (a few hundred nodes
+        more do no harm); ``hard_limit`` is the caller's, checked at every node.
+        """
         self.nodes = 0
         self.node_limit = node_limit if node_limit is not None else 1 << 62
+        self.hard_limit = hard_limit if hard_limit is not None else 1 << 62
         self.timed_out = False
-        return self._search(part.copy(), lo, hi, -1, self.rank, self.by_rank, b"")
+        return _drive(self._search(part.copy(), lo, hi, -1, self.rank, self.by_rank, b""))
 
     def _make_search(
         self,
-    ) -> Callable[[BoolArray, int, int, int, IntArray, list[int], bytes], str]:
-        """Build the recursive search as closures over local arrays (the hot path)."""
+    ) -> Callable[[BoolArray, int, int, int, IntArray, list[int], bytes], Step]:
+        """Build the search's node as closures over local arrays (the hot path)."""
         sec = self.sections
         n = len(sec)
         cap = self.capacity
@@ -274,7 +315,9 @@ class _Search:
             rank: IntArray,
             by_rank: list[int],
             tag: bytes,
-        ) -> str:
+        ) -> Step:
+            if this.nodes >= this.hard_limit:
+                return STOPPED
             this.nodes += 1
             if this.nodes % clock_every == 0:
                 if monotonic() > deadline:
@@ -346,12 +389,12 @@ class _Search:
                     inner -= 1
                     zeros = (inner == 0).nonzero()[0]
                     if len(zeros):
-                        status = split(part, lo, hi, (zeros + (a + 1)).tolist())
+                        status = yield split(part, lo, hi, (zeros + (a + 1)).tolist())
                     else:
-                        status = search(part, lo, hi, key, rank, by_rank, tag)
+                        status = yield search(part, lo, hi, key, rank, by_rank, tag)
                     inner += 1
                 else:
-                    status = search(part, lo, hi, key, rank, by_rank, tag)
+                    status = yield search(part, lo, hi, key, rank, by_rank, tag)
                 span += nbytes
                 free[i] = True
                 minoff[ov] = before
@@ -381,8 +424,8 @@ class _Search:
         def scattered_floor(idx: IntArray, low: IntArray, lo: int, hi: int) -> IntArray:
             """The floors by one scatter over every (section, unplaced buffer) pair.
 
-            A function of its own so that its large temporaries die before the search recurses
-            (each frame of the recursion would otherwise keep them alive).
+            A function of its own so that its large temporaries die before the search goes
+            deeper (each suspended node would otherwise keep them alive).
             """
             starts = first[idx]
             lengths = last[idx] - starts
@@ -392,7 +435,7 @@ class _Search:
             minimum_at(floor, where, np.repeat(low, lengths))
             return floor
 
-        def split(part: BoolArray, lo: int, hi: int, cutpoints: list[int]) -> str:
+        def split(part: BoolArray, lo: int, hi: int, cutpoints: list[int]) -> Step:
             """Solve the windows between new zero cuts one by one (they no longer interact)."""
             rest = part & free
             bounds = [lo, *cutpoints, hi]
@@ -410,7 +453,7 @@ class _Search:
                 # Ranks differ from window to window, and so does what a canonical bound means:
                 # failed states are remembered per window (its buffers fix its ranks).
                 tag = blake2b(members.tobytes(), digest_size=8).digest()
-                status = search(sub, w_lo, w_hi, -1, window_rank, order.tolist(), tag)
+                status = yield search(sub, w_lo, w_hi, -1, window_rank, order.tolist(), tag)
                 if status != FOUND:
                     return status
             return FOUND
