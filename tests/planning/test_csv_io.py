@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorarena.errors import InvalidProblemError
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError, InvalidSizeError
 from tensorarena.planning.csv_io import (
     capacity_from_name,
     read_problem,
@@ -89,6 +89,69 @@ def test_malformed_csv_names_line_and_column(
 def test_unreadable_path_is_an_invalid_problem(tmp_path: Path) -> None:
     with pytest.raises(InvalidProblemError, match="cannot read"):
         read_problem(tmp_path / "absent.csv")
+    with pytest.raises(InvalidProblemError, match="cannot read"):
+        read_problem(tmp_path)  # a folder
+
+
+def _rows(n: int) -> list[bytes]:
+    return [b"id,lower,upper,size\n"] + [f"b{i},0,2,1\n".encode() for i in range(2, n + 1)]
+
+
+def test_invalid_utf8_names_its_own_line(tmp_path: Path) -> None:
+    # A text stream decodes thousands of lines at once, so a decoding error used to land on the
+    # line where that block began (line 1 for any small file).
+    rows = _rows(60)
+    rows[39] = b"b40,0,2,\xff1\n"  # line 40
+    path = tmp_path / "bad.csv"
+    path.write_bytes(b"".join(rows))
+    with pytest.raises(InvalidProblemError) as info:
+        read_problem(path)
+    assert info.value.line == 40
+    assert "line 40" in str(info.value) and "UTF-8" in str(info.value)
+
+
+def test_line_endings_of_every_kind(tmp_path: Path) -> None:
+    for ending in (b"\n", b"\r\n", b"\r"):
+        path = tmp_path / "endings.csv"
+        path.write_bytes(ending.join([b"id,lower,upper,size", b"a,0,2,1", b"b,1,3,2", b""]))
+        assert read_problem(path).buffers == (Buffer("a", 0, 2, 1), Buffer("b", 1, 3, 2))
+    path.write_bytes(b"\xef\xbb\xbfid,lower,upper,size\na,0,2,1\n")  # a byte-order mark
+    assert read_problem(path).buffers == (Buffer("a", 0, 2, 1),)
+
+
+def test_a_number_with_thousands_of_digits_is_a_problem_error_with_its_line() -> None:
+    text = "id,lower,upper,size\na,0,2,1\nb,0,2," + "9" * 5000 + "\n"
+    with pytest.raises(InvalidProblemError) as info:
+        read_problem(text)
+    assert (info.value.line, info.value.column) == (3, "size")
+    assert len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize("source", [None, 42, b"id,lower,upper,size\n", ["id,lower"]])
+def test_a_source_that_is_no_path_text_or_stream(source: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="path, CSV text or an open text stream"):
+        read_problem(source)  # type: ignore[arg-type]
+
+
+def test_capacity_is_a_size_like_any_other() -> None:
+    assert read_problem(DATA / "toy.12.csv", capacity="1KiB").capacity == 1024
+    with pytest.raises(InvalidSizeError, match="capacity"):
+        read_problem(DATA / "toy.12.csv", capacity=-1)
+
+
+def test_other_entry_points_refuse_wrong_types(tmp_path: Path) -> None:
+    problem = read_problem(DATA / "toy.12.csv")
+    with pytest.raises(InvalidArgumentError, match="expected a path"):
+        capacity_from_name(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="expected a Problem"):
+        write_problem("abc", tmp_path / "p.csv")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="expected a Plan"):
+        write_solution(problem, tmp_path / "s.csv")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="a target must be a path"):
+        write_problem(problem, None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="expected a Problem"):
+        read_solution(DATA / "solution.csv", "toy")  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())  # nothing half-written
 
 
 def test_problem_round_trip_keeps_alignment(tmp_path: Path) -> None:

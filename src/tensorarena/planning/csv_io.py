@@ -13,7 +13,9 @@ name, in any order. The minimum is ``id,lower,upper,size`` with the lifetime hal
   rather than silently widened into a full lifetime.
 
 Every fault raises :class:`~tensorarena.errors.InvalidProblemError` with the 1-based line and
-the column name, and nothing is returned: a half-read problem never escapes.
+the column name, and nothing is returned: a half-read problem never escapes. Files are decoded
+as UTF-8 one line at a time, so that a bad byte is reported on its own line (a text stream would
+decode a whole block ahead and fail on the line where the block starts).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import csv
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
-from tensorarena.errors import InvalidProblemError
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError
+from tensorarena.planning._options import check_capacity, check_problem
 from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.sizes import Size
 
 __all__ = [
     "capacity_from_name",
@@ -41,6 +45,10 @@ Source = str | os.PathLike[str] | TextIO
 """A path, a CSV text (any string with a line break), or an open text stream."""
 
 _INT = re.compile(r"^\s*[+-]?\d+\s*$")
+# More digits than any plannable number has (the planners stop at 2**62, 19 digits); also far
+# below Python's limit on converting long digit strings.
+_MAX_DIGITS = 30
+_LONE_CR = re.compile(r"(?<=\r)(?!\n)(?=.)", re.DOTALL)
 
 # canonical name → accepted header names (first match wins)
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -54,25 +62,51 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _open(source: Source) -> tuple[TextIO, str, bool]:
-    """(stream, name for messages, whether we opened it and must close it)."""
+def _open(source: Source) -> tuple[Iterable[str], str, BinaryIO | TextIO | None]:
+    """(lines, name for messages, the file we opened and must close, if any)."""
     if isinstance(source, str) and ("\n" in source or "\r" in source):
-        return io.StringIO(source), "<text>", True
+        return io.StringIO(source), "<text>", None
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         try:
-            return path.open(newline="", encoding="utf-8"), str(path), True
+            binary = path.open("rb")
         except OSError as exc:
             raise InvalidProblemError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
-    return source, getattr(source, "name", "<stream>"), False
+        return _decoded(binary, str(path)), str(path), binary
+    if not callable(getattr(source, "read", None)) or isinstance(source, bytes | bytearray):
+        raise InvalidArgumentError(
+            "a problem source must be a path, CSV text or an open text stream, got "
+            f"{type(source).__name__} {source!r:.60}"
+        )
+    return source, getattr(source, "name", "<stream>"), None
 
 
-def _rows(stream: TextIO, name: str) -> Iterator[tuple[dict[str, tuple[str, str]], int]]:
+def _decoded(binary: BinaryIO, name: str) -> Iterator[str]:
+    """The lines of a file, each decoded as UTF-8 on its own; a bad byte names its line.
+
+    Lines end at ``\n``, ``\r\n`` or a lone ``\r``, as in a file opened with ``newline=""``.
+    """
+    for number, raw in enumerate(binary, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidProblemError(
+                f"{name}: not UTF-8 text: byte {raw[exc.start]:#04x} at column {exc.start + 1} "
+                "does not decode",
+                line=number,
+            ) from None
+        if "\r" in text:
+            yield from _LONE_CR.split(text)
+        else:
+            yield text
+
+
+def _rows(lines: Iterable[str], name: str) -> Iterator[tuple[dict[str, tuple[str, str]], int]]:
     """Yield ({canonical: (header, cell)}, line) for every non-blank data row.
 
     The header is checked before the first row, so a missing column fails first.
     """
-    reader = csv.reader(stream)
+    reader = csv.reader(lines)
     try:
         header = next(reader, None)
     except (csv.Error, UnicodeDecodeError) as exc:
@@ -118,8 +152,11 @@ def _rows(stream: TextIO, name: str) -> Iterator[tuple[dict[str, tuple[str, str]
 def _int(cells: dict[str, tuple[str, str]], column: str, line: int) -> int:
     header, text = cells[column]
     if not _INT.match(text):
-        raise InvalidProblemError(f"{header} {text.strip()!r} is not an integer", line=line,
+        raise InvalidProblemError(f"{header} {text.strip()!r:.40} is not an integer", line=line,
                                   column=header)
+    if len(text.strip().lstrip("+-")) > _MAX_DIGITS:
+        raise InvalidProblemError(f"{header} has {len(text.strip())} digits: far too large",
+                                  line=line, column=header)
     return int(text)
 
 
@@ -127,12 +164,12 @@ def _parse(source: Source) -> tuple[str, list[Buffer], list[int | None]]:
     buffers: list[Buffer] = []
     offsets: list[int | None] = []
     seen: set[str] = set()
-    stream, name, owned = _open(source)
+    lines, name, opened = _open(source)
     try:
-        _collect(_rows(stream, name), buffers, offsets, seen)
+        _collect(_rows(lines, name), buffers, offsets, seen)
     finally:
-        if owned:
-            stream.close()
+        if opened is not None:
+            opened.close()
     return name, buffers, offsets
 
 
@@ -194,12 +231,14 @@ def _problem_name(source: Source, name: str) -> str:
     return ""
 
 
-def read_problem(source: Source, *, capacity: int | None = None) -> Problem:
+def read_problem(source: Source, *, capacity: Size | None = None) -> Problem:
     """Read a problem from a minimalloc CSV (a path, CSV text, or a text stream).
 
-    ``capacity`` is attached to the problem; the file itself never carries one (minimalloc puts
-    it in the file name, ``A.1048576.csv``: see :func:`capacity_from_name`).
+    ``capacity`` (bytes or a size string such as ``"1MiB"``) is attached to the problem; the
+    file itself never carries one (minimalloc puts it in the file name, ``A.1048576.csv``: see
+    :func:`capacity_from_name`).
     """
+    capacity = check_capacity(capacity)
     name, buffers, _ = _parse(source)
     return Problem(buffers, capacity=capacity, name=_problem_name(source, name))
 
@@ -212,6 +251,8 @@ def read_solution(source: Source, problem: Problem | None = None) -> Plan:
     the file itself. The plan is not validated here: call
     :func:`~tensorarena.planning.validate` on it.
     """
+    if problem is not None:
+        check_problem(problem)
     name, buffers, offsets = _parse(source)
     for buffer, offset in zip(buffers, offsets, strict=True):
         if offset is None:
@@ -245,12 +286,18 @@ def read_solution(source: Source, problem: Problem | None = None) -> Plan:
 
 def capacity_from_name(path: str | os.PathLike[str]) -> int | None:
     """The capacity a minimalloc benchmark file name states (``A.1048576.csv`` → 1048576)."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidArgumentError(f"expected a path, got {type(path).__name__} {path!r:.60}")
     match = re.search(r"\.(\d+)\.csv$", os.fspath(path))
     return int(match.group(1)) if match else None
 
 
 def _write(target: str | os.PathLike[str] | TextIO, problem: Problem,
            offsets: tuple[int, ...] | None) -> None:
+    if not isinstance(target, str | os.PathLike) and not callable(getattr(target, "write", None)):
+        raise InvalidArgumentError(
+            f"a target must be a path or an open text stream, got {type(target).__name__}"
+        )
     aligned = any(b.alignment != 1 for b in problem.buffers)
     header = ["id", "lower", "upper", "size"] + (["alignment"] if aligned else [])
     if offsets is not None:
@@ -275,10 +322,18 @@ def _write(target: str | os.PathLike[str] | TextIO, problem: Problem,
 
 
 def write_problem(problem: Problem, target: str | os.PathLike[str] | TextIO) -> None:
-    """Write ``problem`` as minimalloc CSV (``alignment`` column only when some buffer has one)."""
-    _write(target, problem, None)
+    """Write ``problem`` as minimalloc CSV (``alignment`` column only when some buffer has one).
+
+    A file that cannot be written raises :class:`OSError`, as ``open`` does.
+    """
+    _write(target, check_problem(problem), None)
 
 
 def write_solution(plan: Plan, target: str | os.PathLike[str] | TextIO) -> None:
-    """Write ``plan`` as a minimalloc solution CSV: the problem's columns plus ``offset``."""
+    """Write ``plan`` as a minimalloc solution CSV: the problem's columns plus ``offset``.
+
+    A file that cannot be written raises :class:`OSError`, as ``open`` does.
+    """
+    if not isinstance(plan, Plan):
+        raise InvalidArgumentError(f"expected a Plan, got {type(plan).__name__}")
     _write(target, plan.problem, plan.offsets)

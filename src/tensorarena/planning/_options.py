@@ -1,0 +1,75 @@
+"""The planning API's options, each checked by one function at the public edge.
+
+Every entry point (:func:`~tensorarena.planning.plan`, :func:`~tensorarena.planning.solve_exact`,
+the heuristics, :func:`~tensorarena.planning.validate`) normalises what a caller passes here, so
+one wrong value gets the same :class:`~tensorarena.errors.TensorArenaError` and message whichever
+function it went to, and everything below works on exact ints and floats. Sizes go through
+:func:`tensorarena.sizes.parse_size`, the one size parser: ``capacity="1MiB"`` works as it does
+for a pool.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError
+from tensorarena.planning.problem import Problem
+from tensorarena.sizes import Size, parse_size
+
+__all__ = ["check_capacity", "check_int64", "check_node_limit", "check_problem",
+           "check_time_limit"]
+
+# Offsets and heights are computed in int64 (NumPy); problems whose total bytes or times could
+# overflow it are refused rather than planned with silently wrapped numbers.
+INT64_SAFE = 1 << 62
+
+
+def check_problem(problem: object) -> Problem:
+    """``problem`` itself if it is a :class:`Problem`, else :class:`InvalidArgumentError`."""
+    if not isinstance(problem, Problem):
+        hint = " (read a CSV with read_problem(path))" if isinstance(problem, str) else ""
+        raise InvalidArgumentError(
+            f"expected a Problem, got {type(problem).__name__} {problem!r:.60}{hint}"
+        )
+    return problem
+
+
+def check_capacity(capacity: Size | None, *, name: str = "capacity") -> int | None:
+    """``None``, or the capacity as bytes (an int or a size string such as ``"1MiB"``)."""
+    return None if capacity is None else parse_size(capacity, name=name, allow_zero=True)
+
+
+def check_time_limit(time_limit: object, *, name: str = "time_limit") -> float:
+    """Seconds as a float: a non-negative real number; ``inf`` means no limit."""
+    if isinstance(time_limit, bool) or not isinstance(time_limit, Real):
+        raise InvalidArgumentError(
+            f"{name} must be a number of seconds, got {type(time_limit).__name__} {time_limit!r}"
+        )
+    seconds = float(time_limit)
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgumentError(
+            f"{name} must be a non-negative number of seconds (inf: no limit), got {time_limit!r}"
+        )
+    return seconds
+
+
+def check_node_limit(node_limit: object, *, name: str = "node_limit") -> int | None:
+    """``None`` (no limit) or a non-negative int."""
+    if node_limit is None:
+        return None
+    if type(node_limit) is not int or node_limit < 0:
+        raise InvalidArgumentError(f"{name} must be a non-negative int or None, got {node_limit!r}")
+    return node_limit
+
+
+def check_int64(problem: Problem, alignment: int = 1) -> None:
+    """Refuse a problem whose bytes (with alignment padding) or times could overflow int64."""
+    total = sum(b.nbytes + max(b.alignment, alignment) for b in problem.buffers)
+    if total >= INT64_SAFE or any(
+        abs(b.start) >= INT64_SAFE or abs(b.end) >= INT64_SAFE for b in problem.buffers
+    ):
+        raise InvalidProblemError(
+            f"problem {problem.name!r} is too large for the planners: sizes sum to {total} "
+            f"bytes (the limit is {INT64_SAFE}), or a time is beyond ±{INT64_SAFE}"
+        )
