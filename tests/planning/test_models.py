@@ -1,14 +1,17 @@
-"""Real-model problems: every architecture traces, plans and validates; training costs more."""
+"""Real-model problems: every architecture traces, plans and validates; training costs more.
+
+Most tests need torch and transformers; the checks of arguments, made before either is imported,
+run without them.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
+from tensorarena.errors import InvalidArgumentError, UnknownArchitectureError
 from tensorarena.planning import (
     models,
     naive,
@@ -19,10 +22,19 @@ from tensorarena.planning.models import (
     ARCHITECTURES,
     ModelSkippedWarning,
     build_model,
+    model_problem,
     model_problems,
 )
 
-pytestmark = pytest.mark.torch
+HAVE_TORCH = all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
+_skip_without_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="needs torch and transformers (the torch and models extras)"
+)
+
+
+def needs_torch(test: Any) -> Any:
+    """Mark ``test`` as a torch test (``-m torch``), skipped where torch is missing."""
+    return pytest.mark.torch(_skip_without_torch(test))
 
 
 
@@ -36,6 +48,7 @@ def training() -> dict[str, GraphProblem]:
     return dict(model_problems(size="tiny", training=True, errors="raise"))
 
 
+@needs_torch
 def test_at_least_six_architectures_including_the_required_four(
     inference: dict[str, GraphProblem], training: dict[str, GraphProblem]
 ) -> None:
@@ -44,6 +57,7 @@ def test_at_least_six_architectures_including_the_required_four(
     assert list(inference) == list(ARCHITECTURES) == list(training)
 
 
+@needs_torch
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_problems_are_well_formed_and_plan(
     name: str, inference: dict[str, GraphProblem], training: dict[str, GraphProblem]
@@ -65,6 +79,7 @@ def test_problems_are_well_formed_and_plan(
         assert gp.lower_bound() <= plan.height <= gp.planned_bytes + 64 * len(gp.problem)
 
 
+@needs_torch
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_training_needs_more_than_inference(
     name: str, inference: dict[str, GraphProblem], training: dict[str, GraphProblem]
@@ -77,12 +92,14 @@ def test_training_needs_more_than_inference(
     )
 
 
+@needs_torch
 def test_parameters_match_the_model(inference: dict[str, GraphProblem]) -> None:
     model, _ = build_model("bert", size="tiny")
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     assert inference["bert"].unplanned_bytes_of("parameter") == params
 
 
+@needs_torch
 def test_batch_scales_activations_not_weights() -> None:
     one = dict(model_problems(names=["bert"], batch=1, errors="raise"))["bert"]
     four = dict(model_problems(names=["bert"], batch=4, errors="raise"))["bert"]
@@ -90,6 +107,7 @@ def test_batch_scales_activations_not_weights() -> None:
     assert four.unplanned_bytes_of("parameter") == one.unplanned_bytes_of("parameter")
 
 
+@needs_torch
 def test_a_failing_architecture_is_skipped_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_: Any) -> Any:
         raise RuntimeError("cannot export this one")
@@ -102,13 +120,43 @@ def test_a_failing_architecture_is_skipped_with_a_warning(monkeypatch: pytest.Mo
         list(model_problems(names=["bert"], errors="raise"))
 
 
-def test_unknown_names_and_sizes_are_errors() -> None:
-    with pytest.raises(KeyError, match="unknown architecture"):
-        model_problems(names=["no-such-model"])  # at the call, not when iterated
-    with pytest.raises(ValueError, match="size"):
-        build_model("bert", size="huge")  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: model_problem("gpt3"),
+        lambda: build_model("gpt3"),
+        lambda: model_problems(names=["bert", "gpt3"]),  # at the call, not when iterated
+        lambda: model_problem(None),
+    ],
+)
+def test_an_unknown_architecture_names_the_known_ones(call: Any) -> None:
+    with pytest.raises(UnknownArchitectureError) as info:
+        call()
+    assert "unknown architecture" in str(info.value)
+    assert all(name in str(info.value) for name in ARCHITECTURES)
 
 
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda: build_model("bert", size="huge"), "size must be one of 'tiny', 'base'"),
+        (lambda: model_problem("bert", size="small"), "size must be one of"),
+        (lambda: model_problems(size=None), "size must be one of"),
+        (lambda: model_problem("bert", batch=0), "batch must be a positive int"),
+        (lambda: model_problems(batch=2.0), "batch must be a positive int"),
+        (lambda: model_problem("bert", training="yes"), "training must be a bool"),
+        (lambda: model_problems(errors="ignore"), "errors must be 'warn' or 'raise'"),
+        (lambda: model_problems(names="bert"), "names must be a list of names"),
+        (lambda: model_problems(names=3), "names must be a list of names"),
+    ],
+)
+def test_bad_arguments_are_invalid_arguments(call: Any, words: str) -> None:
+    # A model size is a name, not a byte count: not an InvalidSizeError.
+    with pytest.raises(InvalidArgumentError, match=words):
+        call()
+
+
+@needs_torch
 def test_models_are_deterministic() -> None:
     a = dict(model_problems(names=["gpt2"], errors="raise"))["gpt2"]
     b = dict(model_problems(names=["gpt2"], errors="raise"))["gpt2"]
@@ -174,6 +222,7 @@ def _check_against_execution(gp: GraphProblem, run: _Recorder) -> None:
         assert nbytes == b.nbytes, (b.id, nbytes, b.nbytes)
 
 
+@needs_torch
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_inference_problem_matches_a_real_execution(name: str) -> None:
     import torch
@@ -202,6 +251,7 @@ def test_inference_problem_matches_a_real_execution(name: str) -> None:
     _check_against_execution(problem_from_exported(ep), run)
 
 
+@needs_torch
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_training_problem_matches_a_real_execution(name: str) -> None:
     import torch

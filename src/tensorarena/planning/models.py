@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tensorarena._optional import require
-from tensorarena.errors import InvalidSizeError, TensorArenaWarning
+from tensorarena.errors import (
+    InvalidArgumentError,
+    TensorArenaWarning,
+    UnknownArchitectureError,
+)
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.torch_frontend import (
     problem_from_exported,
@@ -260,12 +264,36 @@ ARCHITECTURES: tuple[str, ...] = tuple(_BUILDERS)
 _DEFAULT_BATCH: dict[Size, int] = {"tiny": 2, "base": 4}
 
 
+def _check(
+    names: Iterable[str], size: object, batch: object, training: object = False
+) -> None:
+    """Refuse bad arguments before torch is imported or anything is built.
+
+    A model *size* is a name, not a byte count: a bad one is an
+    :class:`~tensorarena.errors.InvalidArgumentError`, not an ``InvalidSizeError``.
+    """
+    for name in names:
+        if not isinstance(name, str) or name not in _BUILDERS:
+            raise UnknownArchitectureError(
+                f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}"
+            )
+    if not isinstance(size, str) or size not in _DEFAULT_BATCH:
+        raise InvalidArgumentError(
+            f"size must be one of {', '.join(map(repr, _DEFAULT_BATCH))}, got {size!r}"
+        )
+    if batch is not None and (type(batch) is not int or batch <= 0):
+        raise InvalidArgumentError(f"batch must be a positive int or None, got {batch!r}")
+    if not isinstance(training, bool):
+        raise InvalidArgumentError(f"training must be a bool, got {training!r}")
+
+
 def build_model(name: str, *, size: Size = "tiny", batch: int | None = None) -> tuple[Any, Any]:
-    """``(model, (args, kwargs))`` for one architecture: random weights, example inputs."""
-    if name not in _BUILDERS:
-        raise KeyError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
-    if size not in _DEFAULT_BATCH:
-        raise InvalidSizeError(f"size must be 'tiny' or 'base', got {size!r}")
+    """``(model, (args, kwargs))`` for one architecture: random weights, example inputs.
+
+    An unknown ``name`` raises :class:`~tensorarena.errors.UnknownArchitectureError` naming the
+    known ones; a bad ``size`` or ``batch``, :class:`~tensorarena.errors.InvalidArgumentError`.
+    """
+    _check((name,), size, batch)
     torch = require("torch", extra="torch", feature="real-model planning problems")
     tf = require("transformers", extra="models", feature="real-model planning problems")
     torch.manual_seed(0)  # the same random weights every time
@@ -277,6 +305,7 @@ def model_problem(
     name: str, *, size: Size = "tiny", training: bool = False, batch: int | None = None
 ) -> GraphProblem:
     """The planning problem of one architecture (errors propagate; see :func:`model_problems`)."""
+    _check((name,), size, batch, training)
     torch = require("torch", extra="torch", feature="real-model planning problems")
     model, (args, kwargs) = build_model(name, size=size, batch=batch)
     mode = "train" if training else "infer"
@@ -305,12 +334,19 @@ def model_problems(
     :class:`ModelSkippedWarning` naming it and the error, unless ``errors="raise"``.
     """
     # Checked here, at the call, not at the first next() of a generator.
+    if isinstance(names, str):  # one name would otherwise be read letter by letter
+        raise InvalidArgumentError(f"names must be a list of names, got the string {names!r}")
+    try:
+        chosen = ARCHITECTURES if names is None else tuple(names)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"names must be a list of names, got {type(names).__name__}"
+        ) from None
+    _check(chosen, size, batch, training)
+    if errors not in ("warn", "raise"):
+        raise InvalidArgumentError(f"errors must be 'warn' or 'raise', got {errors!r}")
     require("torch", extra="torch", feature="real-model planning problems")
     require("transformers", extra="models", feature="real-model planning problems")
-    chosen = ARCHITECTURES if names is None else tuple(names)
-    for name in chosen:
-        if name not in _BUILDERS:
-            raise KeyError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
     return _problems(chosen, size=size, training=training, batch=batch, errors=errors)
 
 
