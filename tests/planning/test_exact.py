@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import sys
+import threading
 
 import pytest
 
-from tensorarena.errors import InvalidPlanError, InvalidProblemError
+from tensorarena.errors import (
+    InvalidArgumentError,
+    InvalidPlanError,
+    InvalidProblemError,
+    InvalidSizeError,
+)
 from tensorarena.planning.exact import ExactResult, greedy_plan, solve_exact
 from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
 from tensorarena.planning.exact_sections import build_sections
@@ -324,25 +332,87 @@ def test_zero_time_limit_returns_the_seed_unproven() -> None:
     assert plan.height <= seed.height
 
 
-# Seed 5 with 400 buffers: neither the lower bound nor the best height found is settled after
-# 5 s on the development machine, so half a second (or none) cannot settle them either.
-HARD = (5, 400)
+def _aligned_instance(seed: int, n: int) -> Problem:
+    """Mixed alignments put the optimum above the lower bound: proving it takes a real search."""
+    rng = random.Random(seed)
+    buffers = []
+    for k in range(n):
+        start = rng.randrange(8)
+        size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(2, 6), size, alignment))
+    return Problem(buffers)
 
 
-def test_time_limit_stops_a_hard_search_with_the_best_plan() -> None:
-    problem = _tight_instance(*HARD)
-    result = solve_exact(problem, time_limit=0.5)
-    plan = checked(problem, result)
-    assert result.feasible and not result.proven
-    assert not plan.optimal
-    assert plan.height <= greedy_plan(problem).height
+# Optimum 37 above the lower bound 33: proven in 3236 nodes; 36 is proven infeasible in 1193.
+# The counts are the search's own and the same on any machine (tests below re-derive them).
+BUDGETED = (6, 12)
 
 
-def test_decision_time_limit_gives_unknown_not_infeasible() -> None:
-    problem = _tight_instance(*HARD)
-    result = solve_exact(problem, capacity=lower_bound(problem), time_limit=0.3)
-    assert not result.proven
-    assert result.plan is None and not result.feasible
+def test_node_limit_stops_a_search_with_the_best_plan_unproven() -> None:
+    problem = _aligned_instance(*BUDGETED)
+    full = solve_exact(problem, time_limit=math.inf)
+    assert full.proven and full.plan is not None and full.plan.height > lower_bound(problem)
+    for budget in (1, full.nodes // 2, full.nodes - 1):
+        cut = solve_exact(problem, time_limit=math.inf, node_limit=budget)
+        plan = checked(problem, cut)
+        assert cut.nodes == budget  # a budget, spent exactly
+        assert cut.feasible and not cut.proven and not plan.optimal
+        assert full.plan.height <= plan.height <= greedy_plan(problem).height
+    enough = solve_exact(problem, time_limit=math.inf, node_limit=full.nodes)
+    assert enough.proven and enough.nodes == full.nodes
+
+
+def test_decision_node_limit_gives_unknown_not_infeasible() -> None:
+    problem = _aligned_instance(*BUDGETED)
+    capacity = 36  # proven infeasible by the full search
+    full = solve_exact(problem, capacity=capacity, time_limit=math.inf)
+    assert full.proven and not full.feasible
+    cut = solve_exact(problem, capacity=capacity, time_limit=math.inf, node_limit=full.nodes - 1)
+    assert not cut.proven
+    assert cut.plan is None and not cut.feasible
+    assert cut.nodes == full.nodes - 1
+
+
+def test_no_node_budget_searches_nothing() -> None:
+    problem = _aligned_instance(*BUDGETED)
+    result = solve_exact(problem, node_limit=0)
+    assert result.nodes == 0 and not result.proven
+    assert checked(problem, result).offsets == greedy_plan(problem).offsets
+
+
+def test_the_search_leaves_the_recursion_limit_alone_and_goes_deep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every buffer live at once, each one byte: the search places them one above the other,
+    # one level deeper per buffer, past the interpreter's recursion limit. It used to raise
+    # sys.setrecursionlimit, process-wide, under every thread's feet.
+    limit = sys.getrecursionlimit()
+    n = limit + 200
+    problem = Problem(Buffer(f"b{i}", 0, 1 + i % 2, 1) for i in range(n))
+
+    def forbidden(_: int) -> None:
+        raise AssertionError("the exact search changed the process-wide recursion limit")
+
+    monkeypatch.setattr(sys, "setrecursionlimit", forbidden)
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # another thread, as a server's would be, sees the limit unchanged
+        while not stop.is_set():
+            seen.append(sys.getrecursionlimit())
+            stop.wait(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = solve_exact(problem, capacity=n, time_limit=math.inf)
+    finally:
+        stop.set()
+        watcher.join()
+    assert result.feasible and result.proven
+    assert result.nodes > limit  # it went deeper than the interpreter's stack would allow
+    validate(problem, checked(problem, result), capacity=n)
+    assert set(seen) == {limit}
 
 
 def test_never_worse_than_initial() -> None:
@@ -381,14 +451,35 @@ def test_zero_byte_buffers_and_empty_problem() -> None:
 
 def test_bad_arguments_raise_before_searching() -> None:
     problem = Problem([Buffer("a", 0, 2, 4), Buffer("b", 1, 3, 4)])
-    with pytest.raises(InvalidProblemError):
+    with pytest.raises(InvalidSizeError, match="capacity"):
         solve_exact(problem, capacity=-1)
-    with pytest.raises(InvalidProblemError):
-        solve_exact(problem, time_limit=-1.0)
+    for time_limit in (-1.0, math.nan, "1", None):
+        with pytest.raises(InvalidArgumentError, match="time_limit"):
+            solve_exact(problem, time_limit=time_limit)  # type: ignore[arg-type]
+    for node_limit in (-1, 1.5, "10", True):
+        with pytest.raises(InvalidArgumentError, match="node_limit"):
+            solve_exact(problem, node_limit=node_limit)  # type: ignore[arg-type]
+    for not_a_problem in ("abc", None, problem.buffers):
+        with pytest.raises(InvalidArgumentError, match="expected a Problem"):
+            solve_exact(not_a_problem)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="expected a Problem"):
+            greedy_plan(not_a_problem)  # type: ignore[arg-type]
     other = Problem([Buffer("x", 0, 1, 4), Buffer("y", 0, 1, 4)])
     with pytest.raises(InvalidPlanError):
         solve_exact(problem, initial=Plan(other, (0, 4)))
     with pytest.raises(InvalidPlanError):
         solve_exact(problem, initial=Plan(problem, (0, 2)))  # overlapping
-    # The problem itself is untouched (it is immutable; the plan objects too).
-    assert problem.buffers[0] == Buffer("a", 0, 2, 4)
+    with pytest.raises(InvalidPlanError):
+        solve_exact(problem, initial="0,4")  # type: ignore[arg-type]
+
+
+def test_capacity_as_a_size_string() -> None:
+    problem = Problem([Buffer("a", 0, 2, 512), Buffer("b", 1, 3, 512)])
+    assert solve_exact(problem, capacity="1KiB").feasible
+    assert not solve_exact(problem, capacity="1kB").feasible  # 1000 bytes
+
+
+def test_sizes_past_int64_are_refused_not_wrapped() -> None:
+    problem = Problem([Buffer("a", 0, 1, 1 << 62), Buffer("b", 0, 1, 1 << 62)])
+    with pytest.raises(InvalidProblemError, match="too large"):
+        solve_exact(problem)

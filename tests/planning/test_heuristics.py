@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorarena.errors import InvalidAlignmentError, InvalidProblemError
+from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import heuristics as h
 from tensorarena.planning.csv_io import read_problem
 from tensorarena.planning.problem import Buffer, Problem, lower_bound
@@ -254,3 +254,18 @@ def test_sizes_that_would_overflow_are_refused() -> None:
     problem = Problem([Buffer("a", 0, 1, 1 << 61), Buffer("b", 0, 1, 1 << 61)])
     with pytest.raises(InvalidProblemError, match="too large"):
         h.portfolio(problem)
+
+
+@pytest.mark.parametrize("name", sorted(h.HEURISTICS))
+def test_something_that_is_not_a_problem_is_refused(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="expected a Problem, got str"):
+        h.HEURISTICS[name]("id,lower,upper,size\na,0,1,4\n")
+
+
+def test_every_heuristic_reports_its_own_statistics() -> None:
+    problem = pisarchyk()
+    for name, heuristic in h.HEURISTICS.items():
+        statistics = heuristic(problem).statistics
+        assert statistics is not None, name
+        assert (statistics.lower_bound, statistics.nodes) == (lower_bound(problem), 0), name
+        assert statistics.seconds > 0, name  # measured, not left at a default

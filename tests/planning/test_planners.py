@@ -1,7 +1,14 @@
-"""plan() and the registry of named planners: names, capacity, alignment, auto's contract."""
+"""plan() and the registry of named planners: names, capacity, alignment, auto's contract.
+
+auto's contract is checked against the real exact search on problems small enough for it to
+settle at once; a spy records how plan() called it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,9 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorarena.errors import InfeasibleError, InvalidAlignmentError, InvalidSizeError
+from tensorarena.errors import (
+    InfeasibleError,
+    InvalidAlignmentError,
+    InvalidArgumentError,
+    InvalidSizeError,
+)
 from tensorarena.planning import heuristics, planners
 from tensorarena.planning.csv_io import read_problem
+from tensorarena.planning.exact import ExactResult, solve_exact
 from tensorarena.planning.planners import (
     PLANNERS,
     PlanDoesNotFitError,
@@ -20,7 +33,7 @@ from tensorarena.planning.planners import (
     overlapping_pairs,
     plan,
 )
-from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
+from tensorarena.planning.problem import Buffer, Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.planning.validate import validate
 
 DATA = Path(__file__).parent / "data"
@@ -34,37 +47,41 @@ def tight() -> Problem:
     )
 
 
+def above_its_bound() -> Problem:
+    """Optimum 14 above the lower bound 12 (4-aligned 3, 3 and 6 bytes live at once); the
+    portfolio needs 15. At capacity 14 the decision search finds a plan it cannot call optimal."""
+    return Problem([Buffer("a", 4, 6, 3, 4), Buffer("b", 4, 7, 3, 4), Buffer("c", 5, 7, 6, 4),
+                    Buffer("d", 2, 4, 4)])
+
+
+Calls = list[dict[str, Any]]
+
+
 @pytest.fixture
-def fake_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
-    """Install a stand-in ``tensorarena.planning.exact`` that records its calls and answers
-    with a valid plan at the lower bound of :func:`tight`."""
-    calls: list[dict[str, Any]] = []
+def spy_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    """Record every call plan() makes to the real ``solve_exact``, with its result."""
+    calls: Calls = []
 
-    class Result:  # the shape of planning/exact.py's ExactResult
-        def __init__(self, plan: Plan | None, proven: bool) -> None:
-            self.plan = plan
-            self.feasible = plan is not None
-            self.proven = proven
-            self.nodes = 1
-            self.seconds = 0.0
+    def spy(problem: Problem, **kwargs: Any) -> ExactResult:
+        result = solve_exact(problem, **kwargs)
+        calls.append({"problem": problem, **kwargs, "result": result})
+        return result
 
-    def solve_exact(problem: Problem, *, capacity: int | None = None,
-                    time_limit: float = 10.0, initial: Plan | None = None) -> Result:
-        calls.append(
-            {"problem": problem, "capacity": capacity, "time_limit": time_limit,
-             "initial": initial}
-        )
-        if capacity is not None and capacity < 5:
-            return Result(None, True)  # proven: nothing fits below the lower bound
-        if problem != tight():
-            return Result(None, False)
-        offsets = {"a": 0, "b": 3, "c": 0, "d": 1}
-        # The decision version stops at the first plan that fits: it proves nothing more.
-        found = Plan(problem, tuple(offsets[b.id] for b in problem.buffers),
-                     planner="exact", optimal=capacity is None)
-        return Result(found, True)
+    monkeypatch.setattr(planners, "solve_exact", spy)
+    yield calls
 
-    monkeypatch.setattr(planners, "solve_exact", solve_exact)
+
+@pytest.fixture
+def no_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    """The real ``solve_exact`` with a budget of no nodes: it returns its seed, unproven."""
+    calls: Calls = []
+
+    def starved(problem: Problem, **kwargs: Any) -> ExactResult:
+        result = solve_exact(problem, node_limit=0, **kwargs)
+        calls.append({"problem": problem, **kwargs, "result": result})
+        return result
+
+    monkeypatch.setattr(planners, "solve_exact", starved)
     yield calls
 
 
@@ -77,11 +94,30 @@ def test_registry_names_every_planner() -> None:
 @pytest.mark.parametrize("name", HEURISTIC_NAMES)
 def test_named_heuristics_through_plan(name: str) -> None:
     problem = read_problem(DATA / "pisarchyk_lee.csv")
+    started = time.perf_counter()
     result = plan(problem, name)
+    elapsed = time.perf_counter() - started
     validate(problem, result)
-    assert result.stats["lower_bound"] == 124
-    assert result.stats["seconds"] >= 0
     assert result.planner.startswith(name)
+    statistics = result.statistics
+    assert statistics is not None
+    assert statistics.lower_bound == 124 and type(statistics.lower_bound) is int
+    assert (statistics.nodes, statistics.exact_skipped) == (0, False)  # no search ran
+    assert 0 < statistics.seconds <= elapsed  # plan()'s own wall time, measured inside it
+
+
+def test_statistics_are_one_frozen_typed_record() -> None:
+    result = plan(tight(), "auto", time_limit=5.0)
+    statistics = result.statistics
+    assert isinstance(statistics, PlanStatistics)
+    assert {f.name: f.type for f in dataclasses.fields(PlanStatistics)} == {
+        "seconds": "float", "lower_bound": "int", "nodes": "int", "exact_skipped": "bool",
+    }
+    assert type(statistics.nodes) is int and type(statistics.exact_skipped) is bool
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        statistics.nodes = 0  # type: ignore[misc]
+    # A plan no planner made carries none, rather than zeros that look measured.
+    assert Plan(tight(), result.offsets).statistics is None
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -101,15 +137,16 @@ def test_auto_is_valid_and_never_worse_than_portfolio(
         assert result.optimal
 
 
-def test_auto_stops_at_the_lower_bound_without_searching(fake_exact: list[dict[str, Any]]) -> None:
+def test_auto_stops_at_the_lower_bound_without_searching(spy_exact: Calls) -> None:
     problem = read_problem(DATA / "pisarchyk_lee.csv")
     result = plan(problem)
     assert result.height == 124 and result.optimal
     assert result.planner.startswith("auto:portfolio:")
-    assert fake_exact == []
+    assert spy_exact == []
+    assert result.statistics is not None and result.statistics.nodes == 0
 
 
-def test_auto_runs_exact_seeded_with_the_portfolio(fake_exact: list[dict[str, Any]]) -> None:
+def test_auto_runs_exact_seeded_with_the_portfolio(spy_exact: Calls) -> None:
     problem = tight()
     portfolio = heuristics.portfolio(problem)
     assert portfolio.height > lower_bound(problem) == 5
@@ -117,55 +154,64 @@ def test_auto_runs_exact_seeded_with_the_portfolio(fake_exact: list[dict[str, An
     validate(problem, result)
     assert result.height == 5 and result.optimal
     assert result.planner == "auto:exact"
-    (call,) = fake_exact
+    (call,) = spy_exact
     assert call["initial"].offsets == portfolio.offsets
     assert 0 < call["time_limit"] <= 2.0
+    assert call["capacity"] is None
+    assert result.statistics is not None
+    assert result.statistics.nodes == call["result"].nodes > 0
 
 
-def test_auto_keeps_the_portfolio_when_exact_finds_nothing(
-    fake_exact: list[dict[str, Any]],
-) -> None:
-    problem = Problem([*tight().buffers, Buffer("e", 0, 4, 0)])
-    result = plan(problem, time_limit=0.1)
-    assert result.height == heuristics.portfolio(problem).height
-    assert result.planner.startswith("auto:portfolio:")
-    assert len(fake_exact) == 1
+def test_auto_keeps_the_portfolio_when_exact_finds_nothing(no_nodes: Calls) -> None:
+    problem = tight()
+    result = plan(problem, time_limit=2.0)
+    (call,) = no_nodes
+    assert call["result"].nodes == 0 and not call["result"].proven
+    assert result.offsets == heuristics.portfolio(problem).offsets
+    assert result.planner.startswith("auto:portfolio:")  # not labelled as the search's find
+    assert not result.optimal
 
 
-def test_auto_reports_proven_infeasibility(fake_exact: list[dict[str, Any]]) -> None:
+def test_auto_reports_proven_infeasibility(spy_exact: Calls) -> None:
     with pytest.raises(PlanDoesNotFitError) as info:
         plan(tight(), capacity=4)
     assert info.value.proven
-    assert fake_exact[0]["capacity"] == 4
+    assert info.value.lower_bound == 5 and info.value.capacity == 4
+    assert spy_exact[0]["capacity"] == 4
     validate(tight(), info.value.plan)
 
 
-def test_auto_minimises_when_the_portfolio_already_fits(
-    fake_exact: list[dict[str, Any]],
-) -> None:
+def test_auto_minimises_when_the_portfolio_already_fits(spy_exact: Calls) -> None:
     result = plan(tight(), capacity=100)
-    assert result.height == 5
-    assert fake_exact[0]["capacity"] is None
-
-
-def test_auto_lowers_a_decision_answer_with_the_time_left(
-    fake_exact: list[dict[str, Any]],
-) -> None:
-    result = plan(tight(), capacity=5, time_limit=5.0)
     assert result.height == 5 and result.optimal
-    assert [call["capacity"] for call in fake_exact] == [5, None]
-    assert fake_exact[1]["initial"].height == 5
+    assert [call["capacity"] for call in spy_exact] == [None]
 
 
-def test_exact_planner_with_alignment(fake_exact: list[dict[str, Any]]) -> None:
+def test_auto_lowers_a_decision_answer_with_the_time_left(spy_exact: Calls) -> None:
+    problem = above_its_bound()
+    assert heuristics.portfolio(problem).height == 15 and lower_bound(problem) == 12
+    result = plan(problem, capacity=14, time_limit=5.0)
+    validate(problem, result, capacity=14)
+    assert result.height == 14 and result.optimal
+    decision, lowering = spy_exact
+    assert decision["capacity"] == 14 and decision["result"].feasible
+    assert not decision["result"].plan.optimal  # 14 is above the bound: not proven by a find
+    assert lowering["capacity"] is None and lowering["initial"].height == 14
+    assert lowering["result"].proven
+    assert result.statistics is not None
+    assert result.statistics.nodes == decision["result"].nodes + lowering["result"].nodes
+
+
+def test_exact_planner_with_alignment(spy_exact: Calls) -> None:
     problem = tight()
     result = plan(problem, "exact", alignment=8)
     validate(problem.with_alignment(8), result)
     assert result.problem is problem
-    (call,) = fake_exact
+    (call,) = spy_exact
     assert call["problem"] == problem.with_alignment(8)
     assert call["initial"].problem == problem.with_alignment(8)
-    assert result.height == heuristics.portfolio(problem, alignment=8).height
+    # a-b, b-c and c-d overlap in time: with 8-aligned slots the best is 11 (worked by hand)
+    assert result.height == 11 and result.optimal
 
 
 def test_capacity_that_fits_and_one_that_does_not() -> None:
@@ -197,8 +243,40 @@ def test_bad_arguments() -> None:
         plan(problem, "naive", alignment=12)
     with pytest.raises(InvalidSizeError):
         plan(problem, "naive", capacity=-1)
-    with pytest.raises(ValueError, match="time_limit"):
-        plan(problem, "naive", time_limit=-1)
+
+
+@pytest.mark.parametrize("time_limit", [-1, math.nan, "1", None, True])
+def test_a_bad_time_limit_is_an_invalid_argument(time_limit: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="time_limit"):
+        plan(tight(), "naive", time_limit=time_limit)  # type: ignore[arg-type]
+
+
+def test_an_infinite_time_limit_means_no_limit() -> None:
+    result = plan(tight(), time_limit=math.inf)
+    assert result.height == 5 and result.optimal
+
+
+@pytest.mark.parametrize("planner", [42, None, ["auto"]])
+def test_a_planner_that_is_not_a_name(planner: object) -> None:
+    with pytest.raises(UnknownPlannerError, match="expected one of auto, exact"):
+        plan(tight(), planner)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("problem", ["abc", None, [Buffer("a", 0, 1, 4)]])
+def test_something_that_is_not_a_problem(problem: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="expected a Problem"):
+        plan(problem)  # type: ignore[arg-type]
+
+
+def test_capacity_as_a_size_string_like_a_pool() -> None:
+    problem = read_problem(DATA / "toy.12.csv")
+    assert plan(problem, "portfolio", capacity="1KiB").height == 12
+    with pytest.raises(PlanDoesNotFitError) as info:
+        plan(problem, "portfolio", capacity="0.01kB")  # 10 bytes
+    assert info.value.capacity == 10
+    for bad in ("lots", 1.5, "-4"):
+        with pytest.raises(InvalidSizeError, match="capacity"):
+            plan(problem, "portfolio", capacity=bad)  # type: ignore[arg-type]
 
 
 def test_auto_and_exact_with_the_real_search() -> None:
@@ -223,14 +301,14 @@ def test_overlapping_pairs_counts_like_brute_force(spans: list[tuple[int, int]])
 
 
 def test_auto_skips_an_exact_search_too_big_for_its_time_limit(
-    fake_exact: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    spy_exact: Calls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tensorarena.planning.planners as planners
-
     monkeypatch.setattr(planners, "_AUTO_EXACT_PAIRS_PER_SECOND", 1)
     result = plan(tight(), time_limit=2.0)
-    assert fake_exact == []
+    assert spy_exact == []
     assert result.height == heuristics.portfolio(tight()).height
-    assert result.stats["exact_skipped"] == 1.0
+    assert result.statistics is not None
+    assert result.statistics.exact_skipped and result.statistics.nodes == 0
     by_name = plan(tight(), "exact", time_limit=2.0)
-    assert fake_exact == [] and by_name.stats["exact_skipped"] == 1.0
+    assert spy_exact == []
+    assert by_name.statistics is not None and by_name.statistics.exact_skipped

@@ -18,10 +18,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidPlanError, TensorArenaError
 from tensorarena.sizes import check_alignment, format_size, parse_size
+
+if TYPE_CHECKING:
+    from tensorarena.planning.problem import PlanStatistics
 
 __all__ = ["configure", "run"]
 
@@ -132,12 +135,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        _print_summary(args, summary, capacity, result.stats)
+        _print_summary(args, summary, capacity, result.statistics)
     return 0 if fits else 1
 
 
 def _print_summary(args: argparse.Namespace, summary: dict[str, Any], capacity: int | None,
-                   stats: dict[str, float]) -> None:
+                   statistics: PlanStatistics | None) -> None:
     height = summary["height"]
     lines = [
         f"problem      {args.problem} ({summary['buffers']} buffers)",
@@ -150,11 +153,11 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], capacity: 
         verdict = "fits" if summary["feasible"] else "DOES NOT FIT (best plan found shown)"
         lines.append(f"capacity     {capacity} ({format_size(capacity)}): {verdict}")
     lines.append(f"time         {summary['seconds']:.3f} s")
-    if stats.get("exact_skipped"):
+    if statistics is not None and statistics.exact_skipped:
         lines.append("note         exact search skipped: too many overlapping pairs for the time "
-                     "limit (raise --time-limit, or --planner exact)")
-    elif "nodes" in stats:
-        lines.append(f"search       {int(stats['nodes'])} nodes")
+                     "limit (raise --time-limit)")
+    elif statistics is not None and statistics.nodes:
+        lines.append(f"search       {statistics.nodes} nodes")
     if args.out is not None:
         written = args.out if summary["feasible"] else "not written (the plan does not fit)"
         lines.append(f"solution     {written}")

@@ -23,7 +23,7 @@ from tensorarena.planning.heuristics import (
 )
 from tensorarena.planning.onnx_frontend import problem_from_onnx
 from tensorarena.planning.planners import PLANNERS, plan
-from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
+from tensorarena.planning.problem import Buffer, Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.planning.torch_frontend import (
     problem_from_exported,
     problem_from_fx,
@@ -37,6 +37,7 @@ __all__ = [
     "ExactResult",
     "GraphProblem",
     "Plan",
+    "PlanStatistics",
     "Problem",
     "capacity_from_name",
     "greedy_breadth",

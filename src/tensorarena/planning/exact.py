@@ -23,11 +23,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from tensorarena.errors import InvalidPlanError, InvalidProblemError
+from tensorarena.errors import InvalidPlanError
+from tensorarena.planning._options import (
+    check_capacity,
+    check_int64,
+    check_node_limit,
+    check_problem,
+    check_time_limit,
+)
 from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
 from tensorarena.planning.exact_sections import Sections, build_sections
-from tensorarena.planning.problem import Plan, Problem
+from tensorarena.planning.problem import Plan, PlanStatistics, Problem
 from tensorarena.planning.validate import validate
+from tensorarena.sizes import Size
 
 __all__ = ["ExactResult", "greedy_plan", "solve_exact"]
 
@@ -55,34 +63,40 @@ class ExactResult:
 def solve_exact(
     problem: Problem,
     *,
-    capacity: int | None = None,
+    capacity: Size | None = None,
     time_limit: float = 10.0,
     initial: Plan | None = None,
+    node_limit: int | None = None,
 ) -> ExactResult:
     """Branch and bound over canonical plans, minimalloc-style.
 
     With ``capacity``, find any plan whose height is at most ``capacity`` (decision version);
     without it, minimise the height (``problem.capacity`` is not consulted: pass it explicitly
     to ask the decision question). ``initial``, a valid plan of ``problem``, seeds the search;
-    it is returned unchanged when nothing better is found. ``time_limit`` is in seconds; the
-    search checks the clock every few hundred nodes.
+    it is returned unchanged when nothing better is found. ``time_limit`` is in seconds
+    (``inf``: none); the search checks the clock every few hundred nodes. ``node_limit`` stops
+    it after that many search nodes in all, whatever the time: a budget that gives the same
+    answer on any machine. A search stopped by either limit returns what it found, unproven.
 
-    Raises :class:`InvalidProblemError` for a negative capacity or time limit and
-    :class:`InvalidPlanError` for an ``initial`` plan that is not a valid plan of ``problem``.
+    Raises :class:`~tensorarena.errors.InvalidArgumentError` for a bad time or node limit (or a
+    ``problem`` that is not a :class:`Problem`), :class:`~tensorarena.errors.InvalidSizeError`
+    for a bad capacity, and :class:`InvalidPlanError` for an ``initial`` plan that is not a
+    valid plan of ``problem``.
     """
-    if capacity is not None and (type(capacity) is not int or capacity < 0):
-        raise InvalidProblemError(f"capacity must be a non-negative int, got {capacity!r}")
-    if not isinstance(time_limit, int | float) or not time_limit >= 0:
-        raise InvalidProblemError(f"time_limit must be a non-negative number, got {time_limit!r}")
+    check_problem(problem)
+    capacity = check_capacity(capacity)
+    seconds = check_time_limit(time_limit)
+    nodes = check_node_limit(node_limit)
+    check_int64(problem)
     # The clock starts before the seed is checked: validating a large plan takes a while.
     started = time.perf_counter()
-    deadline = time.monotonic() + float(time_limit)
+    limits = _Limits(started, time.monotonic() + seconds, nodes)
     if initial is not None:
         _check_initial(problem, initial)
     sections = build_sections(problem.buffers)
     if capacity is not None:
-        return _decision(problem, sections, capacity, initial, deadline, started)
-    return _optimise(problem, sections, initial, deadline, started)
+        return _decision(problem, sections, capacity, initial, limits)
+    return _optimise(problem, sections, initial, limits)
 
 
 def greedy_plan(problem: Problem) -> Plan:
@@ -90,6 +104,8 @@ def greedy_plan(problem: Problem) -> Plan:
 
     The optimisation version's own starting point; heuristics proper live elsewhere.
     """
+    check_problem(problem)
+    check_int64(problem)
     sections = build_sections(problem.buffers)
     size = sections.size.tolist()
     align = sections.align.tolist()
@@ -116,13 +132,24 @@ def greedy_plan(problem: Problem) -> Plan:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """When the search started (``perf_counter``), its deadline (``monotonic``), its nodes."""
+
+    started: float
+    deadline: float
+    nodes: int | None
+
+    def nodes_left(self, spent: int) -> int | None:
+        return None if self.nodes is None else self.nodes - spent
+
+
 def _decision(
     problem: Problem,
     sections: Sections,
     capacity: int,
     initial: Plan | None,
-    deadline: float,
-    started: float,
+    limits: _Limits,
 ) -> ExactResult:
     bound = sections.peak()
     floor = _round_up(bound, sections.granule)
@@ -133,21 +160,21 @@ def _decision(
             feasible=plan is not None,
             proven=proven,
             nodes=nodes,
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - limits.started,
             lower_bound=bound,
         )
 
     if initial is not None and initial.height <= capacity:
         optimal = initial.optimal or initial.height <= floor
-        return result(_relabel(initial, initial.planner, optimal, 0, bound), True, 0)
+        return result(_relabel(initial, initial.planner, optimal, 0, bound, limits), True, 0)
     if bound > capacity:
         return result(None, True, 0)
-    found = decide(sections, capacity, deadline=deadline)
+    found = decide(sections, capacity, deadline=limits.deadline, node_limit=limits.nodes)
     if found.status == FOUND:
         assert found.offsets is not None
         offsets = _full_offsets(problem, sections, found.offsets.tolist())
         plan = Plan(problem, offsets, planner="exact")
-        plan = _relabel(plan, "exact", plan.height <= floor, found.nodes, bound)
+        plan = _relabel(plan, "exact", plan.height <= floor, found.nodes, bound, limits)
         return result(plan, True, found.nodes)
     return result(None, found.status == EXHAUSTED, found.nodes)
 
@@ -156,8 +183,7 @@ def _optimise(
     problem: Problem,
     sections: Sections,
     initial: Plan | None,
-    deadline: float,
-    started: float,
+    limits: _Limits,
 ) -> ExactResult:
     bound = sections.peak()
     granule = sections.granule
@@ -173,8 +199,9 @@ def _optimise(
         top = (best.height - 1) // granule * granule
         if proven_low > top:
             break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        remaining = limits.deadline - time.monotonic()
+        nodes_left = limits.nodes_left(nodes)
+        if remaining <= 0 or (nodes_left is not None and nodes_left <= 0):
             break
         if try_low > top:
             try_low = top  # everything below timed out before: give the last probe all the time
@@ -185,7 +212,8 @@ def _optimise(
         else:
             probe, share = (try_low + top) // 2 // granule * granule, 0.5
         first = False
-        found = decide(sections, probe, deadline=time.monotonic() + remaining * share)
+        found = decide(sections, probe, deadline=time.monotonic() + remaining * share,
+                       node_limit=nodes_left)
         nodes += found.nodes
         if found.status == FOUND:
             assert found.offsets is not None
@@ -197,11 +225,11 @@ def _optimise(
     proven = proven_low > (best.height - 1) // granule * granule
     planner = best.planner or "exact"
     return ExactResult(
-        plan=_relabel(best, planner, proven or best.optimal, nodes, bound),
+        plan=_relabel(best, planner, proven or best.optimal, nodes, bound, limits),
         feasible=True,
         proven=proven or best.optimal,
         nodes=nodes,
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - limits.started,
         lower_bound=bound,
     )
 
@@ -219,10 +247,14 @@ def _check_initial(problem: Problem, initial: Plan) -> None:
     validate(problem, initial, capacity=None)
 
 
-def _relabel(plan: Plan, planner: str, optimal: bool, nodes: int, bound: int) -> Plan:
-    stats = dict(plan.stats)
-    stats.update({"nodes": float(nodes), "lower_bound": float(bound)})
-    return Plan(plan.problem, plan.offsets, planner=planner, optimal=optimal, stats=stats)
+def _relabel(
+    plan: Plan, planner: str, optimal: bool, nodes: int, bound: int, limits: _Limits
+) -> Plan:
+    statistics = PlanStatistics(
+        seconds=time.perf_counter() - limits.started, lower_bound=bound, nodes=nodes
+    )
+    return Plan(plan.problem, plan.offsets, planner=planner, optimal=optimal,
+                statistics=statistics)
 
 
 def _full_offsets(problem: Problem, sections: Sections, offsets: list[int]) -> tuple[int, ...]:

@@ -19,13 +19,14 @@ Y_1 trace one greedy takes a few seconds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-from tensorarena.errors import InvalidProblemError
-from tensorarena.planning.problem import Plan, Problem, lower_bound
+from tensorarena.planning._options import check_int64, check_problem
+from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.sizes import check_alignment
 
 __all__ = [
@@ -45,10 +46,6 @@ __all__ = [
 
 Int64Array = npt.NDArray[np.int64]
 
-# Heights and sums are computed in int64; refuse problems whose total bytes could overflow it
-# rather than return a silently wrapped offset.
-_INT64_SAFE = 1 << 62
-
 
 # ---------------------------------------------------------------------------------------------
 # Problem → arrays
@@ -57,21 +54,17 @@ _INT64_SAFE = 1 << 62
 
 class _Arrays:
     """Starts, ends, sizes and alignments of a problem as int64 arrays (global alignment folded
-    in)."""
+    in). Every heuristic starts by making these, so they also hold its start time and checked
+    arguments."""
 
-    __slots__ = ("align", "end", "n", "size", "start")
+    __slots__ = ("align", "end", "n", "size", "start", "started")
 
     def __init__(self, problem: Problem, alignment: int | None) -> None:
-        buffers = problem.buffers
+        self.started = time.perf_counter()
+        buffers = check_problem(problem).buffers
         self.n = len(buffers)
         extra = 1 if alignment is None else check_alignment(alignment)
-        total = sum(b.nbytes + max(b.alignment, extra) for b in buffers)
-        times = [t for b in buffers for t in (b.start, b.end)]
-        if total >= _INT64_SAFE or any(abs(t) >= _INT64_SAFE for t in times):
-            raise InvalidProblemError(
-                f"problem {problem.name!r} is too large for the planners: sizes sum to {total} "
-                f"bytes (the limit is {_INT64_SAFE})"
-            )
+        check_int64(problem, extra)
         self.start: Int64Array = np.fromiter((b.start for b in buffers), np.int64, self.n)
         self.end: Int64Array = np.fromiter((b.end for b in buffers), np.int64, self.n)
         self.size: Int64Array = np.fromiter((b.nbytes for b in buffers), np.int64, self.n)
@@ -222,9 +215,12 @@ def _height(arrays: _Arrays, offsets: Int64Array) -> int:
 
 
 def _plan(problem: Problem, arrays: _Arrays, offsets: Int64Array, name: str) -> Plan:
+    bound = lower_bound(problem)
     # A plan at the lower bound cannot be beaten: say so, whatever found it.
-    optimal = _height(arrays, offsets) == lower_bound(problem)
-    return Plan(problem, tuple(offsets.tolist()), planner=name, optimal=optimal)
+    optimal = _height(arrays, offsets) == bound
+    statistics = PlanStatistics(seconds=time.perf_counter() - arrays.started, lower_bound=bound)
+    return Plan(problem, tuple(offsets.tolist()), planner=name, optimal=optimal,
+                statistics=statistics)
 
 
 # ---------------------------------------------------------------------------------------------

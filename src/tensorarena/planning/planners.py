@@ -17,7 +17,7 @@ run every parameter through the validator):
 ========================  =====================================================================
 
 ``auto`` and ``exact`` skip the search on problems too large for it to start within the time
-limit (the plan's ``stats["exact_skipped"]`` says so); a longer limit lets it run.
+limit (the plan's ``statistics.exact_skipped`` says so); a longer limit lets it run.
 
 :func:`plan` returns the lowest plan found. When a capacity is asked for (``capacity=`` or the
 problem's own) and that plan does not fit, it raises :class:`PlanDoesNotFitError`, which carries
@@ -32,15 +32,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from tensorarena.errors import (
-    InvalidSizeError,
-    PlanDoesNotFitError,
-    UnknownPlannerError,
-)
+from tensorarena.errors import PlanDoesNotFitError, UnknownPlannerError
 from tensorarena.planning import heuristics
+from tensorarena.planning._options import check_capacity, check_problem, check_time_limit
 from tensorarena.planning.exact import solve_exact
-from tensorarena.planning.problem import Plan, Problem, lower_bound
-from tensorarena.sizes import check_alignment
+from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
+from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
@@ -88,10 +85,16 @@ def _exact(
     if found is None:
         return None, result.proven and capacity is not None
     offsets = tuple(int(o) for o in found.offsets)
-    plan = Plan(problem, offsets, planner="exact", optimal=bool(found.optimal),
-                stats=dict(found.stats))
+    # The search names what it returns: "exact" for a plan it found, the seed's name for the
+    # seed it could not beat.
+    plan = Plan(problem, offsets, planner=found.planner, optimal=bool(found.optimal),
+                statistics=found.statistics)
     fits = capacity is None or plan.height <= capacity
     return plan, result.proven and not fits
+
+
+def _nodes(plan: Plan | None) -> int:
+    return 0 if plan is None or plan.statistics is None else plan.statistics.nodes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,14 +137,17 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
     remaining = max(0.0, time_limit - (time.perf_counter() - start))
     pairs = overlapping_pairs(problem) if guard else 0
     if pairs > min(_AUTO_EXACT_PAIRS_PER_SECOND * remaining, _AUTO_EXACT_MAX_PAIRS):
+        skipped = PlanStatistics(seconds=time.perf_counter() - start,
+                                 lower_bound=problem.lower_bound(), exact_skipped=True)
         return Plan(problem, best.offsets, planner=f"{name}:{best.planner}",
-                    stats={"exact_skipped": 1.0})
+                    statistics=skipped)
     # If the portfolio already fits, spend the time lowering it; if not, ask the decision
     # question the caller cares about: does anything fit the capacity?
     target = capacity if capacity is not None and best.height > capacity else None
     found, infeasible = _exact(
         problem, capacity=target, time_limit=remaining, alignment=alignment, initial=best
     )
+    nodes = _nodes(found)
     if found is not None and found.height <= best.height:
         best = found
     remaining = time_limit - (time.perf_counter() - start)
@@ -150,10 +156,13 @@ def _search(problem: Problem, *, capacity: int | None, time_limit: float,
         lower, _ = _exact(
             problem, capacity=None, time_limit=remaining, alignment=alignment, initial=best
         )
+        nodes += _nodes(lower)
         if lower is not None and lower.height <= best.height:
             best = lower
+    statistics = PlanStatistics(seconds=time.perf_counter() - start,
+                                lower_bound=problem.lower_bound(), nodes=nodes)
     best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal,
-                stats=best.stats)
+                statistics=statistics)
     if infeasible and capacity is not None:
         raise PlanDoesNotFitError(
             best, capacity, height=best.height, lower_bound=problem.lower_bound(),
@@ -188,40 +197,45 @@ def plan(
     problem: Problem,
     planner: str = "auto",
     *,
-    capacity: int | None = None,
+    capacity: Size | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
     alignment: int | None = None,
 ) -> Plan:
     """Plan offsets for ``problem`` with the named planner (see the module docstring).
 
-    ``capacity`` (default: ``problem.capacity``) is the arena size the plan must fit; when the
-    best plan found does not, :class:`PlanDoesNotFitError` is raised with that plan attached.
-    ``alignment`` raises every buffer's alignment to at least this power of two. ``time_limit``
-    bounds the exact search, in seconds.
+    ``capacity`` (default: ``problem.capacity``) is the arena size the plan must fit, in bytes
+    or as a size string (``"1MiB"``, as for a pool); when the best plan found does not fit,
+    :class:`PlanDoesNotFitError` is raised with that plan attached. ``alignment`` raises every
+    buffer's alignment to at least this power of two. ``time_limit`` bounds the exact search,
+    in seconds (``inf``: no limit). The plan's ``statistics`` say how long it all took and how
+    many nodes the exact search visited.
+
+    Bad arguments raise before any planning: :class:`UnknownPlannerError`,
+    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time limit),
+    :class:`~tensorarena.errors.InvalidSizeError` (capacity) or
+    :class:`~tensorarena.errors.InvalidAlignmentError`.
     """
-    if planner not in PLANNERS:
+    check_problem(problem)
+    if not isinstance(planner, str) or planner not in PLANNERS:
         raise UnknownPlannerError(
             f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}"
         )
     if alignment is not None:
         check_alignment(alignment)
-    if capacity is None:
-        capacity = problem.capacity
-    elif type(capacity) is not int or capacity < 0:
-        raise InvalidSizeError(f"capacity must be a non-negative int, got {capacity!r}")
-    if not time_limit >= 0:
-        raise ValueError(f"time_limit must be a non-negative number of seconds, got {time_limit}")
+    capacity = problem.capacity if capacity is None else check_capacity(capacity)
+    time_limit = check_time_limit(time_limit)
     start = time.perf_counter()
     result = PLANNERS[planner](
-        problem, capacity=capacity, time_limit=float(time_limit), alignment=alignment
+        problem, capacity=capacity, time_limit=time_limit, alignment=alignment
     )
-    stats = {**result.stats, "seconds": time.perf_counter() - start,
-             "lower_bound": float(lower_bound(problem))}
-    result = replace(result, stats=stats)
+    bound = lower_bound(problem)
+    measured = result.statistics or PlanStatistics(seconds=0.0, lower_bound=bound)
+    statistics = replace(measured, seconds=time.perf_counter() - start, lower_bound=bound)
+    result = replace(result, statistics=statistics)
     if capacity is not None and result.height > capacity:
         proven = result.optimal  # the optimum itself is too high
         raise PlanDoesNotFitError(
-            result, capacity, height=result.height, lower_bound=lower_bound(problem),
+            result, capacity, height=result.height, lower_bound=bound,
             planner=result.planner, proven=proven,
         )
     return result

@@ -6,7 +6,11 @@ starts at ``t``. Two buffers *conflict* when ``a.start < b.end and b.start < a.e
 
 A plan gives every buffer a byte offset in one arena; its *height* is ``max(offset + nbytes)``, the
 arena size it needs. The *lower bound* of a problem is the peak of live bytes over time: no plan
-can be lower.
+can be lower. What a planner measured while planning travels with its plan as a frozen
+:class:`PlanStatistics` record.
+
+Reprs summarise (a real problem has tens of thousands of buffers): name, buffer count, lower
+bound; a plan adds its height, planner and whether it is proven optimal.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tensorarena.errors import InvalidProblemError
+from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidProblemError
 
-__all__ = ["Buffer", "Plan", "Problem", "lower_bound"]
+__all__ = ["Buffer", "Plan", "PlanStatistics", "Problem", "lower_bound"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,10 @@ class Buffer:
     alignment: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise InvalidProblemError(
+                f"buffer id must be a str, got {type(self.id).__name__} {self.id!r}", column="id"
+            )
         for name in ("start", "end", "nbytes", "alignment"):
             value = getattr(self, name)
             if type(value) is not int:
@@ -58,7 +66,7 @@ class Buffer:
         return self.start < other.end and other.start < self.end
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Problem:
     """A list of buffers to place in one arena, optionally with a capacity to fit in."""
 
@@ -69,20 +77,38 @@ class Problem:
     def __init__(
         self, buffers: Iterable[Buffer], *, capacity: int | None = None, name: str = ""
     ) -> None:
-        buffers = tuple(buffers)
+        try:
+            buffers = tuple(buffers)
+        except TypeError:
+            raise InvalidProblemError(
+                f"buffers must be an iterable of Buffer, got {type(buffers).__name__}"
+            ) from None
         seen: set[str] = set()
         for buffer in buffers:
+            if not isinstance(buffer, Buffer):
+                raise InvalidProblemError(
+                    f"buffers must be Buffer objects, got {type(buffer).__name__} {buffer!r:.60}"
+                )
             if buffer.id in seen:
                 raise InvalidProblemError(f"duplicate buffer id {buffer.id!r}", column="id")
             seen.add(buffer.id)
         if capacity is not None and (type(capacity) is not int or capacity < 0):
             raise InvalidProblemError(f"capacity must be a non-negative int, got {capacity!r}")
+        if not isinstance(name, str):
+            raise InvalidProblemError(f"name must be a str, got {type(name).__name__}")
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "capacity", capacity)
         object.__setattr__(self, "name", name)
 
     def __len__(self) -> int:
         return len(self.buffers)
+
+    def __repr__(self) -> str:
+        capacity = "" if self.capacity is None else f", capacity={self.capacity}"
+        return (
+            f"Problem(name={self.name!r}, buffers={len(self.buffers)}, "
+            f"lower_bound={self.lower_bound()}{capacity})"
+        )
 
     def lower_bound(self) -> int:
         """The peak of live bytes over time; see :func:`lower_bound`."""
@@ -101,20 +127,53 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanStatistics:
+    """What a planner measured while making a plan (:attr:`Plan.statistics`)."""
+
+    seconds: float  #: wall time the planner took (for :func:`~tensorarena.planning.plan`: all)
+    lower_bound: int  #: the problem's lower bound, the peak of live bytes
+    nodes: int = 0  #: nodes the exact search visited; 0 when no search ran
+    #: ``auto``/``exact`` skipped the search: too many overlapping pairs for the time limit
+    exact_skipped: bool = False
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Plan:
-    """Offsets for a problem's buffers, in the order of ``problem.buffers``."""
+    """Offsets for a problem's buffers, in the order of ``problem.buffers``.
+
+    ``statistics`` is what the planner that made the plan measured; ``None`` for a plan that no
+    planner made (written by hand, read from a file).
+    """
 
     problem: Problem
     offsets: tuple[int, ...]
     planner: str = ""
     optimal: bool = False  #: the planner proved that no lower height exists
-    stats: dict[str, float] = field(default_factory=dict, compare=False)
+    statistics: PlanStatistics | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if len(self.offsets) != len(self.problem.buffers):
-            raise ValueError(
-                f"plan has {len(self.offsets)} offsets for {len(self.problem.buffers)} buffers"
+        if not isinstance(self.problem, Problem):
+            raise InvalidArgumentError(
+                f"a plan's problem must be a Problem, got {type(self.problem).__name__}"
             )
+        try:
+            offsets = tuple(self.offsets)
+        except TypeError:
+            raise InvalidPlanError(
+                f"offsets must be a sequence of ints, got {type(self.offsets).__name__}"
+            ) from None
+        object.__setattr__(self, "offsets", offsets)
+        if len(offsets) != len(self.problem.buffers):
+            raise InvalidPlanError(
+                f"plan has {len(offsets)} offsets for {len(self.problem.buffers)} buffers"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(problem={self.problem.name!r}, buffers={len(self.offsets)}, "
+            f"height={self.height}, lower_bound={self.problem.lower_bound()}, "
+            f"planner={self.planner!r}, optimal={self.optimal})"
+        )
 
     @property
     def height(self) -> int:
@@ -140,6 +199,10 @@ def lower_bound(buffers: Sequence[Buffer] | Problem) -> int:
     """Peak of live bytes over time (deaths before births at equal times): no plan is lower."""
     if isinstance(buffers, Problem):
         buffers = buffers.buffers
+    elif not isinstance(buffers, Sequence) or not all(isinstance(b, Buffer) for b in buffers):
+        raise InvalidArgumentError(
+            f"lower_bound() takes a Problem or a sequence of Buffer, got {type(buffers).__name__}"
+        )
     # (time, delta): at equal times the negative deltas (deaths) sort first.
     events = sorted(
         [(b.start, b.nbytes) for b in buffers] + [(b.end, -b.nbytes) for b in buffers],

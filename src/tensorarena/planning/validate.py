@@ -7,19 +7,24 @@ for the largest real traces (tens of thousands of buffers, hundreds live at once
 
 from __future__ import annotations
 
-from tensorarena.errors import InvalidPlanError
+from tensorarena.errors import InvalidArgumentError, InvalidPlanError
+from tensorarena.planning._options import check_capacity, check_problem
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.sizes import Size
 
 __all__ = ["is_valid", "validate"]
 
 
-def validate(problem: Problem, plan: Plan, *, capacity: int | None = None) -> None:
+def validate(problem: Problem, plan: Plan, *, capacity: Size | None = None) -> None:
     """Raise :class:`InvalidPlanError` naming the first violation; return if the plan is valid.
 
     Checks: one non-negative, aligned offset per buffer; no two buffers that are live at the same
     time share a byte; the height fits ``capacity`` (or ``problem.capacity``) if one is given.
     """
-    buffers = problem.buffers
+    buffers = check_problem(problem).buffers
+    if not isinstance(plan, Plan):
+        raise InvalidArgumentError(f"expected a Plan, got {type(plan).__name__}")
+    capacity = check_capacity(capacity)
     offsets = plan.offsets
     if len(offsets) != len(buffers):
         raise InvalidPlanError(f"{len(offsets)} offsets for {len(buffers)} buffers")
@@ -56,7 +61,7 @@ def validate(problem: Problem, plan: Plan, *, capacity: int | None = None) -> No
         live.append(i)
 
 
-def is_valid(problem: Problem, plan: Plan, *, capacity: int | None = None) -> bool:
+def is_valid(problem: Problem, plan: Plan, *, capacity: Size | None = None) -> bool:
     """True if :func:`validate` finds nothing wrong."""
     try:
         validate(problem, plan, capacity=capacity)
