@@ -7,6 +7,10 @@ found is checked by the independent validator before it is counted.
 
     .venv/bin/python bench/exact_challenging.py [--data DIR] [--time-limit S] [--only A,C]
 
+The data folder is ``--data DIR`` or ``$TENSORARENA_DATA``, as for ``tensorarena bench plan``:
+the folder holding ``minimalloc/challenging/`` (or that folder itself). Without it the run is
+skipped, saying so.
+
 Times are wall-clock on whatever machine runs this, single-threaded, pure Python + NumPy; the
 minimalloc column is the C++ solver's time from the paper (ASPLOS 2023 slides), for scale.
 """
@@ -17,13 +21,11 @@ import argparse
 import platform
 import sys
 import time
-from pathlib import Path
 
+from tensorarena.bench.plan import DATA_ENV, data_folder
 from tensorarena.planning.csv_io import capacity_from_name, read_problem
 from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.validate import validate
-
-DEFAULT_DATA = Path("/work/shared/benchmarks/minimalloc/challenging")
 
 #: minimalloc's times on the suite, in milliseconds (paper, "challenging suite" table).
 MINIMALLOC_MS = {
@@ -34,7 +36,11 @@ MINIMALLOC_MS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of *.csv files")
+    parser.add_argument(
+        "--data", metavar="DIR",
+        help=f"benchmark data folder holding minimalloc/challenging/, or that folder itself "
+             f"(default: ${DATA_ENV})",
+    )
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per instance")
     parser.add_argument("--only", default="", help="comma-separated instance names, e.g. A,C")
     parser.add_argument(
@@ -42,15 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    if not args.data.is_dir():
-        print(f"skipped: no benchmark data at {args.data} (pass --data DIR)")
+    data = data_folder(args.data)
+    if data is None:
+        print(f"skipped: no benchmark data (pass --data DIR or set {DATA_ENV})")
         return 0
-    files = sorted(args.data.glob("*.csv"))
+    folder = data / "minimalloc" / "challenging"
+    if not folder.is_dir():
+        folder = data  # the challenging folder itself
+    files = sorted(folder.glob("*.csv"))
     wanted = {name.strip() for name in args.only.split(",") if name.strip()}
     if wanted:
         files = [f for f in files if f.name.split(".")[0] in wanted]
     if not files:
-        print(f"skipped: no matching *.csv files in {args.data}")
+        print(f"skipped: no matching *.csv files in {folder} "
+              f"(pass --data DIR or set {DATA_ENV})")
         return 0
 
     mode = "optimise" if args.optimise else "decision"

@@ -138,6 +138,28 @@ def test_bench_plan_json_and_skips(capsys: pytest.CaptureFixture[str], tmp_path:
     assert all(r["valid"] for r in rows)
     assert "minimalloc" in suites["minimalloc"]["skipped"]
     assert "idealloc" in suites["idealloc"]["skipped"]
+    assert str(tmp_path) in suites["idealloc"]["skipped"]
+
+
+def test_bench_plan_data_comes_from_the_option_or_the_environment_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without --data or TENSORARENA_DATA the data suites are skipped, saying how to give the
+    # data, even when the checkout happens to sit next to a folder of benchmarks.
+    monkeypatch.delenv("TENSORARENA_DATA", raising=False)
+    argv = ["bench", "plan", "--json", "--quick", "--suite", "minimalloc", "--suite", "idealloc"]
+    assert cli_main.main(argv) == 0
+    suites = json.loads(capsys.readouterr().out)["suites"]
+    for name in ("minimalloc", "idealloc"):
+        assert "pass --data DIR or set TENSORARENA_DATA" in suites[name]["skipped"]
+    folder = tmp_path / "minimalloc" / "challenging"
+    folder.mkdir(parents=True)
+    (folder / "toy.12.csv").write_text((DATA / "toy.12.csv").read_text())
+    monkeypatch.setenv("TENSORARENA_DATA", str(tmp_path))
+    assert cli_main.main(argv) == 0
+    suites = json.loads(capsys.readouterr().out)["suites"]
+    (row,) = suites["minimalloc"]["rows"]
+    assert (row["instance"], row["height"], row["fits"], row["valid"]) == ("toy", 12, True, True)
 
 
 def test_bench_plan_table_on_our_own_minimalloc_folder(

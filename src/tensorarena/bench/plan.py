@@ -10,6 +10,10 @@ Suites (each skipped with a printed message when its data or dependencies are mi
 - ``models``: transformers architectures from :mod:`tensorarena.planning.models` (inference and
   training graphs), planned by ``auto``.
 
+The public data (minimalloc's and idealloc's CSV files) is not part of the package: its folder,
+holding ``minimalloc/challenging/`` and ``idealloc/``, is ``--data DIR`` or the environment
+variable ``TENSORARENA_DATA``. Without either, the suites that need it are skipped, saying so.
+
 Every plan goes through the independent validator; the table says so in its ``valid`` column.
 This prints numbers, it asserts nothing: timings depend on the machine and on what else runs.
 """
@@ -28,9 +32,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["SUITES", "Row", "configure", "main", "run"]
+__all__ = ["DATA_ENV", "SUITES", "Row", "configure", "data_folder", "main", "run"]
 
 SUITES = ("pisarchyk", "minimalloc", "idealloc", "models")
+
+#: The environment variable naming the benchmark data folder when ``--data`` is not given.
+DATA_ENV = "TENSORARENA_DATA"
+_DATA_HINT = (f"pass --data DIR or set {DATA_ENV} to the folder holding minimalloc/challenging/ "
+              "and idealloc/")
 
 # Best of the three greedy heights (size/best fit, size/first fit, lifetime/best fit) in
 # benchmarks/idealloc/README.md, measured there by a throw-away script: the bar to beat.
@@ -83,8 +92,9 @@ class Suite:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the benchmark's arguments."""
     parser.add_argument("--data", metavar="DIR",
-                        help="benchmark data folder (default: ../shared/benchmarks relative to "
-                             "the repository or the current directory)")
+                        help=f"benchmark data folder, holding minimalloc/challenging/ and "
+                             f"idealloc/ (default: ${DATA_ENV}; without either, the suites "
+                             "that need data are skipped, saying so)")
     parser.add_argument("--suite", action="append", choices=SUITES, metavar="SUITE",
                         help=f"run only this suite (repeatable): {', '.join(SUITES)}")
     parser.add_argument("--planner", default="auto",
@@ -96,13 +106,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
-def _default_data() -> Path | None:
-    repo = Path(__file__).resolve().parents[3]
-    for candidate in (repo / ".." / "shared" / "benchmarks", Path.cwd() / ".." / "shared" /
-                      "benchmarks", Path.cwd() / "shared" / "benchmarks"):
-        if candidate.is_dir():
-            return candidate.resolve()
-    return None
+def data_folder(given: str | os.PathLike[str] | None) -> Path | None:
+    """The benchmark data folder: ``given`` (``--data``), else ``$TENSORARENA_DATA``, else None."""
+    chosen = given if given else os.environ.get(DATA_ENV)
+    return Path(chosen).resolve() if chosen else None
+
+
+def _missing(what: str, data: Path | None) -> FileNotFoundError:
+    if data is None:
+        return FileNotFoundError(f"no benchmark data for {what}: {_DATA_HINT}")
+    return FileNotFoundError(f"no {what} under {data} ({_DATA_HINT})")
 
 
 def _measure(name: str, problem: Any, planner: str, *, time_limit: float,
@@ -149,7 +162,7 @@ def _minimalloc(args: argparse.Namespace, data: Path | None) -> Iterator[Row]:
 
     folder = None if data is None else data / "minimalloc" / "challenging"
     if folder is None or not folder.is_dir():
-        raise FileNotFoundError(f"no minimalloc challenging suite under {data}")
+        raise _missing("the minimalloc challenging suite", data)
     files = sorted(folder.glob("*.csv"))
     if args.quick:
         files = files[:3]
@@ -165,7 +178,7 @@ def _idealloc(args: argparse.Namespace, data: Path | None) -> Iterator[Row]:
 
     folder = None if data is None else data / "idealloc"
     if folder is None or not folder.is_dir():
-        raise FileNotFoundError(f"no idealloc traces under {data}")
+        raise _missing("the idealloc traces", data)
     files = IDEALLOC_FILES[:2] if args.quick else IDEALLOC_FILES
     for relative in files:
         path = folder / relative
@@ -235,11 +248,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the selected suites and print their tables (or one JSON object); return 0."""
     if args.quick and args.time_limit == 10.0:
         args.time_limit = 1.0
-    data = Path(args.data).resolve() if args.data else _default_data()
+    data = data_folder(args.data)
     suites: list[Suite] = []
     if not args.json:
         print(f"bench plan: {os.cpu_count()} CPUs, load average {_load()}, "
-              f"time limit {args.time_limit:g} s, data {data}")
+              f"time limit {args.time_limit:g} s, data {data or 'none (' + _DATA_HINT + ')'}")
     for name in args.suite or SUITES:
         title, runner = _RUNNERS[name]
         suite = Suite(name, title)
