@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
+
+import numpy as np
 import pytest
 
-from tensorarena.errors import InvalidAlignmentError, InvalidSizeError
-from tensorarena.sizes import MAX_SIZE, align_up, check_alignment, format_size, parse_size
+from tensorarena.errors import InvalidAddressError, InvalidAlignmentError, InvalidSizeError
+from tensorarena.sizes import (
+    MAX_SIZE,
+    align_up,
+    check_address,
+    check_alignment,
+    check_nbytes,
+    format_size,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize(
@@ -127,3 +139,49 @@ def test_every_allocator_accepts_and_refuses_the_same_sizes() -> None:
                 allocator.allocate(bad)
         with pytest.raises(InvalidAlignmentError):
             allocator.allocate(64, 3)
+
+
+# --- one input rule: each concept normalised once, by one function -------------------------
+
+
+@pytest.mark.parametrize("value", [0, 1, 4096, 1 << 47, np.int64(4096), np.uint32(7)])
+def test_check_address_accepts_ints_and_integer_likes_as_exact_ints(value: object) -> None:
+    address = check_address(value)
+    assert type(address) is int and address == int(value)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    "value", [4096.0, decimal.Decimal(4096), fractions.Fraction(4096), "4096", None, True, -1,
+              np.float64(4096), [4096]]
+)
+def test_check_address_refuses_everything_else(value: object) -> None:
+    with pytest.raises(InvalidAddressError):
+        check_address(value)
+
+
+def test_check_nbytes_takes_integer_likes_and_strings() -> None:
+    assert check_nbytes(np.int64(5)) == 5 and type(check_nbytes(np.int64(5))) is int
+    assert check_nbytes("1KiB") == 1024
+    for bad in (1024.0, decimal.Decimal(1024), np.float32(8), True):
+        with pytest.raises(InvalidSizeError):
+            check_nbytes(bad)
+
+
+def test_a_huge_digit_string_is_a_size_error_not_a_bare_value_error() -> None:
+    # int() refuses strings over 4300 digits with a bare ValueError (CVE-2020-10735).
+    with pytest.raises(InvalidSizeError, match="absurdly large") as info:
+        parse_size("9" * 5000)
+    assert len(str(info.value)) < 300  # the message does not carry the 5000 digits
+
+
+def test_a_negative_size_string_says_negative() -> None:
+    with pytest.raises(InvalidSizeError, match=r"must be positive, got '-5'"):
+        parse_size("-5")
+    with pytest.raises(InvalidSizeError, match=r"must be non-negative, got '-1 MiB'"):
+        parse_size("-1 MiB", allow_zero=True)
+
+
+def test_the_size_rule_is_stated_in_unparseable_errors() -> None:
+    with pytest.raises(InvalidSizeError, match=r"powers of 1024.*powers of 1000"):
+        parse_size("12 parsecs")
+    assert parse_size("1MB") == 1_000_000 and parse_size("1M") == parse_size("1MiB") == 1 << 20

@@ -1,27 +1,52 @@
 """tensorarena — the memory manager of a machine-learning runtime.
 
 ``import tensorarena`` needs only NumPy; PyTorch, ONNX, CUDA and plotting are optional extras,
-imported where they are used.
+imported where they are used. Every public exception of :mod:`tensorarena.errors` is here too.
 """
 
 from tensorarena._version import __version__
-from tensorarena.adaptors import Limiting, Statistics, ThreadCached, ThreadSafe
-from tensorarena.core import STRATEGIES, Arena, ArenaStatistics, PlacementStrategy
+from tensorarena.adaptors import (
+    Counting,
+    Limiting,
+    ThreadCached,
+    ThreadCacheStatistics,
+    ThreadSafe,
+    TrafficStatistics,
+)
+from tensorarena.core import STRATEGIES, Arena, PlacementStrategy
+from tensorarena.debug import debug_level, set_debug_level
 from tensorarena.errors import (
+    ConcurrentUseError,
     DoubleFreeError,
     InfeasibleError,
     InvalidAddressError,
     InvalidAlignmentError,
+    InvalidArgumentError,
+    InvalidDtypeError,
     InvalidPlanError,
     InvalidProblemError,
+    InvalidResourceError,
     InvalidSizeError,
+    InvariantError,
     MissingDependencyError,
+    NotHostAccessibleError,
+    NumaBindError,
     OutOfMemoryError,
+    PlanDoesNotFitError,
+    ResourceClosedError,
+    ResourceInUseError,
+    ScopeEscapeError,
     SizeMismatchError,
     TensorArenaError,
     TensorArenaWarning,
+    UnknownArchitectureError,
+    UnknownBackendError,
+    UnknownNumaNodeError,
+    UnknownPlannerError,
+    UnknownStrategyError,
 )
 from tensorarena.interop import (
+    current_scope,
     default_resource,
     empty,
     scope,
@@ -34,43 +59,70 @@ from tensorarena.memory import (
     PinnedHostMemory,
     Pool,
     VirtualMemory,
-    memory_summary,
 )
+from tensorarena.memory_kind import MemoryKind
+from tensorarena.report import memory_stats, memory_summary, reset_peak_stats
 from tensorarena.sizes import format_size, parse_size
+from tensorarena.stats import Count, MemoryStatistics
 
 __all__ = [
     "STRATEGIES",
     "Arena",
-    "ArenaStatistics",
+    "ConcurrentUseError",
+    "Count",
+    "Counting",
     "DoubleFreeError",
     "HostMemory",
     "InfeasibleError",
     "InvalidAddressError",
     "InvalidAlignmentError",
+    "InvalidArgumentError",
+    "InvalidDtypeError",
     "InvalidPlanError",
     "InvalidProblemError",
+    "InvalidResourceError",
     "InvalidSizeError",
+    "InvariantError",
     "Limiting",
+    "MemoryKind",
     "MemoryResource",
+    "MemoryStatistics",
     "MissingDependencyError",
+    "NotHostAccessibleError",
+    "NumaBindError",
     "OutOfMemoryError",
     "PinnedHostMemory",
     "PlacementStrategy",
+    "PlanDoesNotFitError",
     "Pool",
+    "ResourceClosedError",
+    "ResourceInUseError",
+    "ScopeEscapeError",
     "SizeMismatchError",
-    "Statistics",
     "TensorArenaError",
     "TensorArenaWarning",
+    "ThreadCacheStatistics",
     "ThreadCached",
     "ThreadSafe",
+    "TrafficStatistics",
+    "UnknownArchitectureError",
+    "UnknownBackendError",
+    "UnknownNumaNodeError",
+    "UnknownPlannerError",
+    "UnknownStrategyError",
     "VirtualMemory",
     "__version__",
+    "current_scope",
+    "debug_level",
     "default_resource",
     "empty",
     "format_size",
+    "memory_stats",
     "memory_summary",
     "parse_size",
+    "reset_peak_stats",
     "scope",
+    "set_debug_level",
     "set_default_resource",
     "zeros",
 ]

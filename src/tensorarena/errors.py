@@ -7,6 +7,7 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── InvalidArgumentError      (also ValueError)   an option out of its range or of a wrong type
     │   ├── UnknownStrategyError                      a placement-strategy name nobody answers to
     │   ├── UnknownArchitectureError                  a model-zoo architecture name we do not have
+    │   ├── InvalidDtypeError     (also TypeError)    a dtype raw memory cannot hold
     │   └── InvalidResourceError  (also TypeError)    an object that is not a memory resource
     ├── InvalidSizeError          (also ValueError)   bad byte count or size string
     ├── InvalidAlignmentError     (also ValueError)   alignment not a positive power of two
@@ -15,8 +16,10 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     │   ├── DoubleFreeError                           an address already freed (or reset)
     │   └── SizeMismatchError                         freed with a size other than allocated
     ├── ResourceInUseError                            close()/reset() refused: blocks are live
+    ├── ResourceClosedError                           a request to a pool after its close()
     ├── NotHostAccessibleError    (also TypeError)    an array asked of memory the CPU cannot touch
     ├── ConcurrentUseError                            an unlocked resource used from two threads
+    ├── InvariantError            (also AssertionError) internal state found corrupt by a check
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
     ├── UnknownPlannerError       (also ValueError)   a planner name no planner answers to
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
@@ -40,15 +43,18 @@ __all__ = [
     "InvalidAddressError",
     "InvalidAlignmentError",
     "InvalidArgumentError",
+    "InvalidDtypeError",
     "InvalidPlanError",
     "InvalidProblemError",
     "InvalidResourceError",
     "InvalidSizeError",
+    "InvariantError",
     "MissingDependencyError",
     "NotHostAccessibleError",
     "NumaBindError",
     "OutOfMemoryError",
     "PlanDoesNotFitError",
+    "ResourceClosedError",
     "ResourceInUseError",
     "ScopeEscapeError",
     "SizeMismatchError",
@@ -81,6 +87,10 @@ class UnknownStrategyError(InvalidArgumentError):
 
 class UnknownArchitectureError(InvalidArgumentError):
     """A model-zoo architecture name that :mod:`tensorarena.planning.models` does not build."""
+
+
+class InvalidDtypeError(InvalidArgumentError, TypeError):
+    """A dtype that raw memory cannot hold (Python objects, no size) or that is not a dtype."""
 
 
 class InvalidResourceError(InvalidArgumentError, TypeError):
@@ -197,6 +207,11 @@ class ResourceInUseError(TensorArenaError):
         super().__init__(message)
 
 
+class ResourceClosedError(TensorArenaError):
+    """An allocation from a resource after its ``close()``: it gives its memory back and takes
+    no new requests (frees of blocks still live are accepted)."""
+
+
 class NotHostAccessibleError(TensorArenaError, TypeError):
     """An array (or any CPU access) was asked of a resource whose addresses the CPU cannot touch:
     device memory, or bookkeeping / address space only (``VirtualMemory``, a bare ``Arena``)."""
@@ -205,6 +220,14 @@ class NotHostAccessibleError(TensorArenaError, TypeError):
 class ConcurrentUseError(TensorArenaError):
     """A resource made without a lock (``Pool(thread_safe=False)``) was entered by a second
     thread while another was inside it; the second call was refused before changing anything."""
+
+
+class InvariantError(TensorArenaError, AssertionError):
+    """A debug check found an allocator's state inconsistent (see :mod:`tensorarena.debug`).
+
+    Not a user error: a bug in tensorarena, or memory corrupted from outside. Raised by explicit
+    checks, so it does not vanish under ``python -O`` as ``assert`` would.
+    """
 
 
 class InvalidProblemError(TensorArenaError, ValueError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _adaptor_upstreams import BufferMemory
 
+from _upstreams import BufferMemory
 from tensorarena.adaptors import Limiting, ThreadSafe
 from tensorarena.errors import (
     InvalidAddressError,
@@ -21,13 +21,13 @@ def test_allocations_up_to_the_limit_succeed_and_beyond_it_fail() -> None:
     limited = Limiting(upstream, "4KiB")
     a = limited.allocate(3000)
     b = limited.allocate(1096)
-    assert limited.allocated_bytes == 4096 and limited.available_bytes == 0
+    assert limited.requested_bytes == 4096 and limited.available_bytes == 0
     with pytest.raises(OutOfMemoryError) as info:
         limited.allocate(1)
     error = info.value
     assert error.limit == 4096 and error.allocated == 4096 and error.requested == 1
     assert "over the limit of 4 KiB" in str(error)
-    assert limited.allocated_bytes == 4096 and upstream.allocations == 2
+    assert limited.requested_bytes == 4096 and upstream.allocations == 2
     limited.deallocate(a, 3000)
     assert limited.available_bytes == 3000
     limited.allocate(3000)
@@ -48,9 +48,9 @@ def test_refusals_and_failures_change_nothing() -> None:
     upstream.fail_allocations = False
     with pytest.raises(InvalidAddressError):
         limited.deallocate(address + 8, 1000)
-    assert limited.allocated_bytes == 1000
+    assert limited.requested_bytes == 1000
     limited.deallocate(address, 1000)
-    assert limited.allocated_bytes == 0
+    assert limited.requested_bytes == 0
 
 
 def test_concurrent_callers_never_overshoot() -> None:
@@ -77,7 +77,7 @@ def test_concurrent_callers_never_overshoot() -> None:
     for thread in threads:
         thread.join()
     assert len(held) == 64 and refused[0] == 8 * 200 - 64
-    assert pool.statistics().allocated_bytes == 64 * 1024 == limited.allocated_bytes
+    assert pool.statistics().requested_bytes.current == 64 * 1024 == limited.requested_bytes
 
 
 def test_properties_and_bad_limits() -> None:

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from _adaptor_upstreams import BufferMemory
 
+from _upstreams import BufferMemory
 from tensorarena.adaptors import ThreadCached
 from tensorarena.errors import DoubleFreeError
 from tensorarena.memory.pool import Pool
@@ -105,12 +105,12 @@ def test_flush_all_racing_the_owners_loses_and_duplicates_nothing(
     assert flushes > 0 and live == {}
     cached.flush_all()
     stats = cached.statistics()
-    assert (stats.cached_blocks, stats.cached_bytes, stats.allocation_count) == (0, 0, 0)
-    assert stats.upstream_allocations == stats.upstream_deallocations
+    assert (stats.cached_blocks, stats.cached_bytes, stats.live_blocks) == (0, 0, 0)
+    assert stats.num_upstream_allocs == stats.num_upstream_frees
     assert stats.hits + stats.misses == allocations  # every request counted once
-    assert stats.misses == stats.upstream_allocations  # every shape is cacheable here
+    assert stats.misses == stats.num_upstream_allocs  # every shape is cacheable here
     pool._check_invariants()
-    assert pool.statistics().allocation_count == 0 and len(pool) == 0
+    assert pool.statistics().allocations.current == 0 and len(pool) == 0
 
 
 def test_counts_stay_exact_after_foreign_flushes() -> None:

@@ -8,7 +8,7 @@ from tensorarena.core import STRATEGIES, PlacementStrategy, strategy_factory
 
 def test_exported_names() -> None:
     assert set(core.__all__) == {
-        "DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "STRATEGIES", "TLSF", "Arena", "ArenaStatistics",
+        "DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "STRATEGIES", "TLSF", "Arena", "fresh_arena_fits",
         "BestFit", "Buddy", "FirstFit", "NextFit", "PlacementStrategy", "SegregatedFit",
         "StrategyFactory", "StrategySpec", "strategy_factory",
     }

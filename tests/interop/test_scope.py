@@ -32,7 +32,7 @@ def test_arrays_made_inside_are_freed_when_it_ends() -> None:
     assert current_scope() is None
     assert current.allocations == 3
     assert host.live_blocks() == {}
-    assert host.statistics().alloc_count == 3
+    assert host.statistics().allocations.total == 3
 
 
 def test_an_escaped_array_raises_and_keeps_its_bytes() -> None:

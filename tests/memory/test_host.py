@@ -16,6 +16,7 @@ from tensorarena.errors import (
 )
 from tensorarena.memory.host import HUGE_PAGE_SIZE, PAGE_SIZE, HostMemory
 from tensorarena.memory.numa import UnknownNumaNodeError
+from tensorarena.stats import Count
 
 MiB = 1 << 20
 
@@ -48,12 +49,13 @@ def test_allocation_is_real_zeroed_page_rounded_memory() -> None:
     ctypes.memmove(address, b"tensorarena" * 100, 1100)
     assert ctypes.string_at(address, 1100) == b"tensorarena" * 100
     stats = host.statistics()
-    assert (stats.allocated, stats.reserved, stats.live_blocks) == (10_000, 3 * PAGE_SIZE, 1)
+    assert stats.requested_bytes.current == 10_000 and stats.allocations.current == 1
+    assert stats.allocated_bytes.current == stats.reserved_bytes.current == 3 * PAGE_SIZE
     assert host.live_blocks() == {address: 10_000}
     host.deallocate(address, 10_000)
     stats = host.statistics()
-    assert (stats.allocated, stats.reserved, stats.live_blocks) == (0, 0, 0)
-    assert (stats.alloc_count, stats.free_count, stats.peak_allocated) == (1, 1, 10_000)
+    assert stats.requested_bytes == Count(current=0, peak=10_000, total=10_000)
+    assert stats.reserved_bytes.current == 0 and stats.allocations == Count(0, 1, 1)
 
 
 def test_release_unmaps_and_lowers_rss() -> None:
@@ -79,7 +81,7 @@ def test_large_alignment_is_honoured_by_trimming_the_over_mapping() -> None:
     assert _status_kib("VmSize") - before < 4 * 1024
     ctypes.memset(address, 1, PAGE_SIZE)
     host.deallocate(address, PAGE_SIZE)
-    assert host.statistics().reserved == 0
+    assert host.statistics().reserved_bytes.current == 0
 
 
 def test_huge_pages_align_and_advise_large_regions() -> None:
@@ -166,7 +168,8 @@ def test_the_kernel_refusing_a_mapping_is_out_of_memory() -> None:
     host = HostMemory()
     with pytest.raises(OutOfMemoryError, match="refused to map"):
         host.allocate(1 << 59)  # 512 PiB: more address space than x86_64 has
-    assert host.statistics().alloc_count == 0
+    stats = host.statistics()
+    assert stats.allocations.total == 0 and stats.num_ooms == 1
 
 
 def test_size_strings_are_accepted() -> None:
@@ -198,7 +201,8 @@ def test_concurrent_allocations_are_consistent() -> None:
         thread.join()
     assert errors == []
     stats = host.statistics()
-    assert (stats.alloc_count, stats.free_count, stats.live_blocks) == (400, 400, 0)
+    assert stats.allocations.total == stats.allocations.freed == 400
+    assert stats.allocations.current == 0
 
 
 def test_repr_shows_live_state() -> None:

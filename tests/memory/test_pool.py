@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
 import random
 import sys
@@ -17,20 +18,30 @@ from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
     InvalidAlignmentError,
+    InvalidArgumentError,
+    InvalidResourceError,
     InvalidSizeError,
     OutOfMemoryError,
+    ResourceClosedError,
+    ResourceInUseError,
     SizeMismatchError,
+    UnknownStrategyError,
 )
 from tensorarena.memory.growth import Doubling, Fixed, NextPowerOfTwo, SameAsRequested
-from tensorarena.memory.pool import Pool, PoolStatistics
-from tensorarena.memory.summary import memory_summary
+from tensorarena.memory.host import HostMemory
+from tensorarena.memory.pool import Pool
 from tensorarena.memory.virtual import VirtualMemory
+from tensorarena.memory_kind import MemoryKind
+from tensorarena.report import memory_summary
+from tensorarena.stats import MemoryStatistics
 
 KiB = 1024
 MiB = 1024 * KiB
 
 
 class CountingMemory:
+    memory_kind = MemoryKind.ADDRESS_SPACE
+
     """Address space that counts its calls and can be told to fail (or to return junk)."""
 
     def __init__(self) -> None:
@@ -52,6 +63,8 @@ class CountingMemory:
 
 
 class BufferMemory:
+    memory_kind = MemoryKind.HOST
+
     """Real bytes: one ctypes buffer per upstream allocation."""
 
     def __init__(self) -> None:
@@ -71,6 +84,21 @@ def arena_sizes(pool: Pool) -> list[int]:
     return [arena.capacity for arena in pool.arenas]
 
 
+def one_more_oom(stats: MemoryStatistics) -> MemoryStatistics:
+    """``stats`` after one refused request: only the OOM count moves (as in PyTorch)."""
+    return dataclasses.replace(stats, num_ooms=stats.num_ooms + 1)
+
+
+def arena_index(pool: Pool, address: int) -> int:
+    """Which arena (in creation order) holds ``address``."""
+    (index,) = [
+        i
+        for i, arena in enumerate(pool.arenas)
+        if arena.base <= address < arena.base + arena.capacity
+    ]
+    return index
+
+
 # --- growth ---------------------------------------------------------------------------------
 
 
@@ -79,7 +107,7 @@ def test_initial_arena_is_taken_at_once() -> None:
     pool = Pool(upstream, initial_size="64KiB")
     assert arena_sizes(pool) == [64 * KiB]
     assert upstream.allocations == 1
-    assert pool.statistics().reserved_bytes == 64 * KiB
+    assert pool.statistics().reserved_bytes.current == 64 * KiB
 
 
 def test_lazy_pool_takes_nothing_until_the_first_request() -> None:
@@ -96,7 +124,7 @@ def test_fixed_never_grows() -> None:
     before = pool.statistics()
     with pytest.raises(OutOfMemoryError, match="refuses"):
         pool.allocate(1)
-    assert pool.statistics() == before
+    assert pool.statistics() == one_more_oom(before)
     assert arena_sizes(pool) == [4 * KiB]
     pool.deallocate(blocks[0], 1 * KiB)
     pool.allocate(1 * KiB)  # freed space is reused
@@ -133,7 +161,7 @@ def test_a_large_request_gets_its_own_arena(growth: object, expected: int) -> No
     small = pool.allocate(100)
     big = pool.allocate(3 * MiB)
     assert arena_sizes(pool) == [1 * MiB, expected]
-    assert pool.arenas[1].is_live(big) and pool.arenas[0].is_live(small)
+    assert arena_index(pool, big) == 1 and arena_index(pool, small) == 0
 
 
 def test_requests_fill_older_arenas_first() -> None:
@@ -142,7 +170,7 @@ def test_requests_fill_older_arenas_first() -> None:
     pool.allocate(1 * KiB)  # second arena
     pool.deallocate(a, 1 * KiB)
     again = pool.allocate(512)
-    assert pool.arenas[0].is_live(again)
+    assert arena_index(pool, again) == 0
 
 
 def test_an_alignment_above_every_arena_base_gets_a_new_aligned_arena() -> None:
@@ -172,9 +200,9 @@ def test_trim_gives_empty_arenas_back() -> None:
         pool.deallocate(address, 1 * KiB)
     assert pool.trim() == 2 * KiB
     stats = pool.statistics()
-    assert upstream.deallocations == 2 and stats.upstream_deallocations == 2
-    assert stats.reserved_bytes == 2 * KiB and stats.arena_count == 2
-    assert stats.total_released_bytes == 2 * KiB and stats.peak_reserved_bytes == 4 * KiB
+    assert upstream.deallocations == 2 and stats.num_upstream_frees == 2
+    assert stats.reserved_bytes.current == 2 * KiB and stats.segments.current == 2
+    assert stats.reserved_bytes.freed == 2 * KiB and stats.reserved_bytes.peak == 4 * KiB
     assert pool.trim() == 0
     pool.deallocate(blocks[3], 1 * KiB)  # its arena survived the trim
     pool._check_invariants()
@@ -194,16 +222,32 @@ def test_a_failing_upstream_deallocate_keeps_the_arena() -> None:
     pool._check_invariants()
 
 
-def test_reset_frees_everything_and_old_addresses_are_double_frees() -> None:
+def test_reset_with_live_blocks_refuses_and_changes_nothing() -> None:
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="4KiB")
+    blocks = [pool.allocate(512) for _ in range(6)]
+    before = pool.statistics(), pool.live_blocks()
+    with pytest.raises(ResourceInUseError, match=r"6 block\(s\) \(3 KiB\)") as info:
+        pool.reset()
+    assert info.value.live_blocks == 6 and info.value.live_bytes == 6 * 512
+    assert (pool.statistics(), pool.live_blocks()) == before
+    for address in blocks:
+        pool.deallocate(address, 512)
+    pool.reset()  # nothing live: allowed
+    pool._check_invariants()
+
+
+def test_forced_reset_frees_everything_and_old_addresses_are_double_frees() -> None:
     upstream = CountingMemory()
     pool = Pool(upstream, initial_size="4KiB")
     blocks = [pool.allocate(512) for _ in range(6)]
     reserved = pool.statistics().reserved_bytes
-    pool.reset()
+    pool.reset(force=True)
     stats = pool.statistics()
-    assert stats.allocated_bytes == 0 and stats.active_bytes == 0 and len(pool) == 0
+    assert stats.requested_bytes.current == 0 and stats.allocated_bytes.current == 0
+    assert len(pool) == 0
     assert stats.reserved_bytes == reserved and upstream.deallocations == 0
-    assert stats.total_deallocations == 6 and stats.total_freed_bytes == 6 * 512
+    assert stats.allocations.freed == 6 and stats.requested_bytes.freed == 6 * 512
     with pytest.raises(DoubleFreeError):
         pool.deallocate(blocks[0], 512)
     assert pool.statistics() == stats
@@ -211,13 +255,35 @@ def test_reset_frees_everything_and_old_addresses_are_double_frees() -> None:
     pool._check_invariants()
 
 
-def test_close_and_context_manager_return_everything() -> None:
+def test_close_and_context_manager_return_everything_once_it_is_free() -> None:
     upstream = CountingMemory()
     with Pool(upstream, initial_size="4KiB", growth=SameAsRequested()) as pool:
+        small = pool.allocate(100)
+        pool.deallocate(pool.allocate(8 * KiB), 8 * KiB)
+    # The empty 8 KiB arena went back at once; the one holding a live block stays mapped.
+    assert upstream.allocations == 2 and upstream.deallocations == 1
+    assert pool.closed and arena_sizes(pool) == [4 * KiB]
+    with pytest.raises(ResourceClosedError):
         pool.allocate(100)
-        pool.allocate(8 * KiB)
+    pool.deallocate(small, 100)  # its last block: the arena goes back now
     assert upstream.allocations == upstream.deallocations == 2
-    assert len(upstream.inner.live_blocks()) == 0
+    assert len(upstream.inner.live_blocks()) == 0 and arena_sizes(pool) == []
+    pool.close()  # twice is harmless
+
+
+def test_explicit_close_defers_the_unmapping_of_arenas_in_use() -> None:
+    from tensorarena.memory.host import HostMemory
+
+    host = HostMemory()
+    pool = Pool(host, initial_size="64KiB", growth=SameAsRequested())
+    address = pool.allocate(4096)
+    ctypes.memset(address, 0x11, 4096)
+    pool.close()
+    assert len(host.live_blocks()) == 1  # still mapped: writing is safe
+    ctypes.memset(address, 0x22, 4096)
+    assert ctypes.string_at(address, 4096) == b"\x22" * 4096
+    pool.deallocate(address, 4096)
+    assert host.live_blocks() == {}
 
 
 def test_a_collected_pool_gives_its_arenas_back() -> None:
@@ -267,7 +333,7 @@ def test_maximum_size_caps_growth_and_explains_why() -> None:
     assert "maximum_size" in message and "allocated 6 KiB" in message
     assert "reserved 8 KiB" in message and "largest free extent 1 KiB" in message
     assert info.value.limit == 8 * KiB and info.value.reserved == 8 * KiB
-    assert pool.statistics() == before
+    assert pool.statistics() == one_more_oom(before)
 
 
 def test_at_the_limit_empty_arenas_are_given_back_before_failing() -> None:
@@ -288,7 +354,9 @@ def test_debug_mode_checks_invariants_after_every_call(monkeypatch: pytest.Monke
     pool = Pool(CountingMemory(), debug=True)
     calls: list[int] = []
     original = pool._check_invariants
-    monkeypatch.setattr(pool, "_check_invariants", lambda: calls.append(1) or original())
+    monkeypatch.setattr(
+        pool, "_check_invariants", lambda level=2: calls.append(level) or original(level)
+    )
     address = pool.allocate(100)
     pool.deallocate(address, 100)
     assert len(calls) == 2
@@ -321,7 +389,9 @@ def busy_pool() -> tuple[Pool, CountingMemory, list[int]]:
         (lambda p, b: p.allocate(100, alignment=3), InvalidAlignmentError),
         (lambda p, b: p.allocate(100, alignment=0), InvalidAlignmentError),
         (lambda p, b: p.deallocate(b[0], 999), SizeMismatchError),
-        (lambda p, b: p.deallocate(b[0], None), SizeMismatchError),
+        (lambda p, b: p.deallocate(b[0], None), InvalidSizeError),
+        (lambda p, b: p.deallocate(float(b[0]), 1000), InvalidAddressError),
+        (lambda p, b: p.allocate(100, alignment=2**61), InvalidAlignmentError),
         (lambda p, b: p.deallocate(b[0] + 8, 1000), InvalidAddressError),
         (lambda p, b: p.deallocate(12345, 1000), InvalidAddressError),
         (lambda p, b: p.deallocate("0x10", 1000), InvalidAddressError),
@@ -361,7 +431,7 @@ def test_an_upstream_failure_during_growth_changes_nothing() -> None:
     with pytest.raises(OutOfMemoryError, match="upstream refused") as info:
         pool.allocate(1 * KiB)
     assert isinstance(info.value.__cause__, OutOfMemoryError)
-    assert pool.statistics() == before and arena_sizes(pool) == [1 * KiB]
+    assert pool.statistics() == one_more_oom(before) and arena_sizes(pool) == [1 * KiB]
     upstream.fail = False
     pool.allocate(1 * KiB)
 
@@ -381,14 +451,21 @@ def test_a_misaligned_upstream_is_caught_and_given_back() -> None:
 
 
 def test_constructor_rejects_bad_arguments() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidResourceError, match="not object"):
         Pool(object())  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        Pool(CountingMemory(), growth="double")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="unknown strategy"):
+    with pytest.raises(InvalidResourceError, match=r"the class HostMemory: call it"):
+        Pool(HostMemory)  # type: ignore[arg-type]
+    for growth in ("double", 5, Doubling):
+        with pytest.raises(InvalidArgumentError, match="growth policy"):
+            Pool(CountingMemory(), growth=growth)  # type: ignore[arg-type]
+    with pytest.raises(UnknownStrategyError, match="unknown strategy 'worst_fit'"):
         Pool(CountingMemory(), strategy="worst_fit")
-    with pytest.raises(InvalidSizeError):
+    with pytest.raises(InvalidArgumentError, match="strategy must be"):
+        Pool(CountingMemory(), strategy=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSizeError, match="must be non-negative, got '-1KiB'"):
         Pool(CountingMemory(), initial_size="-1KiB")
+    with pytest.raises(InvalidArgumentError, match="thread_safe"):
+        Pool(CountingMemory(), thread_safe="yes")  # type: ignore[arg-type]
 
 
 # --- statistics, summary, repr --------------------------------------------------------------
@@ -399,19 +476,19 @@ def test_statistics_use_pytorch_vocabulary() -> None:
     a = pool.allocate(100)
     b = pool.allocate(300, alignment=512)
     stats = pool.statistics()
-    assert isinstance(stats, PoolStatistics)
-    assert stats.allocated_bytes == 400  # requested
-    assert stats.active_bytes == 256 + 512  # rounded up to each alignment
-    assert stats.reserved_bytes == 4 * KiB  # held from upstream
-    assert stats.allocation_count == 2 and stats.arena_count == 1
+    assert isinstance(stats, MemoryStatistics)
+    assert stats.requested_bytes.current == 400  # requested
+    assert stats.allocated_bytes.current == 256 + 512  # rounded up to each alignment
+    assert stats.reserved_bytes.current == 4 * KiB  # held from upstream
+    assert stats.allocations.current == 2 and stats.segments.current == 1
     pool.deallocate(a, 100)
     pool.deallocate(b, 300)
     stats = pool.statistics()
-    assert stats.peak_allocated_bytes == 400 and stats.peak_active_bytes == 768
-    assert stats.total_allocations == stats.total_deallocations == 2
-    assert stats.free_bytes == stats.largest_free == 4 * KiB and stats.fragmentation == 0.0
+    assert stats.requested_bytes.peak == 400 and stats.allocated_bytes.peak == 768
+    assert stats.allocations.total == stats.allocations.freed == 2
+    assert stats.free_bytes == stats.largest_free_bytes == 4 * KiB and stats.fragmentation == 0.0
     with pytest.raises(AttributeError):
-        stats.allocated_bytes = 0  # type: ignore[misc]
+        stats.num_ooms = 0  # type: ignore[misc]
 
 
 def test_fragmentation_is_measured_over_the_pool() -> None:
@@ -420,7 +497,7 @@ def test_fragmentation_is_measured_over_the_pool() -> None:
     pool.deallocate(blocks[0], 1 * KiB)
     pool.deallocate(blocks[2], 1 * KiB)
     stats = pool.statistics()
-    assert stats.free_bytes == 2 * KiB and stats.largest_free == 1 * KiB
+    assert stats.free_bytes == 2 * KiB and stats.largest_free_bytes == 1 * KiB
     assert stats.fragmentation == pytest.approx(0.5)
     with pytest.raises(OutOfMemoryError) as info:
         pool.allocate(2 * KiB)
@@ -431,15 +508,15 @@ def test_memory_summary_and_repr_show_live_state() -> None:
     pool = Pool(CountingMemory(), initial_size="1MiB", maximum_size="4MiB")
     pool.allocate(1536)
     text = memory_summary(pool)
-    assert "Allocated memory" in text and "1.5 KiB" in text
-    assert "Reserved memory" in text and "1 MiB" in text and "Limit" in text
+    assert "Requested bytes" in text and "1.5 KiB" in text
+    assert "Reserved bytes" in text and "1 MiB" in text and "Limit: 4 MiB" in text
     assert "Fragmentation" in text
     assert "Pool(" in text
     summary_of_record = memory_summary(pool.statistics())
-    assert "PoolStatistics" in summary_of_record
+    assert "MemoryStatistics" in summary_of_record
     text = repr(pool)
-    assert "arenas=1" in text and "allocated=1.5 KiB" in text and "first_fit" in text
-    with pytest.raises(TypeError):
+    assert "arenas=1" in text and "requested=1.5 KiB" in text and "first_fit" in text
+    with pytest.raises(InvalidArgumentError):
         memory_summary(42)
 
 
@@ -484,18 +561,20 @@ def test_random_workload_keeps_invariants_and_bytes(strategy: str, growth: objec
     pool._check_invariants()
     for address, (nbytes, fill) in live.items():
         assert ctypes.string_at(address, nbytes) == bytes([fill]) * nbytes
-    assert pool.statistics().allocation_count == len(live)
+    assert pool.statistics().allocations.current == len(live)
 
 
 def test_pools_nest() -> None:
     outer = Pool(CountingMemory(), initial_size="1MiB")
     inner = Pool(outer, initial_size="64KiB", growth=SameAsRequested())
     address = inner.allocate(100)
-    assert outer.statistics().allocated_bytes == 64 * KiB
-    inner.close()
-    assert outer.statistics().allocated_bytes == 0
-    with pytest.raises(DoubleFreeError):
-        inner.deallocate(address, 100) if inner.arenas else outer.deallocate(address, 64 * KiB)
+    assert outer.statistics().requested_bytes.current == 64 * KiB
+    inner.close()  # a live block: its arena stays until it is freed
+    assert outer.statistics().requested_bytes.current == 64 * KiB
+    inner.deallocate(address, 100)
+    assert outer.statistics().requested_bytes.current == 0
+    with pytest.raises(InvalidAddressError):
+        inner.deallocate(address, 100)
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -514,7 +593,7 @@ class PoolMachine(RuleBasedStateMachine):
         try:
             address = self.pool.allocate(nbytes, alignment)
         except OutOfMemoryError:
-            assert self.pool.statistics().allocated_bytes == before.allocated_bytes
+            assert self.pool.statistics().requested_bytes == before.requested_bytes
             return
         assert address % alignment == 0 and address not in self.live
         self.live[address] = nbytes
@@ -531,17 +610,20 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def reset(self) -> None:
-        self.pool.reset()
+        if self.live:
+            with pytest.raises(ResourceInUseError):
+                self.pool.reset()
+        self.pool.reset(force=True)
         self.live.clear()
 
     @invariant()
     def consistent(self) -> None:
         self.pool._check_invariants()
         stats = self.pool.statistics()
-        assert stats.allocation_count == len(self.live)
-        assert stats.allocated_bytes == sum(self.live.values())
-        assert stats.reserved_bytes <= 1 * MiB
-        assert stats.reserved_bytes == sum(self.upstream.inner.live_blocks().values())
+        assert stats.allocations.current == len(self.live)
+        assert stats.requested_bytes.current == sum(self.live.values())
+        assert stats.reserved_bytes.current <= 1 * MiB
+        assert stats.reserved_bytes.current == sum(self.upstream.inner.live_blocks().values())
 
 
 TestPoolMachine = PoolMachine.TestCase
@@ -550,15 +632,17 @@ TestPoolMachine.settings = settings(
 )
 
 
-def test_memory_summary_reads_any_record_by_field_name() -> None:
-    import dataclasses
+def test_memory_summary_reads_any_record_by_its_fields() -> None:
+    from tensorarena.stats import Count
 
     @dataclasses.dataclass(frozen=True)
     class Custom:
-        allocated_bytes: int
+        requested_bytes: Count
         evictions: int
 
-    text = memory_summary(Custom(allocated_bytes=3 * MiB, evictions=7), title="custom")
-    assert "custom" in text and "Allocated memory" in text and "3 MiB" in text
-    assert "Evictions: 7" in text  # a field no row claims is still shown
-    assert "Reserved memory" not in text  # rows without any field are left out
+    record = Custom(requested_bytes=Count(3 * MiB, 4 * MiB, 9 * MiB), evictions=7)
+    text = memory_summary(record, title="custom")
+    assert "custom" in text and "Requested bytes" in text and "3 MiB" in text
+    assert "4 MiB" in text and "9 MiB" in text and "6 MiB" in text  # total and freed
+    assert "Evictions: 7" in text  # a number that is not a Count is still shown
+    assert "Reserved bytes" not in text  # no field, no row

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -34,12 +35,12 @@ def test_terabytes_cost_nothing() -> None:
     assert addresses == sorted(addresses)
     assert all(b - a >= TiB for a, b in itertools.pairwise(addresses))
     stats = virtual.statistics()
-    assert stats.allocated == 100 * TiB and stats.live_blocks == 100
+    assert stats.requested_bytes.current == 100 * TiB and stats.allocations.current == 100
     assert virtual.used == 100 * TiB
     for address in addresses:
         virtual.deallocate(address, TiB)
-    assert virtual.statistics().allocated == 0
-    assert virtual.statistics().peak_allocated == 100 * TiB
+    assert virtual.statistics().requested_bytes.current == 0
+    assert virtual.statistics().requested_bytes.peak == 100 * TiB
 
 
 def test_addresses_increase_and_are_never_reused() -> None:
@@ -64,7 +65,7 @@ def test_alignment_padding_is_counted_as_reserved() -> None:
     second = virtual.allocate(1, 4096)
     assert first == DEFAULT_VIRTUAL_BASE
     assert second == DEFAULT_VIRTUAL_BASE + 4096
-    assert virtual.statistics().reserved == 1 + 4096
+    assert virtual.statistics().reserved_bytes.current == 1 + 4096
     assert virtual.used == 4097
 
 
@@ -75,7 +76,8 @@ def test_exhaustion_raises_and_changes_nothing() -> None:
     with pytest.raises(OutOfMemoryError) as error:
         virtual.allocate(512 * 1024)
     assert error.value.free == 256 * 1024 and error.value.capacity == 1 << 20
-    assert (virtual.statistics(), virtual.used) == before
+    stats, used = before
+    assert (virtual.statistics(), virtual.used) == (dataclasses.replace(stats, num_ooms=1), used)
     # Freed address space is not reused, so even after the free the request cannot succeed.
     virtual.deallocate(keep, 768 * 1024)
     with pytest.raises(OutOfMemoryError):
@@ -109,7 +111,7 @@ def test_a_pool_over_virtual_memory_simulates_a_huge_footprint() -> None:
     pool = pool_module.Pool(virtual, initial_size="1TiB")
     blocks = [pool.allocate(100 << 30) for _ in range(30)]  # 3 TiB of "tensors"
     assert len(virtual.live_blocks()) >= 2  # the pool had to grow beyond its first arena
-    assert virtual.statistics().allocated >= 3000 << 30
+    assert virtual.statistics().requested_bytes.current >= 3000 << 30
     for address in blocks:
         pool.deallocate(address, 100 << 30)
     pool.trim()

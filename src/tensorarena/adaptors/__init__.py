@@ -2,22 +2,25 @@
 
     ThreadSafe(upstream)              one lock around every call
     ThreadCached(upstream, ...)       per-thread caches of freed small blocks, shared upstream
-    Statistics(upstream)              current / peak / total bytes and counts
-    Limiting(upstream, limit)         a hard cap on allocated bytes
+    Counting(upstream)                requested bytes and allocations: current / peak / total
+    Limiting(upstream, limit)         a hard cap on requested bytes
 
-Adaptors nest like the resources they wrap: ``ThreadCached(ThreadSafe(Pool(HostMemory())))``.
+Adaptors nest like the resources they wrap: ``ThreadCached(Limiting(Pool(HostMemory()), ...))``.
+Each exposes the protocol (``allocate``, ``deallocate``, ``memory_kind``), its ``upstream`` and
+the methods of its own job; nothing is forwarded dynamically.
 """
 
+from tensorarena.adaptors._traffic import TrafficStatistics
+from tensorarena.adaptors.counting import Counting
 from tensorarena.adaptors.limiting import Limiting
-from tensorarena.adaptors.statistics import AllocationStatistics, Statistics
 from tensorarena.adaptors.thread_cached import ThreadCached, ThreadCacheStatistics
 from tensorarena.adaptors.thread_safe import ThreadSafe
 
 __all__ = [
-    "AllocationStatistics",
+    "Counting",
     "Limiting",
-    "Statistics",
     "ThreadCacheStatistics",
     "ThreadCached",
     "ThreadSafe",
+    "TrafficStatistics",
 ]

@@ -49,8 +49,14 @@ or drain.
 Stream-ordered allocations (``stream`` not ``None``) bypass the caches: a block freed on one
 stream may not be reused on another before that stream's work is done.
 
-Cached blocks are live blocks of the upstream: call ``flush_all()`` before resetting or closing
-the upstream pool, or the flush will find them already freed.
+Cached blocks are live blocks of the upstream, so a :class:`~tensorarena.memory.Pool` below
+refuses ``reset()`` while any sit in a cache (``flush_all()`` first), and its ``close()`` keeps
+their arenas until they come back. When the upstream runs out of memory, every thread's cache
+is flushed and the request retried once (as PyTorch's allocator frees its cached blocks and
+retries), counted in ``num_alloc_retries``.
+
+One input rule: sizes, alignments and addresses are normalised to exact ints at this edge
+(``np.int64``, ``"1KiB"``) before they key a cache, so every cached block can be flushed.
 """
 
 from __future__ import annotations
@@ -66,8 +72,21 @@ from tensorarena.errors import (
     InvalidSizeError,
     SizeMismatchError,
 )
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
-from tensorarena.sizes import Size, format_size, parse_size
+from tensorarena.memory.resource import (
+    DEFAULT_ALIGNMENT,
+    MemoryKind,
+    MemoryResource,
+    Stream,
+    check_resource,
+)
+from tensorarena.sizes import (
+    Size,
+    check_address,
+    check_alignment,
+    check_nbytes,
+    format_size,
+    parse_size,
+)
 
 __all__ = ["ThreadCacheStatistics", "ThreadCached"]
 
@@ -83,9 +102,10 @@ class ThreadCacheStatistics:
     threads: int  #: threads with a cache (live threads that have used the adaptor)
     hits: int  #: allocations served from a thread cache (ended threads included)
     misses: int  #: small allocations that had to go upstream (ended threads included)
-    upstream_allocations: int
-    upstream_deallocations: int  #: large frees, stream-ordered frees, and flushed blocks
-    allocation_count: int  #: blocks handed out and not yet freed
+    num_upstream_allocs: int
+    num_upstream_frees: int  #: large frees, stream-ordered frees, and flushed blocks
+    live_blocks: int  #: blocks handed out and not yet freed
+    num_alloc_retries: int = 0  #: requests served after flushing every cache and retrying
 
     @property
     def hit_rate(self) -> float:
@@ -157,6 +177,7 @@ class _Shared:
         self.caches_lock = threading.Lock()
         self.upstream_allocations = 0
         self.upstream_deallocations = 0
+        self.retries = 0
         self.retired_hits = 0  # hits and misses of threads that ended, so totals survive them
         self.retired_misses = 0
 
@@ -260,8 +281,7 @@ class ThreadCached:
         max_cached_bytes: Size = "8MiB",
         max_cached_blocks: int = 1024,
     ) -> None:
-        if not callable(getattr(upstream, "allocate", None)):
-            raise TypeError(f"upstream must be a memory resource, not {type(upstream).__name__}")
+        upstream = check_resource(upstream)
         self._max_block = parse_size(max_block_size, name="max_block_size", allow_zero=True)
         self._max_bytes = parse_size(max_cached_bytes, name="max_cached_bytes", allow_zero=True)
         if type(max_cached_blocks) is not int or max_cached_blocks < 0:
@@ -286,13 +306,21 @@ class ThreadCached:
         """Blocks larger than this bypass the caches."""
         return self._max_block
 
+    @property
+    def memory_kind(self) -> MemoryKind:
+        """The upstream's kind."""
+        return self._upstream.memory_kind
+
     # --- the resource protocol ---------------------------------------------------------------
 
     def allocate(
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
     ) -> int:
         """A cached block of exactly ``(nbytes, alignment)`` if this thread has one, else the
-        upstream's."""
+        upstream's (after flushing every cache and retrying once if the upstream is out of
+        memory)."""
+        if type(nbytes) is not int or type(alignment) is not int:
+            nbytes, alignment = check_nbytes(nbytes), check_alignment(alignment)
         cache = None
         # Exact types: True == 1 and 1.0 == 1 hash alike, and must not hit a (n, 1) bucket.
         if (
@@ -325,9 +353,14 @@ class ThreadCached:
                     cache.adopt_locked()
                 return self.allocate(nbytes, alignment, stream)  # one of them may fit
         shared = self._shared
-        with shared.upstream_lock:
-            address = self._upstream.allocate(nbytes, alignment, stream)
-            shared.upstream_allocations += 1
+        try:
+            with shared.upstream_lock:
+                address = self._upstream.allocate(nbytes, alignment, stream)
+                shared.upstream_allocations += 1
+        except MemoryError:
+            if not self._caches_hold_blocks():
+                raise
+            address = self._flush_and_retry(nbytes, alignment, stream)
         if cache is not None:
             cache.misses += 1  # counted after success: only the owning thread writes it
         self._live[address] = (nbytes, alignment)
@@ -335,7 +368,11 @@ class ThreadCached:
 
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Keep the block in this thread's cache if it is small, else give it back upstream."""
-        key = self._live.pop(address, None) if type(address) is int else None
+        if type(address) is not int:
+            address = check_address(address)
+        if type(nbytes) is not int:
+            nbytes = check_nbytes(nbytes)
+        key = self._live.pop(address, None)
         if key is None:
             raise self._not_live(address)
         if key[0] != nbytes:
@@ -397,6 +434,20 @@ class ThreadCached:
             # among live threads): either way nobody uses its lists without the lock.
             self._shared.drain(cache, 0, 0, owned=cache.owner == me)
 
+    def _caches_hold_blocks(self) -> bool:
+        with self._shared.caches_lock:
+            return any(cache.cached()[1] for cache in self._shared.caches)
+
+    def _flush_and_retry(self, nbytes: int, alignment: int, stream: Stream) -> int:
+        """The upstream is out of memory: give every cached block back and try once more."""
+        shared = self._shared
+        self.flush_all()
+        with shared.upstream_lock:
+            address = self._upstream.allocate(nbytes, alignment, stream)
+            shared.upstream_allocations += 1
+            shared.retries += 1
+        return address
+
     def close(self) -> None:
         """Flush every cache (the adaptor stays usable)."""
         self.flush_all()
@@ -420,6 +471,7 @@ class ThreadCached:
         with shared.caches_lock:
             caches = list(shared.caches)
             hits, misses = shared.retired_hits, shared.retired_misses
+            retries = shared.retries
         nbytes = count = 0
         for cache in caches:
             with cache.lock:  # excludes drains (and the owner's folding); not the hot path
@@ -436,9 +488,10 @@ class ThreadCached:
             threads=len(caches),
             hits=hits,
             misses=misses,
-            upstream_allocations=up_allocs,
-            upstream_deallocations=up_deallocs,
-            allocation_count=len(self._live),
+            num_upstream_allocs=up_allocs,
+            num_upstream_frees=up_deallocs,
+            live_blocks=len(self._live),
+            num_alloc_retries=retries,
         )
 
     def __len__(self) -> int:
@@ -449,7 +502,7 @@ class ThreadCached:
         return (
             f"ThreadCached({self._upstream!r}, threads={stats.threads}, "
             f"cached={format_size(stats.cached_bytes)} in {stats.cached_blocks} blocks, "
-            f"live={stats.allocation_count})"
+            f"live={stats.live_blocks})"
         )
 
     # --- internals ---------------------------------------------------------------------------
@@ -469,11 +522,7 @@ class ThreadCached:
         self._local.token = token
         return cache
 
-    def _not_live(self, address: object) -> InvalidAddressError:
-        if type(address) is not int:
-            return InvalidAddressError(
-                f"address must be an int, not {type(address).__name__}", address=-1
-            )
+    def _not_live(self, address: int) -> InvalidAddressError:
         with self._shared.caches_lock:
             caches = list(self._shared.caches)
         for cache in caches:

@@ -169,7 +169,7 @@ def _footprint(strategy: str, workload: Workload) -> tuple[float, float]:
         else:
             arena.deallocate(addresses[slot])
     stats = arena.statistics()
-    return high_water / stats.peak_allocated, stats.fragmentation
+    return high_water / stats.requested_bytes.peak, stats.fragmentation
 
 
 def measure(

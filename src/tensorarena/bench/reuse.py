@@ -33,6 +33,8 @@ from time import perf_counter
 
 import numpy as np
 
+from tensorarena.memory_kind import MemoryKind
+
 __all__ = ["SIZES", "configure", "main", "measure", "measure_owners", "run"]
 
 PAGE = 4096
@@ -103,6 +105,8 @@ def measure(sizes: Sequence[int], *, quick: bool = False) -> dict[int, dict[str,
 
 class _NullResource:
     """Hands out one fixed address and frees nothing: isolates the cost of making the array."""
+
+    memory_kind = MemoryKind.HOST  # the address is a real buffer's
 
     def __init__(self, address: int) -> None:
         self.address = address

@@ -1,6 +1,6 @@
 """Bookkeeping over an abstract address range: placement strategies and arenas (pure Python)."""
 
-from tensorarena.core.arena import DEFAULT_ALIGNMENT, DEFAULT_STRATEGY, Arena, ArenaStatistics
+from tensorarena.core.arena import DEFAULT_ALIGNMENT, DEFAULT_STRATEGY, Arena, fresh_arena_fits
 from tensorarena.core.best_fit import BestFit
 from tensorarena.core.buddy import Buddy
 from tensorarena.core.first_fit import FirstFit
@@ -16,7 +16,6 @@ __all__ = [
     "STRATEGIES",
     "TLSF",
     "Arena",
-    "ArenaStatistics",
     "BestFit",
     "Buddy",
     "FirstFit",
@@ -25,5 +24,6 @@ __all__ = [
     "SegregatedFit",
     "StrategyFactory",
     "StrategySpec",
+    "fresh_arena_fits",
     "strategy_factory",
 ]

@@ -32,19 +32,25 @@ real access pattern, so they do as few of either as the checks allow:
 * The strategy's methods are called through locals (``self._reserve(...)`` would compile to a
   method lookup that CPython 3.11 cannot specialise for an instance attribute), and an arena at
   base 0 skips adding and subtracting the base.
-* Debug mode (invariants checked after every call) swaps checked methods in at construction, so
-  the fast methods do not test a flag.
+* Addresses must be exact ints: ``1234.0`` hashes like ``1234`` and would find a live block,
+  so the good path tests the address's type once, after the lookup, alongside the size test.
+* Debug mode (invariants checked after every call, graded by :mod:`tensorarena.debug`) swaps
+  checked methods in at construction, so the fast methods do not test a flag.
+
+An arena is bookkeeping over numbers: it speaks the resource protocol (so a ``Pool`` can carve
+an arena's range) but declares ``MemoryKind.ADDRESS_SPACE``, and ``tensorarena.empty`` refuses
+to build arrays over it whatever its ``base``.
 
 Measured costs and what did not pay are in ``bench/RESULTS.md`` (allocation core).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from typing import Any
 
 from tensorarena.core.registry import StrategySpec, strategy_factory
-from tensorarena.core.strategy import PlacementStrategy
+from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
+from tensorarena.debug import CHEAP, EXPENSIVE, OFF, check, resolve_debug
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
@@ -53,16 +59,19 @@ from tensorarena.errors import (
     OutOfMemoryError,
     SizeMismatchError,
 )
+from tensorarena.memory_kind import MemoryKind
 from tensorarena.sizes import (
     MAX_SIZE,
     Size,
+    check_address,
     check_alignment,
     check_nbytes,
     format_size,
     parse_size,
 )
+from tensorarena.stats import Count, MemoryStatistics
 
-__all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "Arena", "ArenaStatistics"]
+__all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "Arena", "fresh_arena_fits"]
 
 # An entry of the block map: requested (default alignment), (requested, reserved), None if freed.
 _Entry = int | tuple[int, int] | None
@@ -81,34 +90,27 @@ if DEFAULT_ALIGNMENT != 256:  # pragma: no cover - the hot paths spell out 255 a
     raise ImportError("Arena's hot paths assume DEFAULT_ALIGNMENT == 256")
 
 
-_DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
+def fresh_arena_fits(
+    factory: StrategyFactory, capacity: int, nbytes: int, alignment: int
+) -> bool:
+    """Whether a new, empty arena of ``capacity`` bytes would hold one ``nbytes`` request.
 
-
-@dataclass(frozen=True, slots=True)
-class ArenaStatistics:
-    """A snapshot of an arena's counters. All sizes in bytes."""
-
-    capacity: int
-    allocated: int  #: bytes requested by live blocks
-    peak_allocated: int  #: the most ``allocated`` has been since creation
-    #: bytes the strategy holds for live blocks: requests rounded up to their alignment (and, for
-    #: a buddy system, to a power of two)
-    reserved: int
-    free: int  #: free bytes according to the strategy
-    largest_free: int  #: the largest request that could still succeed
-    free_extents: int  #: number of separate free extents
-    live_blocks: int
-    alloc_count: int  #: successful allocations since creation
-    free_count: int  #: deallocations since creation (``reset`` counts every block it frees)
-
-    @property
-    def fragmentation(self) -> float:
-        """``1 - largest_free / free``: 0 when the free space is one extent (or there is none)."""
-        return 1.0 - self.largest_free / self.free if self.free else 0.0
+    A strategy may not be able to use a whole region (a buddy system serves power-of-two
+    blocks), so a pool asks this before it takes a region from its upstream. Bookkeeping only.
+    """
+    reserved = (nbytes + alignment - 1) & -alignment
+    return reserved <= capacity and factory(capacity).reserve(reserved, alignment) is not None
 
 
 class Arena:
-    """One region ``[base, base + capacity)`` carved up by one placement strategy."""
+    """One region ``[base, base + capacity)`` carved up by one placement strategy.
+
+    ``debug`` grades the invariant checks run after every call (see :mod:`tensorarena.debug`;
+    ``None`` reads the current default when the arena is made).
+    """
+
+    #: An arena is bookkeeping: its addresses are numbers, whatever ``base`` points at.
+    memory_kind = MemoryKind.ADDRESS_SPACE
 
     def __init__(
         self,
@@ -116,11 +118,10 @@ class Arena:
         strategy: StrategySpec = DEFAULT_STRATEGY,
         *,
         base: int = 0,
-        debug: bool = _DEBUG,
+        debug: int | bool | None = None,
     ) -> None:
         self._capacity = parse_size(capacity, name="capacity")
-        if type(base) is not int or base < 0:
-            raise InvalidAddressError(f"base must be a non-negative int, got {base!r}", address=-1)
+        base = check_address(base, name="base")
         self._strategy: PlacementStrategy = strategy_factory(strategy)(self._capacity)
         self._reserve = self._strategy.reserve
         self._release = self._strategy.release
@@ -139,15 +140,22 @@ class Arena:
         # address -> requested (default alignment) or (requested, reserved) while live, None once
         # freed (to tell double frees from foreign addresses)
         self._live: dict[int, _Entry] = {}
+        # Requested bytes now, their total since creation, and the bytes the blocks occupy
+        # (requests rounded to their alignment). The peaks are folded in lazily: a counter
+        # only reaches a new high just before it decreases, so deallocate (and reset) record
+        # it and statistics() take max(peak, current).
         self._allocated = 0
-        # Every byte the strategy does not count as free is held by a live block, so "reserved"
-        # is derived from its free bytes rather than counted on the hot path.
-        self._initial_free = self._strategy.free_bytes()
-        # The most ``allocated`` has been when it last decreased; the peak is max(this, allocated).
+        self._total_requested = 0
+        self._rounded = 0
         self._peak = 0
+        self._peak_rounded = 0
         self._alloc_count = 0
         self._free_count = 0
-        if debug:
+        self._num_ooms = 0
+        # Every byte the strategy does not count as free is held by a live block.
+        self._initial_free = self._strategy.free_bytes()
+        self._debug = resolve_debug(debug)
+        if self._debug != OFF:
             self.allocate = self._allocate_checked  # type: ignore[method-assign]
             self.deallocate = self._deallocate_checked  # type: ignore[method-assign]
 
@@ -164,22 +172,30 @@ class Arena:
         return self._base
 
     @property
-    def strategy(self) -> PlacementStrategy:
-        """The placement strategy managing the free space."""
-        return self._strategy
+    def strategy_name(self) -> str:
+        """The placement strategy's name (``"best_fit"``, ...)."""
+        return self._strategy.name
 
     @property
     def allocated(self) -> int:
         """Bytes requested by live blocks."""
         return self._allocated
 
+    @property
+    def debug(self) -> int:
+        """The debug level: 0 off, 1 cheap checks, 2 every invariant after every call."""
+        return self._debug
+
     # --- allocation ------------------------------------------------------------------------
 
-    def allocate(self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT) -> int:
+    def allocate(
+        self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT, stream: Any = None
+    ) -> int:
         """Return the address of ``nbytes`` fresh bytes aligned to ``alignment``.
 
         Raises :class:`OutOfMemoryError` when no free extent is large enough, and
         :class:`InvalidSizeError` / :class:`InvalidAlignmentError` for bad arguments.
+        ``stream`` is accepted for the resource protocol and ignored (bookkeeping has no order).
         """
         # The default alignment is a cached small int: identity settles the common case, and
         # ``_fast_alignment`` is a fresh object when the base cannot honour it.
@@ -187,23 +203,50 @@ class Arena:
             # Through a local: a call written ``self._reserve(...)`` compiles to a method lookup
             # that CPython 3.11 cannot specialise for an instance attribute (~30 ns a call).
             reserve = self._reserve
-            offset = reserve((nbytes + 255) & -256, 256)
+            reserved = (nbytes + 255) & -256
+            offset = reserve(reserved, 256)
             if offset is None:
                 raise self._refused(nbytes, 256)
             # A bookkeeping arena (base 0) skips the addition: each int operation allocates.
             address = self._base + offset if self._base else offset
             self._live[address] = nbytes
             self._allocated += nbytes
+            self._total_requested += nbytes
+            self._rounded += reserved
             self._alloc_count += 1
             return address
         return self._allocate_general(nbytes, alignment)
 
-    def deallocate(self, address: int, nbytes: Size | None = None) -> None:
+    def try_allocate(self, nbytes: int, alignment: int) -> int | None:
+        """``allocate`` for callers that validated both arguments (exact ints, ``alignment``
+        honoured by this arena): the address, or ``None`` when no extent can hold the request.
+
+        A pool tries its arenas in turn; a refusal here costs one strategy call, where a raised
+        :class:`OutOfMemoryError` would cost several times a whole allocation.
+        """
+        reserved = (nbytes + alignment - 1) & -alignment
+        offset = self._reserve(reserved, alignment)
+        if offset is None:
+            return None
+        address = self._base + offset
+        self._live[address] = nbytes if alignment is self._fast_alignment else (nbytes, reserved)
+        self._allocated += nbytes
+        self._total_requested += nbytes
+        self._rounded += reserved
+        self._alloc_count += 1
+        if self._debug != OFF:
+            self._check_invariants(self._debug)
+        return address
+
+    def deallocate(
+        self, address: int, nbytes: Size | None = None, stream: Any = None
+    ) -> None:
         """Free the block at ``address``; if ``nbytes`` is given it must match the allocation.
 
         Raises :class:`DoubleFreeError` for a block already freed (or released by ``reset``),
-        :class:`InvalidAddressError` for an address never allocated, :class:`SizeMismatchError`
-        when ``nbytes`` differs from the allocation; the arena is unchanged after any of them.
+        :class:`InvalidAddressError` for an address never allocated (or not an int),
+        :class:`SizeMismatchError` when ``nbytes`` differs from the allocation; the arena is
+        unchanged after any of them.
         """
         live = self._live
         try:
@@ -212,8 +255,12 @@ class Arena:
             reserved = (requested + 255) & -256  # type: ignore[operator]
         except (KeyError, TypeError):
             return self._deallocate_general(address, nbytes)
-        if nbytes is not None and (type(nbytes) is not int or nbytes != requested):
-            self._check_free_size(address, requested, nbytes)  # type: ignore[arg-type]
+        # A float or a NumPy integer equal to a live address finds it too: only exact ints (and
+        # the exact size, when given) stay on this path.
+        if type(address) is not int or (
+            nbytes is not None and (type(nbytes) is not int or nbytes != requested)
+        ):
+            return self._deallocate_general(address, nbytes)
         live[address] = None
         release = self._release  # a local, as in allocate
         release(address - self._base if self._base else address, reserved)
@@ -221,6 +268,10 @@ class Arena:
         if allocated > self._peak:
             self._peak = allocated
         self._allocated = allocated - requested  # type: ignore[operator]
+        rounded = self._rounded
+        if rounded > self._peak_rounded:
+            self._peak_rounded = rounded
+        self._rounded = rounded - reserved
         self._free_count += 1
 
     def _allocate_general(self, nbytes: Size, alignment: int) -> int:
@@ -237,62 +288,94 @@ class Arena:
         # The short entry whenever the default rounding recomputes ``reserved``.
         self._live[address] = nbytes if alignment is self._fast_alignment else (nbytes, reserved)
         self._allocated += nbytes
+        self._total_requested += nbytes
+        self._rounded += reserved
         self._alloc_count += 1
         return address
 
-    def _deallocate_general(self, address: int, nbytes: Size | None) -> None:
-        """``deallocate`` for a block of another alignment, or one that is not live."""
-        live = self._live
-        try:
-            # KeyError: never allocated; TypeError: a tombstone (None) or an unhashable address.
-            requested, reserved = live[address]  # type: ignore[misc]
-        except (KeyError, TypeError):
-            raise self._not_live(address) from None
+    def _deallocate_general(self, address: object, nbytes: Size | None) -> None:
+        """``deallocate`` for any address type, any block, any size type, validating all."""
+        address = check_address(address)
+        entry = self._live.get(address)
+        if entry is None:
+            raise self._not_live(address)
+        if isinstance(entry, int):
+            requested, reserved = entry, (entry + 255) & -256
+        else:
+            requested, reserved = entry
         if nbytes is not None and (type(nbytes) is not int or nbytes != requested):
             self._check_free_size(address, requested, nbytes)
-        live[address] = None
+        self._live[address] = None
         self._release(address - self._base, reserved)
-        allocated = self._allocated
-        if allocated > self._peak:
-            self._peak = allocated
-        self._allocated = allocated - requested
+        self._peak = max(self._peak, self._allocated)
+        self._allocated -= requested
+        self._peak_rounded = max(self._peak_rounded, self._rounded)
+        self._rounded -= reserved
         self._free_count += 1
 
-    def _allocate_checked(self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT) -> int:
-        """``allocate``, then every invariant (debug mode)."""
+    def _allocate_checked(
+        self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT, stream: Any = None
+    ) -> int:
+        """``allocate``, then the invariant checks of the debug level."""
         address = Arena.allocate(self, nbytes, alignment)
-        self._check_invariants()
+        self._check_invariants(self._debug)
         return address
 
-    def _deallocate_checked(self, address: int, nbytes: Size | None = None) -> None:
-        """``deallocate``, then every invariant (debug mode)."""
+    def _deallocate_checked(
+        self, address: int, nbytes: Size | None = None, stream: Any = None
+    ) -> None:
+        """``deallocate``, then the invariant checks of the debug level."""
         Arena.deallocate(self, address, nbytes)
-        self._check_invariants()
+        self._check_invariants(self._debug)
 
     def reset(self) -> None:
-        """Free every live block at once; freeing one of them afterwards is a double free."""
+        """Free every live block at once; freeing one of them afterwards is a double free.
+
+        An arena is bookkeeping; a :class:`~tensorarena.memory.Pool` over real memory refuses
+        to reset while blocks are live.
+        """
         self._free_count = self._alloc_count
         self._live = dict.fromkeys(self._live)
         self._peak = max(self._peak, self._allocated)
+        self._peak_rounded = max(self._peak_rounded, self._rounded)
         self._allocated = 0
+        self._rounded = 0
         self._strategy.reset()
+
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``)."""
+        self._peak = self._allocated
+        self._peak_rounded = self._rounded
 
     # --- queries ---------------------------------------------------------------------------
 
     def owns(self, address: int) -> bool:
         """True if ``address`` lies inside this arena's region (live or not)."""
-        return self._base <= address < self._base + self._capacity
+        return type(address) is int and self._base <= address < self._base + self._capacity
 
     def is_live(self, address: int) -> bool:
-        """True if ``address`` is the start of a live block."""
-        return self._live.get(address) is not None
+        """True if ``address`` (an exact int) is the start of a live block."""
+        return type(address) is int and self._live.get(address) is not None
 
     def size_of(self, address: int) -> int:
         """The requested size of the live block at ``address``."""
+        address = check_address(address)
         entry = self._live.get(address)
         if entry is None:
             raise self._not_live(address)
         return entry if isinstance(entry, int) else entry[0]
+
+    def honours(self, alignment: int) -> bool:
+        """Whether this arena's base allows blocks aligned to ``alignment``."""
+        return alignment in self._alignments
+
+    def free_bytes(self) -> int:
+        """Free bytes in the region (usable or not)."""
+        return self._strategy.free_bytes()
+
+    def largest_free(self) -> int:
+        """The largest request (rounded to its alignment) that could still succeed."""
+        return self._strategy.largest_free()
 
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
@@ -302,23 +385,39 @@ class Arena:
             if entry is not None
         }
 
+    def free_extents(self) -> list[tuple[int, int]]:
+        """Every free extent as ``(address, nbytes)``, by address (for checks and pictures)."""
+        return [(self._base + offset, size) for offset, size in self._strategy.free_extents()]
+
     def __len__(self) -> int:
         return self._alloc_count - self._free_count
 
-    def statistics(self) -> ArenaStatistics:
-        """A frozen snapshot of the arena's counters."""
+    def statistics(self) -> MemoryStatistics:
+        """A frozen snapshot in the vocabulary of :mod:`tensorarena.stats`.
+
+        ``reserved_bytes`` is the region (an arena holds all of it); ``allocated_bytes`` counts
+        requests rounded to their alignment, so a buddy system's own rounding to powers of two
+        shows as missing free bytes, not as allocated ones.
+        """
         strategy = self._strategy
-        return ArenaStatistics(
-            capacity=self._capacity,
-            allocated=self._allocated,
-            peak_allocated=max(self._peak, self._allocated),
-            reserved=self._initial_free - strategy.free_bytes(),
-            free=strategy.free_bytes(),
-            largest_free=strategy.largest_free(),
+        free = strategy.free_bytes()
+        live = self._alloc_count - self._free_count
+        rounded = Count(self._rounded, max(self._peak_rounded, self._rounded), 0)
+        capacity = self._capacity
+        return MemoryStatistics(
+            requested_bytes=Count(
+                self._allocated, max(self._peak, self._allocated), self._total_requested
+            ),
+            allocated_bytes=rounded,
+            active_bytes=rounded,
+            reserved_bytes=Count(capacity, capacity, capacity),
+            allocations=Count(live, live, self._alloc_count),
+            segments=Count(1, 1, 1),
+            inactive_split_bytes=free if live else 0,
+            free_bytes=free,
+            largest_free_bytes=strategy.largest_free(),
             free_extents=strategy.free_extent_count(),
-            live_blocks=self._alloc_count - self._free_count,
-            alloc_count=self._alloc_count,
-            free_count=self._free_count,
+            num_ooms=self._num_ooms,
         )
 
     def __repr__(self) -> str:
@@ -342,15 +441,13 @@ class Arena:
 
     def _check_free_size(self, address: int, requested: int, nbytes: object) -> None:
         """Raise unless ``nbytes`` (given to ``deallocate``) names the block's requested size."""
-        given = nbytes
-        if type(nbytes) is not int:
-            given = check_nbytes(nbytes)
+        given = check_nbytes(nbytes)
         if given != requested:
             raise SizeMismatchError(
                 f"block at {address:#x} was allocated with {requested} bytes, "
                 f"deallocated with {nbytes!r}",
                 address=address,
-                given=given,  # type: ignore[arg-type]
+                given=given,
                 allocated=requested,
             )
 
@@ -358,10 +455,16 @@ class Arena:
         """The error for a request the strategy refused: too large for any arena, or no room."""
         if nbytes > MAX_SIZE:
             return _size_error(nbytes)
+        self._num_ooms += 1
         reserved = (nbytes + alignment - 1) & -alignment
         largest_free = self._strategy.largest_free()
         detail = ""
-        if reserved <= largest_free:
+        if reserved > nbytes and reserved > largest_free >= nbytes:
+            detail = (
+                f"alignment {alignment} rounds the request up to {reserved} bytes, more than "
+                "the largest free extent"
+            )
+        elif reserved <= largest_free:
             detail = (
                 f"no free extent holds {reserved} bytes at alignment {alignment} "
                 f"(the strategy's placement rules leave no room for it)"
@@ -376,11 +479,7 @@ class Arena:
             detail=detail,
         )
 
-    def _not_live(self, address: object) -> InvalidAddressError:
-        if type(address) is not int:
-            return InvalidAddressError(
-                f"address must be an int, not {type(address).__name__}", address=-1
-            )
+    def _not_live(self, address: int) -> InvalidAddressError:
         if address in self._live:  # not live, so a tombstone: freed before
             return DoubleFreeError(
                 f"double free: block at {address:#x} was already freed (or released by reset())",
@@ -395,54 +494,63 @@ class Arena:
 
     # --- invariants ------------------------------------------------------------------------
 
-    def _check_invariants(self) -> None:
-        """Check every invariant (O(n log n)); raise AssertionError on the first broken one."""
+    def _check_invariants(self, level: int = EXPENSIVE) -> None:
+        """Check the invariants of ``level`` (:data:`~tensorarena.debug.CHEAP`: the counters,
+        O(1); :data:`~tensorarena.debug.EXPENSIVE`: every block and free extent, O(n log n));
+        raise :class:`~tensorarena.errors.InvariantError` on the first broken one."""
+        if level < CHEAP:
+            return
         strategy = self._strategy
+        free = strategy.free_bytes()
+        held = self._initial_free - free
+        check(self._alloc_count >= self._free_count >= 0, "more frees than allocations")
+        check(0 <= self._allocated <= self._rounded, "requested bytes exceed the rounded bytes")
+        check(self._rounded <= held, "live blocks occupy more than the strategy holds")
+        check(0 <= free <= self._capacity, "more free bytes than capacity")
+        check(strategy.largest_free() <= free, "the largest free extent exceeds the free bytes")
+        if level < EXPENSIVE:
+            return
         entries = [
             (a, (e, (e + 255) & -256) if isinstance(e, int) else e)
             for a, e in self._live.items()
             if e is not None
         ]
-        assert len(entries) == len(self), "live count drifts"
+        check(len(entries) == len(self), "live count drifts")
+        check(all(type(a) is int for a, _ in entries), "a live address is not an exact int")
         blocks = sorted((a - self._base, e[1]) for a, e in entries)
         extents = strategy.free_extents()
         previous_end = 0
         for offset, reserved in blocks:
-            assert offset >= previous_end, f"live blocks overlap at offset {offset}"
+            check(offset >= previous_end, f"live blocks overlap at offset {offset}")
             previous_end = offset + reserved
-        assert previous_end <= self._capacity, "a live block runs past the region"
-        assert self._allocated == sum(e[0] for _, e in entries), "allocated bytes drift"
-        reserved = self._initial_free - strategy.free_bytes()
+        check(previous_end <= self._capacity, "a live block runs past the region")
+        check(self._allocated == sum(e[0] for _, e in entries), "allocated bytes drift")
         requested_reserved = sum(e[1] for _, e in entries)
+        check(self._rounded == requested_reserved, "rounded bytes drift")
         # Free-list strategies carve exactly what is asked; others (buddy) may round it up.
         if getattr(strategy, "exact", False):
-            assert reserved == requested_reserved, "reserved bytes drift"
-        assert reserved >= requested_reserved, "reserved bytes drift"
+            check(held == requested_reserved, "reserved bytes drift")
         free_total = 0
         previous_end = 0
         for offset, size in extents:
-            assert size > 0 and offset >= previous_end, "free extents overlap or are empty"
+            check(size > 0 and offset >= previous_end, "free extents overlap or are empty")
             previous_end = offset + size
             free_total += size
-        assert previous_end <= self._capacity, "a free extent runs past the region"
-        assert free_total == strategy.free_bytes(), "free bytes disagree with free extents"
-        assert free_total + reserved <= self._capacity, "bytes counted twice"
+        check(previous_end <= self._capacity, "a free extent runs past the region")
+        check(free_total == free, "free bytes disagree with free extents")
         # No live block may intersect a free extent: merge-walk the two sorted lists.
         i = 0
         for offset, reserved in blocks:
             while i < len(extents) and extents[i][0] + extents[i][1] <= offset:
                 i += 1
             if i < len(extents):
-                assert extents[i][0] >= offset + reserved, f"block at {offset} is also free"
-        strategy_free = strategy.free_bytes()
+                check(extents[i][0] >= offset + reserved, f"block at {offset} is also free")
         if strategy.coalesces and not entries:
             # Coalescing means an empty region is its initial extent set again (one extent, or
             # for a buddy system its initial blocks).
             initial = getattr(strategy, "initial_extents", None)
             expected = initial() if initial is not None else [(0, self._capacity)]
-            assert extents == expected, f"an empty arena should be {expected}, not {extents[:4]}"
-
-        assert strategy_free <= self._capacity, "more free bytes than capacity"
+            check(extents == expected, f"an empty arena should be {expected}, not {extents[:4]}")
 
 
 def _size_error(nbytes: int) -> InvalidSizeError:
@@ -452,5 +560,3 @@ def _size_error(nbytes: int) -> InvalidSizeError:
     except InvalidSizeError as error:
         return error
     raise AssertionError(f"{nbytes} is a valid size")  # pragma: no cover - callers checked
-
-

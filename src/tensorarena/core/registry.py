@@ -9,6 +9,7 @@ from tensorarena.core.next_fit import NextFit
 from tensorarena.core.segregated_fit import SegregatedFit
 from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
 from tensorarena.core.tlsf import TLSF
+from tensorarena.errors import InvalidArgumentError, UnknownStrategyError
 
 __all__ = ["STRATEGIES", "StrategySpec", "strategy_factory"]
 
@@ -23,13 +24,22 @@ StrategySpec = str | StrategyFactory
 
 
 def strategy_factory(spec: StrategySpec) -> StrategyFactory:
-    """Return a factory for ``spec``; raise ``ValueError`` naming the known ones if unknown."""
+    """Return a factory for ``spec``.
+
+    Raises :class:`~tensorarena.errors.UnknownStrategyError` naming the known strategies for an
+    unknown name, :class:`~tensorarena.errors.InvalidArgumentError` for anything that is
+    neither a name nor a callable.
+    """
     if isinstance(spec, str):
         try:
             return STRATEGIES[spec]
         except KeyError:
             known = ", ".join(STRATEGIES)
-            raise ValueError(f"unknown strategy {spec!r}; expected one of: {known}") from None
+            raise UnknownStrategyError(
+                f"unknown strategy {spec!r}; expected one of: {known}"
+            ) from None
     if callable(spec):
         return spec
-    raise TypeError(f"strategy must be a name or a callable, not {type(spec).__name__}")
+    raise InvalidArgumentError(
+        f"strategy must be a name or a callable, not {type(spec).__name__} ({spec!r})"
+    )

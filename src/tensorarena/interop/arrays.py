@@ -7,10 +7,15 @@ tensor (``like="torch"``) is ``torch.from_numpy`` over that array: zero-copy, sa
 keeps the array (hence the bytes) alive for as long as it lives.
 
 Which resource: the ``resource=`` argument, else that of the innermost :func:`scope` given one,
-else :func:`~tensorarena.interop.default.default_resource` (a thread-safe pool over mmap).
+else :func:`~tensorarena.interop.default.default_resource` (a thread-cached pool over mmap).
+Arrays are built only over memory the CPU may touch (``resource.memory_kind``): the scope's and
+the default resource are checked when they are set, an explicit ``resource=`` on its first use
+(the last one found good is remembered through a weak reference, so a loop over one pool pays
+the check once).
 
-This is the hot path of pooled arrays, so it avoids work: dtypes are resolved once and cached,
-and the default resource is read from a module global.
+This is the hot path of pooled arrays, so it avoids work: dtypes are resolved once and cached.
+A structured dtype is built as raw ``V<itemsize>`` records and viewed as itself, so padding and
+offsets survive (``__array_interface__``'s ``descr`` cannot express them).
 """
 
 from __future__ import annotations
@@ -18,17 +23,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
+import weakref
 from typing import Any, Literal
 
 import numpy as np
 
 from tensorarena._optional import require
-from tensorarena.errors import InvalidSizeError
-from tensorarena.interop import default as _default
+from tensorarena.errors import InvalidArgumentError, InvalidDtypeError, InvalidSizeError
+from tensorarena.interop.default import check_host_accessible, default_resource
 from tensorarena.interop.owner import Allocation
-from tensorarena.interop.scope import _current
+from tensorarena.interop.scope import current_scope
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource
-from tensorarena.sizes import check_alignment
+from tensorarena.sizes import MAX_SIZE, check_alignment
 
 __all__ = ["empty", "zeros"]
 
@@ -36,9 +42,14 @@ Shape = int | tuple[int, ...] | list[int]
 _asarray = np.asarray  # bound once: this module's hot path calls it for every array
 Like = Literal["numpy", "torch"]
 
-# dtype argument -> (item size, typestr, descr or None, torch dtype or None), resolved once.
-_DtypeEntry = tuple[int, str, "list[Any] | None", Any]
+# dtype argument -> (item size, typestr, structured dtype or None, torch dtype or None).
+_DtypeEntry = tuple[int, str, Any, Any]
 _DTYPES: dict[Any, _DtypeEntry] = {}
+# Dimensions must fit NumPy's npy_intp.
+_MAX_DIM = (1 << 63) - 1
+
+# The last explicit resource found host-accessible (see the module docstring).
+_verified: weakref.ref[Any] | None = None
 
 
 def _resolve_dtype(dtype: Any) -> _DtypeEntry:
@@ -53,15 +64,23 @@ def _resolve_dtype(dtype: Any) -> _DtypeEntry:
         torch_dtype = dtype
         resolved = np.dtype(f"u{dtype.itemsize}")
     else:
-        resolved = np.dtype(dtype)
+        try:
+            resolved = np.dtype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise InvalidDtypeError(f"not a dtype: {dtype!r} ({exc})") from None
     if resolved.hasobject:
-        raise TypeError(f"dtype {resolved} holds Python objects: raw memory cannot hold them")
+        raise InvalidDtypeError(
+            f"dtype {resolved} holds Python objects: raw memory cannot hold them"
+        )
     if resolved.itemsize == 0:
-        raise TypeError(f"dtype {resolved} has no size (flexible dtype without a length)")
+        raise InvalidDtypeError(f"dtype {resolved} has no size (flexible dtype without a length)")
     if resolved.subdtype is not None:
-        raise TypeError(f"sub-array dtype {resolved}: put the sub-array's shape in the shape")
-    descr = resolved.descr if resolved.fields is not None else None
-    entry = (resolved.itemsize, resolved.str, descr, torch_dtype)
+        raise InvalidDtypeError(
+            f"sub-array dtype {resolved}: put the sub-array's shape in the shape"
+        )
+    structured = resolved if resolved.fields is not None else None
+    typestr = resolved.str if structured is None else f"|V{resolved.itemsize}"
+    entry = (resolved.itemsize, typestr, structured, torch_dtype)
     # Unhashable specs are resolved again next time; the cap keeps odd callers from growing it.
     with contextlib.suppress(TypeError):
         if len(_DTYPES) < 256:
@@ -89,7 +108,20 @@ def _normalize_shape(shape: Shape) -> tuple[int, ...]:
             exact = False
         if dim < 0:
             raise InvalidSizeError(f"shape {shape!r}: dimensions must be non-negative")
+        if dim > _MAX_DIM:
+            raise InvalidSizeError(f"shape {shape!r}: a dimension exceeds {_MAX_DIM}")
     return dims if exact else tuple(int(dim) for dim in dims)
+
+
+def _check_explicit(resource: Any) -> None:
+    """Refuse a ``resource=`` whose memory the CPU cannot touch (once per resource in a row)."""
+    global _verified
+    verified = _verified
+    if verified is not None and verified() is resource:
+        return
+    check_host_accessible(resource)
+    with contextlib.suppress(TypeError):  # not weakly referenceable: checked every time
+        _verified = weakref.ref(resource)
 
 
 def empty(
@@ -106,45 +138,49 @@ def empty(
     same bytes (``dtype`` may then be a torch dtype, ``torch.bfloat16`` included). The contents
     are undefined. The bytes return to the resource when the array and all its views are gone.
     Raises :class:`InvalidSizeError` for a bad shape, :class:`InvalidAlignmentError` for a bad
-    alignment, ``TypeError`` for a dtype raw memory cannot hold, ``ValueError`` for ``like``.
+    alignment, :class:`InvalidDtypeError` for a dtype raw memory cannot hold,
+    :class:`InvalidArgumentError` for ``like``, :class:`NotHostAccessibleError` for a resource
+    whose memory the CPU cannot touch.
     """
     try:
-        itemsize, typestr, descr, torch_dtype = _DTYPES[dtype]
+        itemsize, typestr, structured, torch_dtype = _DTYPES[dtype]
     except (KeyError, TypeError):
-        itemsize, typestr, descr, torch_dtype = _resolve_dtype(dtype)
-    if type(shape) is int and shape >= 0:
+        itemsize, typestr, structured, torch_dtype = _resolve_dtype(dtype)
+    if type(shape) is int and 0 <= shape <= _MAX_DIM:
         dims: tuple[int, ...] = (shape,)
         nbytes = shape * itemsize
     else:
         dims = _normalize_shape(shape)
         nbytes = math.prod(dims) * itemsize
+    if nbytes > MAX_SIZE:
+        raise InvalidSizeError(
+            f"shape {shape!r} of {itemsize}-byte items needs {nbytes} bytes, over {MAX_SIZE}"
+        )
     torch = None
     if like != "numpy":
         if like != "torch":
-            raise ValueError(f"like must be 'numpy' or 'torch', not {like!r}")
+            raise InvalidArgumentError(f"like must be 'numpy' or 'torch', not {like!r}")
         torch = require("torch", extra="torch", feature="tensorarena.empty(like='torch')")
     elif torch_dtype is not None:
-        raise TypeError(f"a torch dtype ({dtype}) needs like='torch'")
+        raise InvalidDtypeError(f"a torch dtype ({dtype}) needs like='torch'")
     if alignment != DEFAULT_ALIGNMENT:
-        check_alignment(alignment)
-    current = _current.get()
-    if resource is None:
-        if current is not None and current.resource is not None:
-            resource = current.resource
-        else:
-            # Not `or`: a resource may define __len__ (live blocks) and be falsy when empty.
-            resource = _default._default
-            if resource is None:
-                resource = _default.default_resource()
+        alignment = check_alignment(alignment)
+    current = current_scope()
+    if resource is not None:
+        _check_explicit(resource)
+    elif current is not None and current.resource is not None:
+        resource = current.resource  # checked when the scope began
+    else:
+        resource = default_resource()  # checked when it was set
     # A zero-size array still gets a (1-byte) block: it has an address and an owner like any.
     request = nbytes or 1
     address = resource.allocate(request, alignment)
     # From here the owner is responsible: if anything below raises, its __del__ frees the block.
     interface = {"data": (address, False), "shape": dims, "typestr": typestr, "version": 3}
-    if descr is not None:
-        interface["descr"] = descr
     owner = Allocation(resource, address, request, interface)
     array: Any = _asarray(owner)
+    if structured is not None:
+        array = array.view(structured)
     if current is not None:
         current.track(owner)
     if torch is not None:
@@ -167,6 +203,8 @@ def zeros(
     if like == "torch":
         array.zero_()
     else:
-        owner: Allocation = array.base
+        owner = array.base
+        if type(owner) is not Allocation:  # a structured dtype: a view of the raw records
+            owner = owner.base
         ctypes.memset(owner.address, 0, owner.nbytes)
     return array

@@ -1,26 +1,36 @@
-"""The process-wide default resource behind ``tensorarena.empty``: a thread-safe pool over mmap.
+"""The process-wide default resource behind ``tensorarena.empty``: a thread-cached pool over mmap.
 
 Created lazily on first use, so ``import tensorarena`` maps nothing. The default is
 
-    ThreadCached(ThreadSafe(Pool(HostMemory(huge_pages=True), initial_size=DEFAULT_INITIAL_SIZE)))
+    ThreadCached(Pool(HostMemory(huge_pages=True), initial_size=DEFAULT_INITIAL_SIZE))
 
 Arrays reuse pages the pool already faulted in instead of paying a system call and a page fault
 per page for every large array, which is where ``np.empty`` spends its time (see ``tensorarena
 bench reuse``). Huge pages cut the first-touch cost of the arenas themselves (one fault per
 2 MiB). The per-thread caches serve small blocks (up to 1 MiB) without taking the pool's lock:
-that halves the cost of a small array, where ``np.empty`` (glibc's heap) is hard to beat.
+that halves the cost of a small array, where ``np.empty`` (glibc's heap) is hard to beat. The
+pool is thread-safe itself (its lock also serves ``statistics()`` and ``memory_summary()``
+from any thread).
 
-``set_default_resource`` swaps it for any resource (and returns the previous one, so tests and
-libraries can restore it); arrays already made keep the resource they came from.
+``set_default_resource`` swaps it for any host-accessible resource (and returns the previous
+one, so tests and libraries can restore it); arrays already made keep the resource they came
+from, and keep it alive.
 """
 
 from __future__ import annotations
 
 import threading
 
-from tensorarena.memory.resource import MemoryResource
+from tensorarena.errors import NotHostAccessibleError
+from tensorarena.memory.resource import MemoryResource, check_resource
+from tensorarena.memory_kind import memory_kind_of
 
-__all__ = ["DEFAULT_INITIAL_SIZE", "default_resource", "set_default_resource"]
+__all__ = [
+    "DEFAULT_INITIAL_SIZE",
+    "check_host_accessible",
+    "default_resource",
+    "set_default_resource",
+]
 
 #: Bytes the default pool maps up front (it grows on demand beyond this).
 DEFAULT_INITIAL_SIZE = 8 * 1024 * 1024
@@ -29,13 +39,40 @@ _lock = threading.Lock()
 _default: MemoryResource | None = None
 
 
+def check_host_accessible(resource: object, *, name: str = "resource") -> MemoryResource:
+    """Return ``resource`` if arrays may be built over its memory, else raise.
+
+    :class:`~tensorarena.errors.InvalidResourceError` for something that is not a resource;
+    :class:`~tensorarena.errors.NotHostAccessibleError` for device memory, for bookkeeping and
+    address space only (an ``Arena``, ``VirtualMemory``), and for a resource that does not
+    declare its ``memory_kind``: an array over such addresses would crash the process.
+    """
+    checked = check_resource(resource, name=name)
+    kind = memory_kind_of(checked)
+    if kind is None:
+        raise NotHostAccessibleError(
+            f"{type(resource).__name__} does not declare what its addresses are: give it a "
+            "`memory_kind` attribute (tensorarena.MemoryKind.HOST for memory the CPU may touch)"
+        )
+    if not kind.host_accessible:
+        what = {
+            "device": "device memory, which the CPU must not touch",
+            "address_space": "addresses only, with no bytes behind them",
+        }[kind.value]
+        raise NotHostAccessibleError(
+            f"cannot build arrays over {type(resource).__name__}: its memory is {what} "
+            f"(memory_kind={kind.name}). Use a resource over host memory, e.g. "
+            "Pool(HostMemory())"
+        )
+    return checked
+
+
 def _make_default() -> MemoryResource:
-    from tensorarena.adaptors import ThreadCached, ThreadSafe
+    from tensorarena.adaptors import ThreadCached
     from tensorarena.memory.host import HostMemory
     from tensorarena.memory.pool import Pool
 
-    pool = Pool(HostMemory(huge_pages=True), initial_size=DEFAULT_INITIAL_SIZE)
-    return ThreadCached(ThreadSafe(pool))
+    return ThreadCached(Pool(HostMemory(huge_pages=True), initial_size=DEFAULT_INITIAL_SIZE))
 
 
 def default_resource() -> MemoryResource:
@@ -57,14 +94,13 @@ def _create_default() -> MemoryResource:
 def set_default_resource(resource: MemoryResource | None) -> MemoryResource | None:
     """Make ``resource`` the default and return the previous one (``None``: recreate lazily).
 
-    Raises :class:`TypeError` for an object that is not a memory resource.
+    Raises :class:`~tensorarena.errors.InvalidResourceError` for an object that is not a memory
+    resource and :class:`~tensorarena.errors.NotHostAccessibleError` for one whose memory the
+    CPU cannot touch (the default resource is where arrays come from).
     """
     global _default
-    if resource is not None and not (
-        callable(getattr(resource, "allocate", None))
-        and callable(getattr(resource, "deallocate", None))
-    ):
-        raise TypeError(f"not a memory resource (allocate/deallocate): {type(resource).__name__}")
+    if resource is not None:
+        check_host_accessible(resource)
     with _lock:
         previous, _default = _default, resource
     return previous

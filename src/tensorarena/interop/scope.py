@@ -24,11 +24,12 @@ from __future__ import annotations
 import contextvars
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tensorarena.errors import ScopeEscapeError
+from tensorarena.interop.default import check_host_accessible
 from tensorarena.memory.resource import MemoryResource
 
 if TYPE_CHECKING:
@@ -85,9 +86,11 @@ _current: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
 )
 
 
-def current_scope() -> Scope | None:
-    """The innermost active scope of this thread/task, or ``None``."""
-    return _current.get()
+current_scope: Callable[[], Scope | None] = _current.get
+"""``current_scope()``: the innermost active scope of this thread/task, or ``None``.
+
+The context variable's own ``get`` (a C method): every ``empty()`` calls it, and a Python
+function around it would cost a frame on that hot path."""
 
 
 @contextmanager
@@ -96,9 +99,9 @@ def scope(resource: MemoryResource | None = None) -> Iterator[Scope]:
 
     ``resource`` (optional) is the resource ``empty``/``zeros`` use inside the block.
     """
-    if resource is not None and not callable(getattr(resource, "allocate", None)):
-        raise TypeError(f"not a memory resource: {type(resource).__name__}")
-    if resource is None:
+    if resource is not None:
+        check_host_accessible(resource)
+    else:
         outer = _current.get()
         resource = outer.resource if outer is not None else None
     current = Scope(resource)

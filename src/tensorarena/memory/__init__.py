@@ -1,6 +1,5 @@
 """Where bytes come from: resources (host, pinned, NUMA, virtual) and pools over them."""
 
-from tensorarena.memory._live import ResourceStatistics
 from tensorarena.memory.growth import (
     Doubling,
     Fixed,
@@ -17,19 +16,26 @@ from tensorarena.memory.pinned import (
     locked_bytes,
     memlock_limit,
 )
-from tensorarena.memory.pool import Pool, PoolStatistics
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
-from tensorarena.memory.summary import memory_summary
+from tensorarena.memory.pool import ArenaSnapshot, Pool
+from tensorarena.memory.resource import (
+    DEFAULT_ALIGNMENT,
+    MemoryKind,
+    MemoryResource,
+    Stream,
+    check_resource,
+)
 from tensorarena.memory.virtual import VirtualMemory
 
 __all__ = [
     "DEFAULT_ALIGNMENT",
     "HUGE_PAGE_SIZE",
     "PAGE_SIZE",
+    "ArenaSnapshot",
     "Doubling",
     "Fixed",
     "GrowthPolicy",
     "HostMemory",
+    "MemoryKind",
     "MemoryResource",
     "MlockBackend",
     "NextPowerOfTwo",
@@ -38,13 +44,11 @@ __all__ = [
     "PinnedHostMemory",
     "PinningBackend",
     "Pool",
-    "PoolStatistics",
-    "ResourceStatistics",
     "SameAsRequested",
     "Stream",
     "VirtualMemory",
+    "check_resource",
     "current_cpu",
     "locked_bytes",
     "memlock_limit",
-    "memory_summary",
 ]

@@ -13,84 +13,75 @@ bound keeps a long-running process from growing a set of every address it ever f
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
     SizeMismatchError,
 )
+from tensorarena.sizes import check_address, check_nbytes
+from tensorarena.stats import Count, MemoryStatistics
 
-__all__ = ["RECENT_FREES", "LiveBlocks", "ResourceStatistics"]
+__all__ = ["RECENT_FREES", "LiveBlocks"]
 
 #: How many freed addresses are remembered to tell a double free from a foreign address.
 RECENT_FREES = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class ResourceStatistics:
-    """A snapshot of an upstream resource's counters. All sizes in bytes."""
-
-    allocated: int  #: bytes requested by live blocks
-    peak_allocated: int  #: the most ``allocated`` has been
-    reserved: int  #: bytes held for live blocks (requests rounded up to pages, alignment slack)
-    peak_reserved: int  #: the most ``reserved`` has been
-    live_blocks: int
-    alloc_count: int  #: successful allocations since creation
-    free_count: int  #: successful deallocations since creation
-
-
 class LiveBlocks:
-    """Address → (requested bytes, reserved bytes, resource-specific token), plus counters."""
+    """Address → (requested bytes, held bytes, resource-specific token), plus counters.
+
+    *held* is what the block really takes from the system (whole pages, alignment slack): the
+    resource's ``allocated_bytes`` in the vocabulary of :mod:`tensorarena.stats`.
+    """
 
     __slots__ = (
-        "_alloc_count",
-        "_allocated",
-        "_free_count",
+        "_held",
         "_live",
+        "_num_ooms",
         "_owner",
-        "_peak_allocated",
-        "_peak_reserved",
+        "_peak_blocks",
+        "_peak_held",
+        "_peak_requested",
         "_recent_frees",
-        "_reserved",
+        "_requested",
+        "_total_blocks",
+        "_total_held",
+        "_total_requested",
     )
 
     def __init__(self, owner: str) -> None:
         self._owner = owner  # named in error messages: "HostMemory", ...
         self._live: dict[int, tuple[int, int, object]] = {}
         self._recent_frees: OrderedDict[int, None] = OrderedDict()
-        self._allocated = 0
-        self._reserved = 0
-        self._peak_allocated = 0
-        self._peak_reserved = 0
-        self._alloc_count = 0
-        self._free_count = 0
+        self._requested = self._peak_requested = self._total_requested = 0
+        self._held = self._peak_held = self._total_held = 0
+        self._peak_blocks = self._total_blocks = 0
+        self._num_ooms = 0
 
     # --- checks (no state change) ----------------------------------------------------------
 
-    def lookup(self, address: object, nbytes: object) -> tuple[int, int, object]:
-        """The live entry at ``address`` freed with ``nbytes``; raise if it is not exactly that."""
-        entry = self._live.get(address) if type(address) is int else None
+    def lookup(self, address: object, nbytes: object) -> tuple[int, tuple[int, int, object]]:
+        """``(address, entry)`` of the live block at ``address`` freed with ``nbytes``, both
+        normalised to exact ints; raise if it is not exactly that."""
+        address = check_address(address)
+        entry = self._live.get(address)
         if entry is None:
             raise self.not_live(address)
-        if nbytes != entry[0] or type(nbytes) is not int:
+        if type(nbytes) is not int:
+            nbytes = check_nbytes(nbytes)
+        if nbytes != entry[0]:
             raise SizeMismatchError(
                 f"{self._owner}: block at {address:#x} was allocated with {entry[0]} bytes, "
                 f"deallocated with {nbytes!r}",
-                address=address,  # type: ignore[arg-type]
-                given=nbytes,  # type: ignore[arg-type]
+                address=address,
+                given=nbytes,
                 allocated=entry[0],
             )
-        return entry
+        return address, entry
 
-    def not_live(self, address: object) -> InvalidAddressError:
+    def not_live(self, address: int) -> InvalidAddressError:
         """The error for freeing ``address`` that is not live here."""
-        if type(address) is not int:
-            return InvalidAddressError(
-                f"{self._owner}: address must be an int, not {type(address).__name__} "
-                f"({address!r})",
-                address=-1,
-            )
         if address in self._recent_frees:
             return DoubleFreeError(
                 f"{self._owner}: double free: block at {address:#x} was already freed",
@@ -103,39 +94,49 @@ class LiveBlocks:
 
     # --- updates ---------------------------------------------------------------------------
 
-    def add(self, address: int, nbytes: int, reserved: int, token: object = None) -> None:
+    def add(self, address: int, nbytes: int, held: int, token: object = None) -> None:
         """Record a new live block (the caller has already obtained the memory)."""
-        self._live[address] = (nbytes, reserved, token)
+        self._live[address] = (nbytes, held, token)
         self._recent_frees.pop(address, None)
-        self._allocated += nbytes
-        self._reserved += reserved
-        if self._allocated > self._peak_allocated:
-            self._peak_allocated = self._allocated
-        if self._reserved > self._peak_reserved:
-            self._peak_reserved = self._reserved
-        self._alloc_count += 1
+        self._requested += nbytes
+        self._total_requested += nbytes
+        self._held += held
+        self._total_held += held
+        self._total_blocks += 1
+        self._peak_requested = max(self._peak_requested, self._requested)
+        self._peak_held = max(self._peak_held, self._held)
+        self._peak_blocks = max(self._peak_blocks, len(self._live))
 
     def remove(self, address: int) -> None:
         """Forget a live block (after :meth:`lookup` succeeded and the memory was released)."""
-        nbytes, reserved, _ = self._live.pop(address)
-        self._allocated -= nbytes
-        self._reserved -= reserved
-        self._free_count += 1
+        nbytes, held, _ = self._live.pop(address)
+        self._requested -= nbytes
+        self._held -= held
         self._recent_frees[address] = None
         if len(self._recent_frees) > RECENT_FREES:
             self._recent_frees.popitem(last=False)
 
+    def count_oom(self) -> None:
+        """Count a request refused with OutOfMemoryError."""
+        self._num_ooms += 1
+
+    def reset_peaks(self) -> None:
+        """Set every peak to its current value."""
+        self._peak_requested = self._requested
+        self._peak_held = self._held
+        self._peak_blocks = len(self._live)
+
     # --- queries ---------------------------------------------------------------------------
 
     @property
-    def allocated(self) -> int:
+    def requested(self) -> int:
         """Bytes requested by live blocks."""
-        return self._allocated
+        return self._requested
 
     @property
-    def reserved(self) -> int:
-        """Bytes held for live blocks."""
-        return self._reserved
+    def held(self) -> int:
+        """Bytes live blocks take from the system."""
+        return self._held
 
     def __len__(self) -> int:
         return len(self._live)
@@ -151,14 +152,19 @@ class LiveBlocks:
         """A copy of the live blocks: address → requested bytes."""
         return {address: entry[0] for address, entry in self._live.items()}
 
-    def statistics(self) -> ResourceStatistics:
-        """A frozen snapshot of the counters."""
-        return ResourceStatistics(
-            allocated=self._allocated,
-            peak_allocated=self._peak_allocated,
-            reserved=self._reserved,
-            peak_reserved=self._peak_reserved,
-            live_blocks=len(self._live),
-            alloc_count=self._alloc_count,
-            free_count=self._free_count,
+    def statistics(self, *, reserved: Count | None = None) -> MemoryStatistics:
+        """A frozen snapshot. Each block is its own region from the system, so by default
+        ``reserved_bytes`` is ``allocated_bytes`` and ``segments`` counts the blocks."""
+        held = Count(self._held, self._peak_held, self._total_held)
+        blocks = Count(len(self._live), self._peak_blocks, self._total_blocks)
+        return MemoryStatistics(
+            requested_bytes=Count(self._requested, self._peak_requested, self._total_requested),
+            allocated_bytes=held,
+            active_bytes=held,
+            reserved_bytes=held if reserved is None else reserved,
+            allocations=blocks,
+            segments=blocks,
+            num_ooms=self._num_ooms,
+            num_upstream_allocs=self._total_blocks,
+            num_upstream_frees=self._total_blocks - len(self._live),
         )

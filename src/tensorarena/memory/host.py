@@ -25,14 +25,15 @@ from typing import Literal
 
 from tensorarena.errors import OutOfMemoryError
 from tensorarena.memory import _libc
-from tensorarena.memory._live import LiveBlocks, ResourceStatistics
+from tensorarena.memory._live import LiveBlocks
 from tensorarena.memory.numa import (
     DEFAULT_SYSFS_ROOT,
     NumaTopology,
     bind_to_node,
 )
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
+from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.sizes import align_up, check_request, format_size
+from tensorarena.stats import MemoryStatistics
 
 __all__ = ["HUGE_PAGE_SIZE", "PAGE_SIZE", "HostMemory", "map_region", "unmap_region"]
 
@@ -91,6 +92,9 @@ def unmap_region(address: int, length: int) -> None:
 class HostMemory:
     """Pageable host memory from anonymous ``mmap``: a region per allocation, unmapped on free."""
 
+    #: Host memory: the CPU reads and writes it.
+    memory_kind = MemoryKind.HOST
+
     def __init__(
         self,
         *,
@@ -120,7 +124,12 @@ class HostMemory:
         length = align_up(nbytes, PAGE_SIZE)
         if self._huge_pages and length >= HUGE_PAGE_SIZE:
             alignment = max(alignment, HUGE_PAGE_SIZE)
-        address = map_region(length, alignment)
+        try:
+            address = map_region(length, alignment)
+        except OutOfMemoryError:
+            with self._lock:
+                self._blocks.count_oom()
+            raise
         try:
             if self._huge_pages and length >= HUGE_PAGE_SIZE:
                 # Advice only: a kernel without THP still gives correct memory.
@@ -138,7 +147,7 @@ class HostMemory:
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Unmap the region at ``address``, which was allocated with ``nbytes``."""
         with self._lock:
-            _, length, _ = self._blocks.lookup(address, nbytes)
+            address, (_, length, _) = self._blocks.lookup(address, nbytes)
             unmap_region(address, length)
             self._blocks.remove(address)
 
@@ -159,10 +168,15 @@ class HostMemory:
         with self._lock:
             return self._blocks.live_blocks()
 
-    def statistics(self) -> ResourceStatistics:
-        """A frozen snapshot of the counters (``reserved`` counts mapped bytes)."""
+    def statistics(self) -> MemoryStatistics:
+        """A frozen snapshot: ``allocated_bytes`` (= ``reserved_bytes``) counts mapped bytes."""
         with self._lock:
             return self._blocks.statistics()
+
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value."""
+        with self._lock:
+            self._blocks.reset_peaks()
 
     def __repr__(self) -> str:
         extras = ""
@@ -172,8 +186,8 @@ class HostMemory:
             extras += f", numa_node={self._numa_node!r}"
         return (
             f"HostMemory(live={len(self._blocks)}, "
-            f"allocated={format_size(self._blocks.allocated)}, "
-            f"mapped={format_size(self._blocks.reserved)}{extras})"
+            f"requested={format_size(self._blocks.requested)}, "
+            f"mapped={format_size(self._blocks.held)}{extras})"
         )
 
     # --- internals -------------------------------------------------------------------------

@@ -17,16 +17,18 @@ How pages get pinned is a *pinning backend*, chosen at construction:
 
 from __future__ import annotations
 
+import dataclasses
 import resource as _rlimit
 import threading
 from typing import Literal, Protocol
 
 from tensorarena.errors import OutOfMemoryError, UnknownBackendError
 from tensorarena.memory import _libc
-from tensorarena.memory._live import LiveBlocks, ResourceStatistics
+from tensorarena.memory._live import LiveBlocks
 from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
+from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.sizes import Size, align_up, check_request, format_size, parse_size
+from tensorarena.stats import MemoryStatistics
 
 __all__ = [
     "MlockBackend",
@@ -125,6 +127,9 @@ class PinnedHostMemory:
     wants more than its rlimit passes a larger ``limit`` explicitly.
     """
 
+    #: Host memory (page-locked): the CPU reads and writes it.
+    memory_kind = MemoryKind.HOST
+
     def __init__(
         self,
         backend: Literal["auto", "mlock"] | PinningBackend = "auto",
@@ -151,9 +156,10 @@ class PinnedHostMemory:
             if limit is not None:
                 pinned_now = self._backend.pinned()
                 if pinned_now is None:
-                    pinned_now = self._blocks.reserved
+                    pinned_now = self._blocks.held
                 if pinned_now + length > limit:
                     room = max(limit - pinned_now, 0)
+                    self._blocks.count_oom()
                     raise OutOfMemoryError(
                         length,
                         free=room,
@@ -171,6 +177,7 @@ class PinnedHostMemory:
             try:
                 address = self._backend.pin(length, alignment)
             except OSError as exc:
+                self._blocks.count_oom()
                 raise OutOfMemoryError(
                     length,
                     free=0,
@@ -185,7 +192,7 @@ class PinnedHostMemory:
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Unpin and release the region at ``address``, which was allocated with ``nbytes``."""
         with self._lock:
-            _, length, _ = self._blocks.lookup(address, nbytes)
+            address, (_, length, _) = self._blocks.lookup(address, nbytes)
             self._backend.unpin(address, length)
             self._blocks.remove(address)
 
@@ -204,23 +211,30 @@ class PinnedHostMemory:
     @property
     def pinned(self) -> int:
         """Bytes pinned by this resource (whole pages)."""
-        return self._blocks.reserved
+        return self._blocks.held
 
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
         with self._lock:
             return self._blocks.live_blocks()
 
-    def statistics(self) -> ResourceStatistics:
-        """A frozen snapshot of the counters (``reserved`` counts pinned bytes)."""
+    def statistics(self) -> MemoryStatistics:
+        """A frozen snapshot: ``allocated_bytes`` (= ``reserved_bytes``) counts pinned bytes."""
         with self._lock:
-            return self._blocks.statistics()
+            stats = self._blocks.statistics()
+        limit = self.limit
+        return dataclasses.replace(stats, limit=limit)
+
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value."""
+        with self._lock:
+            self._blocks.reset_peaks()
 
     def __repr__(self) -> str:
         limit = self.limit
         return (
             f"PinnedHostMemory(backend={self._backend.name}, live={len(self._blocks)}, "
-            f"pinned={format_size(self._blocks.reserved)}, "
+            f"pinned={format_size(self._blocks.held)}, "
             f"limit={'unlimited' if limit is None else format_size(limit)})"
         )
 

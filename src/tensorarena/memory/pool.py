@@ -1,7 +1,7 @@
 """A growing pool: arenas taken from an upstream resource, carved up by a placement strategy.
 
 ``Pool`` is itself a resource (``allocate``/``deallocate``), so pools and adaptors nest: a pool
-over mmap'd host memory, a pool over another pool, a thread-safe wrapper around a pool.
+over mmap'd host memory, a pool over another pool, a thread cache in front of a pool.
 
 How it works. The pool holds a list of :class:`~tensorarena.core.Arena` objects, each a region
 taken from the upstream in one ``upstream.allocate`` call, each with its own strategy instance.
@@ -9,50 +9,74 @@ A request is tried in the arenas in the order they were made (which packs live b
 the oldest arenas, so that the newest ones empty first and ``trim()`` can give them back). When
 no arena can hold it, the growth policy (:mod:`tensorarena.memory.growth`) sizes a new arena,
 never smaller than the request: a request larger than every arena gets an arena of its own.
-
 Finding the owner of a freed address is one dict lookup: the pool maps every live block's
-address to its arena (the same map proves that an address is live). Only the error path
-bisects the sorted arena bases, to tell a double free from a foreign address.
+address to its arena (the same map proves that an address is live).
 
-Vocabulary (PyTorch's): *allocated* = bytes requested by live blocks; *active* = the bytes those
-blocks really occupy (requests rounded up to their alignment); *reserved* = bytes held from the
-upstream, live or not. Every error is raised before any state changes; a failing upstream during
-growth leaves the pool exactly as it was.
+Ownership (RMM's rule): a live block keeps its memory mapped. Nothing a user calls unmaps or
+re-hands-out bytes that a live block holds:
 
-The pool is not thread-safe by itself: wrap it in :class:`tensorarena.adaptors.ThreadSafe`.
+* ``trim()`` gives back empty arenas only;
+* ``close()`` (and leaving ``with Pool(...)``) gives back every empty arena now and each other
+  arena when its last live block is freed — the unmapping is *deferred*, never forced — and the
+  pool takes no new requests (:class:`~tensorarena.errors.ResourceClosedError`);
+* ``reset()`` with live blocks refuses (:class:`~tensorarena.errors.ResourceInUseError`, naming
+  how many blocks and bytes are live) unless told ``force=True``, which is unsafe by design:
+  every live block's bytes may then be handed out again.
+
+Threads. A pool is thread-safe by default: one re-entrant lock around every public method (about
+0.1 µs a call here; ``bench/pool_pair.py`` measures it). ``thread_safe=False`` drops the lock
+for callers that serialise access themselves (one thread, or a
+:class:`~tensorarena.adaptors.ThreadCached` in front, which already serialises its upstream
+calls).
+
+Statistics speak :mod:`tensorarena.stats`: *requested* = bytes callers asked for; *allocated*
+(= *active*) = the bytes live blocks occupy (requests rounded up to their alignment);
+*reserved* = bytes held from the upstream, live or not. Every error is raised before any state
+changes; a failing upstream during growth leaves the pool exactly as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+import threading
 import weakref
-from bisect import bisect_right, insort
 from dataclasses import dataclass
 from types import TracebackType
 
-from tensorarena.core.arena import Arena
+from tensorarena.core.arena import Arena, fresh_arena_fits
 from tensorarena.core.registry import StrategySpec, strategy_factory
+from tensorarena.debug import CHEAP, EXPENSIVE, OFF, check, resolve_debug
 from tensorarena.errors import (
     InvalidAddressError,
     InvalidAlignmentError,
+    InvalidArgumentError,
     InvalidSizeError,
     OutOfMemoryError,
-    SizeMismatchError,
+    ResourceClosedError,
+    ResourceInUseError,
 )
 from tensorarena.memory.growth import GrowthPolicy, NextPowerOfTwo
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
+from tensorarena.memory.resource import (
+    DEFAULT_ALIGNMENT,
+    MemoryKind,
+    MemoryResource,
+    Stream,
+    check_resource,
+)
 from tensorarena.sizes import (
+    ALIGNMENTS,
     MAX_SIZE,
     Size,
     align_up,
+    check_address,
     check_alignment,
     check_nbytes,
     format_size,
     parse_size,
 )
+from tensorarena.stats import Count, MemoryStatistics
 
-__all__ = ["Pool", "PoolStatistics"]
+__all__ = ["ArenaSnapshot", "Pool"]
 
 #: Arena sizes are rounded up to this, so that every arena can serve default-aligned requests.
 _ARENA_GRANULE = DEFAULT_ALIGNMENT
@@ -60,45 +84,21 @@ _ARENA_GRANULE = DEFAULT_ALIGNMENT
 #: any arena (an arena can honour no alignment above its base's).
 _ARENA_ALIGNMENT = 4096
 
-_DEBUG = os.environ.get("TENSORARENA_DEBUG", "") not in ("", "0")
-
 
 @dataclass(frozen=True, slots=True)
-class PoolStatistics:
-    """A snapshot of a pool's counters. Sizes in bytes; *peak* is the maximum since creation."""
+class ArenaSnapshot:
+    """One arena of a pool, as it was when :attr:`Pool.arenas` was read."""
 
-    allocated_bytes: int  #: bytes requested by live blocks
-    peak_allocated_bytes: int
-    total_allocated_bytes: int  #: bytes requested by every allocation since creation
-    total_freed_bytes: int
-    active_bytes: int  #: bytes live blocks occupy (requests rounded up to their alignment)
-    peak_active_bytes: int
-    reserved_bytes: int  #: bytes held from the upstream
-    peak_reserved_bytes: int
-    total_reserved_bytes: int  #: bytes ever taken from the upstream
-    total_released_bytes: int  #: bytes ever given back to the upstream
-    allocation_count: int  #: live blocks
-    peak_allocation_count: int
-    total_allocations: int
-    total_deallocations: int  #: ``reset()`` counts every block it frees
-    arena_count: int
-    peak_arena_count: int
-    upstream_allocations: int  #: ``upstream.allocate`` calls that succeeded
-    upstream_deallocations: int
-    free_bytes: int  #: free bytes over all arenas
-    largest_free: int  #: the largest free extent of any arena
-    maximum_size: int | None  #: the cap on reserved bytes, if any
-
-    @property
-    def fragmentation(self) -> float:
-        """``1 - largest_free / free_bytes`` over the pool; 0 when there is no free space."""
-        return 1.0 - self.largest_free / self.free_bytes if self.free_bytes else 0.0
+    base: int  #: address of the arena's first byte
+    capacity: int
+    strategy: str
+    statistics: MemoryStatistics
 
 
-def _release_arenas(upstream: MemoryResource, arenas: dict[int, Arena]) -> None:
-    for base, arena in list(arenas.items()):
+def _release_arenas(upstream: MemoryResource, arenas: list[Arena]) -> None:
+    for arena in arenas:
         with contextlib.suppress(Exception):  # nobody to report to from a finalizer
-            upstream.deallocate(base, arena.capacity, None)
+            upstream.deallocate(arena.base, arena.capacity, None)
     arenas.clear()
 
 
@@ -109,8 +109,9 @@ class Pool:
     whenever the pool holds nothing, its next arena is at least that large. ``growth`` sizes
     every further arena (default :class:`~tensorarena.memory.growth.NextPowerOfTwo`);
     ``maximum_size`` caps the bytes held from the upstream (at the cap, empty arenas are given
-    back before a request fails). ``debug`` (default: the ``TENSORARENA_DEBUG`` environment
-    variable) checks every invariant after every call.
+    back before a request fails). ``thread_safe`` (default True) guards every call with a lock.
+    ``debug`` grades the invariant checks after every call (:mod:`tensorarena.debug`; ``None``
+    reads the default when the pool is made).
     """
 
     def __init__(
@@ -121,43 +122,51 @@ class Pool:
         growth: GrowthPolicy | None = None,
         initial_size: Size = "1MiB",
         maximum_size: Size | None = None,
-        debug: bool = _DEBUG,
+        thread_safe: bool = True,
+        debug: int | bool | None = None,
     ) -> None:
-        if not callable(getattr(upstream, "allocate", None)) or not callable(
-            getattr(upstream, "deallocate", None)
-        ):
-            raise TypeError(
-                f"upstream must be a memory resource (allocate/deallocate), "
-                f"not {type(upstream).__name__}"
-            )
+        upstream = check_resource(upstream)
         growth = NextPowerOfTwo() if growth is None else growth
-        if not callable(getattr(growth, "next_size", None)):
-            raise TypeError(f"growth must be a growth policy, not {type(growth).__name__}")
+        if isinstance(growth, type) or not callable(getattr(growth, "next_size", None)):
+            raise InvalidArgumentError(
+                f"growth must be a growth policy instance (Fixed(), SameAsRequested(), "
+                f"NextPowerOfTwo(), Doubling(...)), not {growth!r}"
+            )
         initial = parse_size(initial_size, name="initial_size", allow_zero=True)
         maximum = None if maximum_size is None else parse_size(maximum_size, name="maximum_size")
         if maximum is not None and initial > maximum:
             raise InvalidSizeError(
                 f"initial_size {format_size(initial)} exceeds maximum_size {format_size(maximum)}"
             )
+        if type(thread_safe) is not bool:
+            raise InvalidArgumentError(f"thread_safe must be a bool, got {thread_safe!r}")
         self._upstream = upstream
         self._factory = strategy_factory(strategy)
         self._strategy_name: str = getattr(strategy, "name", str(strategy))
         self._growth = growth
         self._initial = initial
         self._maximum = maximum
+        self._debug = resolve_debug(debug)
+        self._lock = threading.RLock()
+        self._thread_safe = thread_safe
+        if not thread_safe:
+            # The caller serialises: the public methods become the unlocked ones.
+            self.allocate = self._allocate  # type: ignore[method-assign]
+            self.deallocate = self._deallocate  # type: ignore[method-assign]
+        self._closed = False
         self._arenas: list[Arena] = []  # in creation order: the order requests try them
-        self._bases: list[int] = []  # sorted arena bases, for the error path's bisect
-        self._by_base: dict[int, Arena] = {}
-        self._blocks: dict[int, tuple[Arena, int]] = {}  # live address -> (arena, active bytes)
-        self._allocated = self._peak_allocated = self._total_allocated = self._total_freed = 0
-        self._active = self._peak_active = 0
-        self._reserved = self._peak_reserved = self._total_reserved = self._total_released = 0
-        self._peak_count = self._total_allocations = self._total_deallocations = 0
-        self._peak_arenas = self._upstream_allocs = self._upstream_deallocs = 0
-        self._debug = debug
+        self._blocks: dict[int, tuple[Arena, int]] = {}  # live address -> (arena, rounded bytes)
+        # Counters in the vocabulary of tensorarena.stats: requested, allocated (rounded) and
+        # reserved bytes, each current / peak / total, and the counts.
+        self._requested = self._peak_requested = self._total_requested = 0
+        self._allocated = self._peak_allocated = self._total_allocated = 0
+        self._reserved = self._peak_reserved = self._total_reserved = 0
+        self._peak_blocks = self._total_blocks = self._peak_arenas = 0
+        self._upstream_allocs = self._upstream_frees = 0
+        self._retries = self._ooms = 0
         # A pool that is garbage-collected gives its arenas back, as RMM's pool destructor does.
-        # The finalizer holds the upstream and the arena index, never the pool itself.
-        finalizer = weakref.finalize(self, _release_arenas, upstream, self._by_base)
+        # The finalizer holds the upstream and the arena list, never the pool itself.
+        finalizer = weakref.finalize(self, _release_arenas, upstream, self._arenas)
         finalizer.atexit = False  # at interpreter exit the process's memory goes anyway
         if initial:
             self._add_arena(initial, DEFAULT_ALIGNMENT, None, requested=initial)
@@ -170,6 +179,12 @@ class Pool:
         return self._upstream
 
     @property
+    def memory_kind(self) -> MemoryKind:
+        """The upstream's kind: a pool's addresses are its upstream's (an upstream that
+        declares none raises AttributeError here, as it would itself)."""
+        return self._upstream.memory_kind
+
+    @property
     def growth(self) -> GrowthPolicy:
         """The growth policy sizing new arenas."""
         return self._growth
@@ -180,9 +195,23 @@ class Pool:
         return self._maximum
 
     @property
-    def arenas(self) -> tuple[Arena, ...]:
-        """The arenas, in creation order (for inspection; do not allocate from them directly)."""
-        return tuple(self._arenas)
+    def thread_safe(self) -> bool:
+        """Whether every call takes the pool's lock."""
+        return self._thread_safe
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`: no new requests; live blocks may still be freed."""
+        return self._closed
+
+    @property
+    def arenas(self) -> tuple[ArenaSnapshot, ...]:
+        """A snapshot of every arena, in creation order (the order requests try them)."""
+        with self._lock:
+            return tuple(
+                ArenaSnapshot(a.base, a.capacity, a.strategy_name, a.statistics())
+                for a in self._arenas
+            )
 
     # --- the resource protocol ---------------------------------------------------------------
 
@@ -192,109 +221,123 @@ class Pool:
         """Return the address of ``nbytes`` bytes aligned to ``alignment``, growing if needed.
 
         Raises :class:`OutOfMemoryError` when the growth policy, ``maximum_size`` or the
-        upstream refuse a new arena; the pool is unchanged when it raises.
+        upstream refuse a new arena, and :class:`ResourceClosedError` after :meth:`close`; the
+        pool is unchanged when it raises.
         """
-        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
-            nbytes = check_nbytes(nbytes)
-        if type(alignment) is not int or alignment & (alignment - 1) or alignment <= 0:
-            alignment = check_alignment(alignment)
-        active = (nbytes + alignment - 1) & -alignment
-        mask = alignment - 1
-        for arena in self._arenas:
-            # Ask the strategy first: a refusal raised by the arena costs several times a
-            # whole allocation, and a fragmented arena would pay it on every request.
-            strategy = arena.strategy
-            if (
-                strategy.free_bytes() >= active
-                and not arena.base & mask
-                and strategy.largest_free() >= active
-            ):
-                try:
-                    address = arena.allocate(nbytes, alignment)
-                except OutOfMemoryError:
-                    continue  # fragmented: try the next arena
-                break
-        else:
-            arena = self._grow(nbytes, active, alignment, stream)
-            try:
-                address = arena.allocate(nbytes, alignment)
-            except OutOfMemoryError:
-                self._remove_arena(arena, stream)  # the probe in _grow makes this unreachable
-                raise
-        blocks = self._blocks
-        blocks[address] = (arena, active)
-        allocated = self._allocated + nbytes
-        self._allocated = allocated
-        if allocated > self._peak_allocated:
-            self._peak_allocated = allocated
-        self._total_allocated += nbytes
-        active += self._active
-        self._active = active
-        if active > self._peak_active:
-            self._peak_active = active
-        self._total_allocations += 1
-        if len(blocks) > self._peak_count:
-            self._peak_count = len(blocks)
-        if self._debug:
-            self._check_invariants()
-        return address
+        lock = self._lock
+        lock.acquire()
+        try:
+            return self._allocate(nbytes, alignment, stream)
+        finally:
+            lock.release()
 
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Free the block at ``address``, which must have been allocated with ``nbytes``.
 
-        Raises :class:`DoubleFreeError`, :class:`InvalidAddressError` (not from this pool) or
-        :class:`SizeMismatchError`, leaving the pool unchanged.
+        Raises :class:`DoubleFreeError`, :class:`InvalidAddressError` (not from this pool, or
+        not an int) or :class:`SizeMismatchError`, leaving the pool unchanged.
         """
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._deallocate(address, nbytes, stream)
+        finally:
+            lock.release()
+
+    def _allocate(
+        self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
+    ) -> int:
+        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
+            nbytes = check_nbytes(nbytes)
+        if type(alignment) is not int or alignment not in ALIGNMENTS:
+            alignment = check_alignment(alignment)
+        if self._closed:
+            raise ResourceClosedError(
+                f"this pool was closed: it takes no new requests ({self!r})"
+            )
+        for arena in self._arenas:
+            address = arena.try_allocate(nbytes, alignment) if arena.honours(alignment) else None
+            if address is not None:
+                break
+        else:
+            arena = self._grow(nbytes, alignment, stream)
+            address = arena.try_allocate(nbytes, alignment)
+            if address is None:  # pragma: no cover - _grow checked that a fresh arena fits
+                raise InvalidAlignmentError(f"a new arena cannot hold {nbytes} bytes")
+        rounded = (nbytes + alignment - 1) & -alignment
+        blocks = self._blocks
+        blocks[address] = (arena, rounded)
+        requested = self._requested + nbytes
+        self._requested = requested
+        if requested > self._peak_requested:
+            self._peak_requested = requested
+        self._total_requested += nbytes
+        allocated = self._allocated + rounded
+        self._allocated = allocated
+        if allocated > self._peak_allocated:
+            self._peak_allocated = allocated
+        self._total_allocated += rounded
+        self._total_blocks += 1
+        if len(blocks) > self._peak_blocks:
+            self._peak_blocks = len(blocks)
+        if self._debug != OFF:
+            self._check_invariants(self._debug)
+        return address
+
+    def _deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         entry = self._blocks.get(address) if type(address) is int else None
         if entry is None:
-            raise self._not_live(address)
-        arena, active = entry
+            address = check_address(address)
+            entry = self._blocks.get(address)
+            if entry is None:
+                raise self._not_live(address)
         if type(nbytes) is not int:
-            requested = arena.size_of(address)
-            raise SizeMismatchError(
-                f"block at {address:#x} was allocated with {requested} bytes, "
-                f"deallocated with {nbytes!r}",
-                address=address,
-                given=nbytes,
-                allocated=requested,
-            )
+            nbytes = check_nbytes(nbytes)
+        arena, rounded = entry
         arena.deallocate(address, nbytes)  # raises SizeMismatchError before changing anything
         del self._blocks[address]
-        self._allocated -= nbytes
-        self._total_freed += nbytes
-        self._active -= active
-        self._total_deallocations += 1
-        if self._debug:
-            self._check_invariants()
+        self._requested -= nbytes
+        self._allocated -= rounded
+        if self._closed and not len(arena):
+            self._release_deferred(arena, stream)
+        if self._debug != OFF:
+            self._check_invariants(self._debug)
 
     # --- whole-pool operations ---------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Free every live block at once; the arenas stay reserved. Later frees of the old
-        addresses raise :class:`DoubleFreeError`."""
-        for arena in self._arenas:
-            arena.reset()
-        self._total_deallocations += len(self._blocks)
-        self._total_freed += self._allocated
-        self._blocks.clear()
-        self._allocated = 0
-        self._active = 0
+    def reset(self, *, force: bool = False) -> None:
+        """Free every live block at once; the arenas stay reserved.
+
+        Refuses with :class:`ResourceInUseError` (nothing changed) while blocks are live, since
+        their bytes would be handed out again under them. ``force=True`` frees them anyway —
+        **unsafe**: any array or pointer still using one of those blocks then shares its bytes
+        with the next allocation. Later frees of the old addresses raise
+        :class:`DoubleFreeError` unless the address was handed out again.
+        """
+        with self._lock:
+            if self._blocks and not force:
+                raise self._in_use("reset()")
+            for arena in self._arenas:
+                arena.reset()
+            self._blocks.clear()
+            self._requested = 0
+            self._allocated = 0
 
     def trim(self, stream: Stream = None) -> int:
         """Give every empty arena back to the upstream; return the bytes released."""
-        released = 0
-        for arena in [a for a in self._arenas if not len(a)]:
-            self._remove_arena(arena, stream)
-            released += arena.capacity
-        return released
+        with self._lock:
+            return self._trim(stream)
 
     def close(self) -> None:
-        """Free every block and give every arena back (``reset()`` then ``trim()``).
+        """Give every arena back to the upstream: empty ones now, each other one as soon as its
+        last live block is freed; from now on the pool refuses new requests.
 
-        The pool stays usable: a later request grows it again.
+        Closing never unmaps bytes that a live block (an array, a tensor) still uses. Closing
+        twice is harmless. Leaving ``with Pool(...) as pool:`` closes the pool.
         """
-        self.reset()
-        self.trim()
+        with self._lock:
+            self._closed = True
+            self._trim(None)
 
     def __enter__(self) -> Pool:
         return self
@@ -307,114 +350,158 @@ class Pool:
     ) -> None:
         self.close()
 
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``)."""
+        with self._lock:
+            self._peak_requested = self._requested
+            self._peak_allocated = self._allocated
+            self._peak_reserved = self._reserved
+            self._peak_blocks = len(self._blocks)
+            self._peak_arenas = len(self._arenas)
+            for arena in self._arenas:
+                arena.reset_peak_stats()
+
     # --- queries -----------------------------------------------------------------------------
 
     def owns(self, address: int) -> bool:
         """True if ``address`` is a live block of this pool."""
-        return address in self._blocks
+        return type(address) is int and address in self._blocks
 
     def size_of(self, address: int) -> int:
         """The requested size of the live block at ``address``."""
-        entry = self._blocks.get(address) if type(address) is int else None
-        if entry is None:
-            raise self._not_live(address)
-        return entry[0].size_of(address)
+        with self._lock:
+            address = check_address(address)
+            entry = self._blocks.get(address)
+            if entry is None:
+                raise self._not_live(address)
+            return entry[0].size_of(address)
 
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
-        blocks: dict[int, int] = {}
-        for arena in self._arenas:
-            blocks.update(arena.live_blocks())
-        return blocks
+        with self._lock:
+            blocks: dict[int, int] = {}
+            for arena in self._arenas:
+                blocks.update(arena.live_blocks())
+            return blocks
 
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def statistics(self) -> PoolStatistics:
-        """A frozen snapshot of the pool's counters (O(number of arenas))."""
-        free = largest = 0
-        for arena in self._arenas:
-            strategy = arena.strategy
-            free += strategy.free_bytes()
-            largest = max(largest, strategy.largest_free())
-        return PoolStatistics(
-            allocated_bytes=self._allocated,
-            peak_allocated_bytes=self._peak_allocated,
-            total_allocated_bytes=self._total_allocated,
-            total_freed_bytes=self._total_freed,
-            active_bytes=self._active,
-            peak_active_bytes=self._peak_active,
-            reserved_bytes=self._reserved,
-            peak_reserved_bytes=self._peak_reserved,
-            total_reserved_bytes=self._total_reserved,
-            total_released_bytes=self._total_released,
-            allocation_count=len(self._blocks),
-            peak_allocation_count=self._peak_count,
-            total_allocations=self._total_allocations,
-            total_deallocations=self._total_deallocations,
-            arena_count=len(self._arenas),
-            peak_arena_count=self._peak_arenas,
-            upstream_allocations=self._upstream_allocs,
-            upstream_deallocations=self._upstream_deallocs,
-            free_bytes=free,
-            largest_free=largest,
-            maximum_size=self._maximum,
-        )
+    def statistics(self) -> MemoryStatistics:
+        """A frozen snapshot in the vocabulary of :mod:`tensorarena.stats` (O(arenas))."""
+        with self._lock:
+            free = largest = extents = split = 0
+            for arena in self._arenas:
+                stats = arena.statistics()
+                free += stats.free_bytes
+                largest = max(largest, stats.largest_free_bytes)
+                extents += stats.free_extents
+                split += stats.inactive_split_bytes
+            allocated = Count(self._allocated, self._peak_allocated, self._total_allocated)
+            live, arenas = len(self._blocks), len(self._arenas)
+            return MemoryStatistics(
+                requested_bytes=Count(
+                    self._requested, self._peak_requested, self._total_requested
+                ),
+                allocated_bytes=allocated,
+                active_bytes=allocated,
+                reserved_bytes=Count(self._reserved, self._peak_reserved, self._total_reserved),
+                allocations=Count(live, self._peak_blocks, self._total_blocks),
+                segments=Count(arenas, self._peak_arenas, self._upstream_allocs),
+                inactive_split_bytes=split,
+                free_bytes=free,
+                largest_free_bytes=largest,
+                free_extents=extents,
+                num_alloc_retries=self._retries,
+                num_ooms=self._ooms,
+                num_upstream_allocs=self._upstream_allocs,
+                num_upstream_frees=self._upstream_frees,
+                limit=self._maximum,
+            )
 
     def __repr__(self) -> str:
         limit = "" if self._maximum is None else f", maximum={format_size(self._maximum)}"
+        closed = ", closed" if self._closed else ""
         return (
             f"Pool(upstream={type(self._upstream).__name__}, strategy={self._strategy_name}, "
             f"growth={self._growth!r}, arenas={len(self._arenas)}, "
-            f"reserved={format_size(self._reserved)}, allocated={format_size(self._allocated)}, "
-            f"live={len(self._blocks)}{limit})"
+            f"reserved={format_size(self._reserved)}, "
+            f"requested={format_size(self._requested)}, live={len(self._blocks)}{limit}{closed})"
         )
 
     # --- growth ------------------------------------------------------------------------------
 
-    def _grow(self, nbytes: int, active: int, alignment: int, stream: Stream) -> Arena:
-        """Add an arena that can hold ``active`` bytes at ``alignment``, or raise."""
-        wanted = self._growth.next_size(active, self._reserved)
+    def _grow(self, nbytes: int, alignment: int, stream: Stream) -> Arena:
+        """Add an arena that can hold ``nbytes`` at ``alignment``, or raise, unchanged."""
+        rounded = (nbytes + alignment - 1) & -alignment
+        wanted = self._growth.next_size(rounded, self._reserved)
         if self._reserved == 0:
             # An empty pool (new, or trimmed) starts again from its initial size.
-            wanted = max(wanted or 0, self._initial, active)
+            wanted = max(wanted or 0, self._initial, rounded)
         if wanted is None:
-            misaligned = any(arena.base & (alignment - 1) for arena in self._arenas)
+            misaligned = any(not arena.honours(alignment) for arena in self._arenas)
             why = f"no arena base is aligned to {alignment}" if misaligned else (
                 "no arena can hold it"
             )
             raise self._out_of_memory(
                 nbytes, f"{why} and the growth policy {self._growth!r} refuses to add one"
             )
-        size = align_up(max(wanted, active), _ARENA_GRANULE)
+        # Decide everything on bookkeeping first, so that a request that fails anyway leaves
+        # the pool as it was: the size within maximum_size, else within it once the empty
+        # arenas are given back (what PyTorch's caching allocator does at its limit).
         headroom = None if self._maximum is None else self._maximum - self._reserved
-        if headroom is not None and active > headroom:
+        size = self._arena_size(max(wanted, rounded), nbytes, alignment, limit=headroom)
+        trim_first = False
+        if size is None and headroom is not None:
             empty = sum(arena.capacity for arena in self._arenas if not len(arena))
-            if active <= headroom + empty:
-                # What PyTorch's caching allocator does at its limit: give the unused arenas
-                # back and retry, rather than fail with memory sitting idle.
-                self.trim(stream)
-                return self._grow(nbytes, active, alignment, stream)
+            if empty:
+                size = self._arena_size(
+                    max(wanted, rounded), nbytes, alignment, limit=headroom + empty
+                )
+                trim_first = size is not None
+            if size is None and rounded > headroom + empty:
+                raise self._out_of_memory(
+                    nbytes,
+                    f"a new arena of {format_size(rounded)} would exceed maximum_size "
+                    f"{format_size(self._maximum or 0)} (headroom {format_size(headroom)}"
+                    + (f", {format_size(empty)} more in empty arenas)" if empty else ")"),
+                )
+        if size is None:
             raise self._out_of_memory(
                 nbytes,
-                f"a new arena of {format_size(active)} would exceed maximum_size "
-                f"{format_size(self._maximum or 0)} (headroom {format_size(headroom)})",
+                f"the {self._strategy_name} strategy cannot place {format_size(rounded)} in an "
+                f"arena of {format_size(max(wanted, rounded))}"
+                + ("" if headroom is None else " within maximum_size"),
             )
-        # A strategy may not be able to use a whole region (a buddy system needs a power-of-two
-        # block): probe a throwaway strategy, pure bookkeeping, before asking the upstream, and
-        # fall back to a power-of-two arena. Growth is rare, so the probe costs nothing overall.
-        power_of_two = 1 << (active - 1).bit_length()
-        for candidate in (size, power_of_two, 2 * power_of_two):
-            if headroom is not None:
-                candidate = min(candidate, headroom)
-            probe = self._factory(candidate) if candidate >= active else None
-            if probe is not None and probe.reserve(active, alignment) is not None:
-                return self._add_arena(candidate, alignment, stream, requested=nbytes)
-        raise self._out_of_memory(
-            nbytes,
-            f"the {self._strategy_name} strategy cannot place {format_size(active)} in an arena "
-            f"of {format_size(size)}" + ("" if headroom is None else " within maximum_size"),
-        )
+        if trim_first:
+            self._trim(stream)
+            self._retries += 1
+        try:
+            return self._add_arena(size, alignment, stream, requested=nbytes)
+        except OutOfMemoryError:
+            # The upstream itself is out of memory: give back what sits unused and retry once,
+            # as PyTorch frees its cached blocks and retries cudaMalloc.
+            if not any(not len(arena) for arena in self._arenas):
+                raise
+            self._trim(stream)
+            self._retries += 1
+            return self._add_arena(size, alignment, stream, requested=nbytes)
+
+    def _arena_size(
+        self, size: int, nbytes: int, alignment: int, *, limit: int | None
+    ) -> int | None:
+        """The smallest arena size of ``size`` or above (at most ``limit``) whose strategy can
+        hold the request: ``size`` itself, else a power of two (a buddy system needs one)."""
+        rounded = (nbytes + alignment - 1) & -alignment
+        power_of_two = 1 << (rounded - 1).bit_length()
+        for candidate in (align_up(size, _ARENA_GRANULE), power_of_two, 2 * power_of_two):
+            if limit is not None:
+                candidate = min(candidate, limit)
+            if candidate >= rounded and fresh_arena_fits(
+                self._factory, candidate, nbytes, alignment
+            ):
+                return candidate
+        return None
 
     def _add_arena(self, size: int, alignment: int, stream: Stream, *, requested: int) -> Arena:
         """Take ``size`` bytes from the upstream as a new arena; unchanged if anything fails."""
@@ -430,13 +517,11 @@ class Pool:
                 raise InvalidAlignmentError(
                     f"the upstream returned {base!r} for an arena aligned to {arena_alignment}"
                 )
-            arena = Arena(size, self._factory, base=base)
+            arena = Arena(size, self._factory, base=base, debug=OFF)
         except BaseException:
             self._upstream.deallocate(base, size, stream)
             raise
         self._arenas.append(arena)
-        insort(self._bases, base)
-        self._by_base[base] = arena
         self._reserved += size
         self._total_reserved += size
         self._peak_reserved = max(self._peak_reserved, self._reserved)
@@ -444,42 +529,58 @@ class Pool:
         self._upstream_allocs += 1
         return arena
 
+    def _trim(self, stream: Stream) -> int:
+        released = 0
+        for arena in [a for a in self._arenas if not len(a)]:
+            self._remove_arena(arena, stream)
+            released += arena.capacity
+        return released
+
+    def _release_deferred(self, arena: Arena, stream: Stream) -> None:
+        """A closed pool's arena just emptied: give it back now (errors cannot be reported to
+        the caller, whose free succeeded; the arena then stays, empty, until a trim)."""
+        with contextlib.suppress(Exception):
+            self._remove_arena(arena, stream)
+
     def _remove_arena(self, arena: Arena, stream: Stream) -> None:
         self._upstream.deallocate(arena.base, arena.capacity, stream)
         # Forget the arena only once the upstream took it back: a failure leaves it here.
         self._arenas.remove(arena)
-        del self._bases[bisect_right(self._bases, arena.base) - 1]
-        del self._by_base[arena.base]
         self._reserved -= arena.capacity
-        self._total_released += arena.capacity
-        self._upstream_deallocs += 1
+        self._upstream_frees += 1
 
     # --- errors ------------------------------------------------------------------------------
 
+    def _in_use(self, operation: str) -> ResourceInUseError:
+        live, nbytes = len(self._blocks), self._requested
+        return ResourceInUseError(
+            f"{operation} refused: {live} block(s) ({format_size(nbytes)}) are still live in "
+            "this pool and would be handed out again under their users. Free them first (an "
+            "adaptor in front, such as ThreadCached, holds blocks too: flush_all() it), or "
+            "pass force=True if nothing uses them (unsafe)",
+            live_blocks=live,
+            live_bytes=nbytes,
+        )
+
     def _out_of_memory(self, nbytes: int, detail: str) -> OutOfMemoryError:
+        self._ooms += 1
         free = largest = 0
         for arena in self._arenas:
-            free += arena.strategy.free_bytes()
-            largest = max(largest, arena.strategy.largest_free())
+            free += arena.free_bytes()
+            largest = max(largest, arena.largest_free())
         return OutOfMemoryError(
             nbytes,
             free=free,
             largest_free=largest,
             capacity=self._reserved,
             limit=self._maximum,
-            allocated=self._allocated,
+            allocated=self._requested,
             reserved=self._reserved,
             detail=detail,
         )
 
-    def _not_live(self, address: object) -> InvalidAddressError:
-        if type(address) is not int:
-            return InvalidAddressError(
-                f"address must be an int, not {type(address).__name__}", address=-1
-            )
-        i = bisect_right(self._bases, address) - 1
-        if i >= 0:
-            arena = self._by_base[self._bases[i]]
+    def _not_live(self, address: int) -> InvalidAddressError:
+        for arena in self._arenas:
             if arena.owns(address):
                 try:
                     arena.size_of(address)  # not live: raises the arena's precise error
@@ -493,21 +594,32 @@ class Pool:
 
     # --- invariants --------------------------------------------------------------------------
 
-    def _check_invariants(self) -> None:
-        """Check every arena's invariants and the pool's own; raise AssertionError if broken."""
-        for arena in self._arenas:
-            arena._check_invariants()
-        assert self._bases == sorted(a.base for a in self._arenas), "arena bases out of sync"
-        assert set(self._by_base.values()) == set(self._arenas), "arena index out of sync"
-        previous_end = 0
-        for base in self._bases:
-            assert base >= previous_end, f"arenas overlap at {base:#x}"
-            previous_end = base + self._by_base[base].capacity
-        assert self._reserved == sum(a.capacity for a in self._arenas), "reserved bytes drift"
-        assert len(self._blocks) == sum(len(a) for a in self._arenas), "live block count drift"
-        assert self._allocated == sum(a.allocated for a in self._arenas), "allocated bytes drift"
-        assert self._active == sum(active for _, active in self._blocks.values()), "active drift"
-        for address, (arena, _) in self._blocks.items():
-            assert arena.is_live(address), f"block {address:#x} is not live in its arena"
+    def _check_invariants(self, level: int = EXPENSIVE) -> None:
+        """Check the invariants of ``level`` (cheap: counters; expensive: every arena's and
+        every block's); raise :class:`~tensorarena.errors.InvariantError` if one is broken."""
+        if level < CHEAP:
+            return
+        check(self._reserved == sum(a.capacity for a in self._arenas), "reserved bytes drift")
+        check(0 <= self._requested <= self._allocated, "requested exceeds allocated bytes")
+        check(self._allocated <= self._reserved, "allocated exceeds reserved bytes")
         if self._maximum is not None:
-            assert self._reserved <= self._maximum, "reserved bytes exceed maximum_size"
+            check(self._reserved <= self._maximum, "reserved bytes exceed maximum_size")
+        if level < EXPENSIVE:
+            return
+        for arena in self._arenas:
+            arena._check_invariants(EXPENSIVE)
+        bases = sorted((a.base, a.capacity) for a in self._arenas)
+        previous_end = 0
+        for base, capacity in bases:
+            check(base >= previous_end, f"arenas overlap at {base:#x}")
+            previous_end = base + capacity
+        check(len(self._blocks) == sum(len(a) for a in self._arenas), "live block count drift")
+        check(self._requested == sum(a.allocated for a in self._arenas), "requested bytes drift")
+        check(
+            self._allocated == sum(rounded for _, rounded in self._blocks.values()),
+            "allocated bytes drift",
+        )
+        arenas = set(map(id, self._arenas))
+        for address, (arena, _) in self._blocks.items():
+            check(id(arena) in arenas, f"block {address:#x} belongs to an arena given back")
+            check(arena.is_live(address), f"block {address:#x} is not live in its arena")

@@ -9,12 +9,14 @@ real resource (double free, foreign address and size mismatch raise the same err
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from tensorarena.errors import InvalidAddressError, OutOfMemoryError
-from tensorarena.memory._live import LiveBlocks, ResourceStatistics
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
-from tensorarena.sizes import Size, align_up, check_request, format_size, parse_size
+from tensorarena.memory._live import LiveBlocks
+from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
+from tensorarena.sizes import Size, align_up, check_address, check_request, format_size, parse_size
+from tensorarena.stats import Count, MemoryStatistics
 
 __all__ = ["DEFAULT_VIRTUAL_BASE", "DEFAULT_VIRTUAL_CAPACITY", "VirtualMemory"]
 
@@ -27,12 +29,16 @@ DEFAULT_VIRTUAL_CAPACITY = 1 << 47
 class VirtualMemory:
     """A bump allocator over ``[base, base + capacity)`` of pure address space."""
 
+    #: Addresses only: never dereference them (``tensorarena.empty`` refuses this resource).
+    memory_kind = MemoryKind.ADDRESS_SPACE
+
     def __init__(
         self, capacity: Size = DEFAULT_VIRTUAL_CAPACITY, *, base: int = DEFAULT_VIRTUAL_BASE
     ) -> None:
         self._capacity = parse_size(capacity, name="capacity")
-        if type(base) is not int or base <= 0:
-            raise InvalidAddressError(f"base must be a positive int, got {base!r}", address=-1)
+        base = check_address(base, name="base")
+        if base == 0:
+            raise InvalidAddressError("base must be positive (0 is the null address)", address=0)
         self._base = base
         self._cursor = base
         self._blocks = LiveBlocks("VirtualMemory")
@@ -51,12 +57,13 @@ class VirtualMemory:
             limit = self._base + self._capacity
             if end > limit:
                 room = max(limit - address, 0)
+                self._blocks.count_oom()
                 raise OutOfMemoryError(
                     nbytes,
                     free=room,
                     largest_free=room,
                     capacity=self._capacity,
-                    allocated=self._blocks.allocated,
+                    allocated=self._blocks.requested,
                     detail="virtual address space is never reused: make a larger VirtualMemory",
                 )
             # Reserved counts the alignment padding too: that address space is gone for good.
@@ -67,7 +74,7 @@ class VirtualMemory:
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Forget the block at ``address``; its addresses are not handed out again."""
         with self._lock:
-            self._blocks.lookup(address, nbytes)
+            address, _ = self._blocks.lookup(address, nbytes)
             self._blocks.remove(address)
 
     # --- queries ---------------------------------------------------------------------------
@@ -92,14 +99,22 @@ class VirtualMemory:
         with self._lock:
             return self._blocks.live_blocks()
 
-    def statistics(self) -> ResourceStatistics:
-        """A frozen snapshot of the counters."""
+    def statistics(self) -> MemoryStatistics:
+        """A frozen snapshot. ``reserved_bytes`` is the address space used so far (never
+        reused, so it only grows), ``limit`` the capacity."""
         with self._lock:
-            return self._blocks.statistics()
+            used = self.used
+            stats = self._blocks.statistics(reserved=Count(used, used, used))
+        return dataclasses.replace(stats, limit=self._capacity)
+
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value."""
+        with self._lock:
+            self._blocks.reset_peaks()
 
     def __repr__(self) -> str:
         return (
             f"VirtualMemory(capacity={format_size(self._capacity)}, base={self._base:#x}, "
             f"used={format_size(self.used)}, live={len(self._blocks)}, "
-            f"allocated={format_size(self._blocks.allocated)})"
+            f"requested={format_size(self._blocks.requested)})"
         )

@@ -17,11 +17,14 @@ from tensorarena.errors import (
     OutOfMemoryError,
     SizeMismatchError,
 )
+from tensorarena.memory_kind import MemoryKind
 from tensorarena.sizes import check_alignment
 
 
 class BufferMemory:
     """Real memory, one ctypes buffer per allocation; strict about frees; counts calls."""
+
+    memory_kind = MemoryKind.HOST
 
     def __init__(self) -> None:
         self._buffers: dict[int, tuple[ctypes.Array[ctypes.c_char], int]] = {}
