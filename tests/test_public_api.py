@@ -21,7 +21,11 @@ NAMESPACES = [
     "tensorarena.adaptors",
     "tensorarena.interop",
     "tensorarena.planning",
+    "tensorarena.report",
     "tensorarena.errors",
+    "tensorarena.stats",
+    "tensorarena.debug",
+    "tensorarena.sizes",
 ]
 
 
@@ -40,6 +44,13 @@ def test_top_level_exports_the_everyday_names() -> None:
     for name in ("Arena", "Pool", "HostMemory", "ThreadSafe", "ThreadCached", "empty", "zeros",
                  "scope", "default_resource", "OutOfMemoryError", "parse_size"):
         assert name in tensorarena.__all__
+
+
+def test_every_public_exception_is_exported_at_the_top_level() -> None:
+    """ScopeEscapeError, PlanDoesNotFitError and UnknownPlannerError used to be missing."""
+    for name in errors.__all__:
+        assert name in tensorarena.__all__, name
+        assert getattr(tensorarena, name) is getattr(errors, name)
 
 
 def test_every_error_descends_from_tensorarena_error() -> None:

@@ -7,7 +7,7 @@ import gc
 import threading
 
 import pytest
-from _adaptor_stress import stress
+from _stress import stress
 
 from _upstreams import BufferMemory
 from tensorarena.adaptors import ThreadCached, ThreadSafe
@@ -22,6 +22,7 @@ from tensorarena.memory.growth import SameAsRequested
 from tensorarena.memory.pool import Pool
 
 KiB = 1024
+MiB = 1024 * KiB
 
 
 def in_thread(function: object) -> None:
@@ -263,4 +264,38 @@ def test_cache_disabled_by_zero_bounds_still_works() -> None:
     cached = ThreadCached(upstream, max_cached_blocks=0)
     for _ in range(3):
         cached.deallocate(cached.allocate(100), 100)
+    assert upstream.live == 0 and cached.statistics().cached_blocks == 0
+
+
+def test_an_exhausted_upstream_is_retried_after_flushing_every_cache() -> None:
+    """PyTorch frees its cached blocks and retries before reporting OOM; so do we."""
+    from tensorarena.memory.growth import Fixed
+    from tensorarena.memory.pool import Pool
+    from tensorarena.memory.virtual import VirtualMemory
+
+    pool = Pool(VirtualMemory(), initial_size="2MiB", growth=Fixed())
+    cached = ThreadCached(pool, max_block_size="1MiB", max_cached_bytes="8MiB")
+    blocks = [cached.allocate(512 * KiB) for _ in range(4)]  # the whole pool
+    for address in blocks:
+        cached.deallocate(address, 512 * KiB)  # all four now sit in this thread's cache
+    assert cached.statistics().cached_bytes == 2 * MiB
+    big = cached.allocate(1 * MiB)  # a shape no cache holds: the pool is full of cached blocks
+    stats = cached.statistics()
+    assert stats.num_alloc_retries == 1 and stats.cached_bytes == 0
+    cached.deallocate(big, 1 * MiB)
+    cached.flush_all()
+    assert len(pool) == 0
+
+
+def test_integer_like_sizes_are_cached_as_ints_and_flush() -> None:
+    import numpy as np
+
+    upstream = BufferMemory()
+    cached = ThreadCached(upstream)
+    address = cached.allocate(np.int64(100))
+    cached.deallocate(address, np.int64(100))
+    again = cached.allocate(100)  # the same bucket: a hit
+    assert again == address and cached.statistics().hits == 1
+    cached.deallocate(again, "100B")
+    cached.flush_all()
     assert upstream.live == 0 and cached.statistics().cached_blocks == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _adaptor_stress import stress
+from _stress import stress
 
 from _upstreams import BufferMemory
 from tensorarena.adaptors import ThreadSafe

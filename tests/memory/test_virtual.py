@@ -15,6 +15,7 @@ from tensorarena.errors import (
     InvalidSizeError,
     OutOfMemoryError,
 )
+from tensorarena.memory.pool import Pool
 from tensorarena.memory.virtual import DEFAULT_VIRTUAL_BASE, VirtualMemory
 
 TiB = 1 << 40
@@ -106,9 +107,8 @@ def test_bookkeeping_errors() -> None:
 
 
 def test_a_pool_over_virtual_memory_simulates_a_huge_footprint() -> None:
-    pool_module = pytest.importorskip("tensorarena.memory.pool")
     virtual = VirtualMemory()
-    pool = pool_module.Pool(virtual, initial_size="1TiB")
+    pool = Pool(virtual, initial_size="1TiB")
     blocks = [pool.allocate(100 << 30) for _ in range(30)]  # 3 TiB of "tensors"
     assert len(virtual.live_blocks()) >= 2  # the pool had to grow beyond its first arena
     assert virtual.statistics().requested_bytes.current >= 3000 << 30
