@@ -7,8 +7,8 @@ import gc
 import threading
 
 import pytest
-from _stress import stress
 
+from _stress import stress
 from _upstreams import BufferMemory
 from tensorarena.adaptors import ThreadCached, ThreadSafe
 from tensorarena.errors import (

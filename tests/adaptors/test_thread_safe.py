@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _stress import stress
 
+from _stress import stress
 from _upstreams import BufferMemory
 from tensorarena.adaptors import ThreadSafe
 from tensorarena.core import STRATEGIES

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _stress import stress
 
+from _stress import stress
 from tensorarena.memory.growth import SameAsRequested
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from tensorarena import HostMemory
+from tensorarena import HostMemory, MemoryKind
 
 
 class CountingMemory:
     """``HostMemory`` that records every live block and counts allocations."""
+
+    memory_kind = MemoryKind.HOST
 
     def __init__(self) -> None:
         self.upstream = HostMemory()
