@@ -58,10 +58,13 @@ def test_outputs_equal_eager_and_each_node_path_is_reported() -> None:
     report = program.report()
     ops = {n.node: (n.path, n.op) for n in report.nodes}
     assert ops["layer_norm"][0] == "copy"  # composite op, no out variant
-    assert ops["linear"][0] == "out" and ops["relu"][0] == "out"
+    assert ops["linear"][0] == "out" and ops["linear_1"][0] == "out"
+    # linear's result dies at relu: relu runs in place on it; an output is never rewritten.
+    assert program.inplace_nodes == ("relu",)
+    assert ops["relu"] == ("alias", "aten.relu_.default")
     assert ops["view"][0] == "alias"
     assert ops["add"][0] == "dynamic" and ops["sum_1"][0] == "dynamic"  # graph outputs
-    assert report.counts == {"out": 3, "copy": 1, "alias": 1, "dynamic": 2, "pool": 0, "other": 0}
+    assert report.counts == {"out": 2, "copy": 1, "alias": 2, "dynamic": 2, "pool": 0, "other": 0}
     assert set(report.dynamic) == {"add", "sum_1"}
     assert report.planned_bytes == report.lower_bound  # three small buffers, planned exactly
     assert "copy" in str(report) and "graph output" in str(report)
@@ -111,9 +114,10 @@ def test_poisoning_catches_a_lifetime_computed_too_short() -> None:
 
     def too_short(bindings: object) -> GraphProblem:
         gp = honest(bindings)  # type: ignore[arg-type]
-        # relu's result is read by the second linear; claim it dies where it is made.
+        # linear's result is read by relu (in place) and then by the second linear; claim it
+        # dies where it is made.
         buffers = [
-            Buffer(b.id, b.start, b.start + 1, b.nbytes, b.alignment) if b.id == "relu" else b
+            Buffer(b.id, b.start, b.start + 1, b.nbytes, b.alignment) if b.id == "linear" else b
             for b in gp.problem.buffers
         ]
         return GraphProblem(Problem(buffers, name=gp.name), gp.unplanned, gp.unplanned_kinds,

@@ -88,13 +88,15 @@ def problem_from_exported(
     alignment: int = 64,
     name: str = "",
     bindings: Bindings | None = None,
+    graph: torch.fx.Graph | None = None,
 ) -> GraphProblem:
     """The planning problem of an ``ExportedProgram`` (from ``torch.export.export``).
 
     Inputs are classified by the program's graph signature: parameters, module buffers, lifted
     constants and user inputs are unplanned. Every buffer gets ``alignment``. A program exported
     with dynamic dimensions is planned for one shape: ``bindings`` gives each size symbol
-    (``s0``, a sympy symbol) its value.
+    (``s0``, a sympy symbol) its value. ``graph`` walks a rewritten copy of ``ep.graph`` (same
+    placeholders, same signature) instead of the program's own.
     """
     _torch()
     from torch.export.graph_signature import InputKind
@@ -128,7 +130,7 @@ def problem_from_exported(
         return by_name.get(node.name, "input")
 
     return _walk(
-        ep.graph,
+        ep.graph if graph is None else graph,
         kind_of,
         lambda node: None,
         tied=tied,
@@ -345,6 +347,10 @@ def _place(
     """Record output ``k`` of ``node`` (named ``tensor``): an alias of a known root, or new."""
     key = _storage_key(value) if by_storage is not None else None
     base = _identity_base(node, live, elements)
+    if base is None and _writes_in_place(node, k):
+        # An in-place or out= op returns the argument it wrote, whatever the fake storages
+        # say (a graph rewritten to run in place keeps its functional fake values).
+        base = _schema_alias_base(node, k, live, elements)
     if base is not None:
         pass
     elif by_storage is not None and key is not None:
@@ -359,6 +365,15 @@ def _place(
         spec = _spec(value, tensor, bindings)
         live.produce(tensor, step, spec.nbytes, spec)
         _remember_storage(value, tensor, by_storage)
+
+
+def _writes_in_place(node: torch.fx.Node, k: int) -> bool:
+    """True if result ``k`` of ``node``'s op schema is an argument it writes (``Tensor(a!)``)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or k >= len(schema.returns):
+        return False
+    info = schema.returns[k].alias_info
+    return info is not None and bool(info.is_write)
 
 
 def _identity_base(

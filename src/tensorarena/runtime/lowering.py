@@ -89,12 +89,15 @@ def classify(
     unplaceable: Unplaceable = "copy",
     pooled: Iterable[str] = (),
     demoted: Mapping[str, str] | None = None,
+    inplace: Iterable[str] = (),
 ) -> Lowering:
     """Decide every node's path (see the module docstring) before planning.
 
     ``pooled`` are buffers whose size follows a growing dimension (dynamic pool); ``demoted``
-    maps nodes whose out variant failed before to the reason (they take the ``copy`` path).
+    maps nodes whose out variant failed before to the reason (they take the ``copy`` path);
+    ``inplace`` names the nodes rewritten to run in place (for the report's reason).
     """
+    inplace = set(inplace)
     planned = {b.id for b in gp.problem.buffers}
     outputs = set(gp.outputs)
     pooled = set(pooled)
@@ -119,6 +122,8 @@ def classify(
         if not roots:
             if any(name is not None and name in gp.aliases for name in names):
                 reason = "in-place" if _mutates(node) else "view of its input"
+                if node.name in inplace:
+                    reason = "in-place (rewritten: its input dies here)"
                 lowering.paths[node.name] = NodePath(node.name, op, "alias", reason)
             else:
                 reason = "picks one result" if node.target is operator.getitem else "no tensor"
@@ -202,11 +207,14 @@ def generate(
     memory: torch.Tensor,
     *,
     poison: bool = False,
+    annotate: bool = False,
     pool_tensor: Callable[[str], Any] | None = None,
 ) -> Generated:
     """Write and compile the function that runs ``graph`` with planned buffers at ``offsets``
     in ``memory``. ``owner`` resolves ``get_attr``/``call_module`` targets (the graph's module);
-    ``pool_tensor(buffer)`` returns the callable that allocates a pooled buffer at call time."""
+    ``pool_tensor(buffer)`` returns the callable that allocates a pooled buffer at call time.
+    ``annotate`` wraps each node in a profiler range named ``tensorarena:<path>:<node>`` (for
+    :mod:`~tensorarena.runtime.measure`, which attributes allocations to paths)."""
     import torch
 
     writer = _Writer()
@@ -224,7 +232,7 @@ def generate(
         for buffer_id, end in ends.items():
             deaths.setdefault(end - 1, []).append(buffer_id)
     writer.globals.update(
-        _failed=failed, _torch=torch, _grad=torch._C._set_grad_enabled, _poison=_poison_bytes
+        _failed=failed, _poison=_poison_bytes, _annotate=torch.profiler.record_function
     )
     lines = writer.lines
     placeholders = [f"v{index[n]}" for n in nodes if n.op == "placeholder"]
@@ -241,7 +249,12 @@ def generate(
         elif node.op == "get_attr":
             lines.append(f"    v{i} = {writer.const(_resolve(owner, str(node.target)))}")
         else:
+            at = len(lines)
             _statement(writer, node, i, index, lowering, slots, failed, pool_tensor, owner)
+            if annotate:
+                path = lowering.paths.get(node.name)
+                label = f"tensorarena:{path.path if path else 'other'}:{node.name}"
+                lines[at:] = [f"    with _annotate({label!r}):"] + ["    " + s for s in lines[at:]]
         for buffer_id in deaths.get(i, ()):
             whole = memory[offsets[buffer_id] : offsets[buffer_id] + specs[buffer_id].nbytes]
             lines.append(f"    _poison({writer.const(whole)})")

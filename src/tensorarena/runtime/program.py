@@ -29,6 +29,7 @@ which costs nothing but those outputs' own allocation, exactly what eager execut
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,6 +41,7 @@ from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem, lower_bound
+from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.lowering import (
     Generated,
     Lowering,
@@ -48,6 +50,7 @@ from tensorarena.runtime.lowering import (
     generate,
 )
 from tensorarena.runtime.materialize import _torch, block, slot
+from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.report import ExecutionReport
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
@@ -107,6 +110,9 @@ class PlannedProgram:
         ``"copy"`` (default): a result of an op without an out variant is copied into its
         slot, so every planned byte lives in the arena; ``"dynamic"``: it stays where the op
         put it, outside the plan;
+    ``inplace``
+        run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
+        default on);
     ``poison``
         overwrite each buffer when its lifetime ends (a debugging mode; see :meth:`verify`);
     ``max_plans``, ``max_shapes``, ``growing``
@@ -118,7 +124,7 @@ class PlannedProgram:
     def __init__(
         self,
         gm: torch.fx.GraphModule,
-        problem_of: Callable[[Mapping[Any, int]], GraphProblem],
+        problem_of: Callable[[torch.fx.Graph, Mapping[Any, int]], GraphProblem],
         signature: Signature,
         *,
         name: str = "",
@@ -130,6 +136,7 @@ class PlannedProgram:
         planner: str = "auto",
         time_limit: float = DEFAULT_TIME_LIMIT,
         unplaceable: Unplaceable = "copy",
+        inplace: bool = True,
         poison: bool = False,
         max_plans: int = 8,
         max_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -144,9 +151,13 @@ class PlannedProgram:
         if type(max_plans) is not int or max_plans < 1:
             raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
         self.name = name
-        self._gm = gm
-        self._graph = gm.graph
-        self._problem_of = problem_of
+        self._gm, self._graph = gm, gm.graph
+        self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
+        if inplace:
+            self._gm, self._graph = _copy(gm)
+            before = problem_of(self._graph, hints(self._graph))
+            self.inplace_nodes = tuple(rewrite_inplace(self._graph, before))
+        self._problem_of = functools.partial(problem_of, self._graph)
         self._signature = signature
         self._reference = reference
         self.workspace = workspace or Workspace(resource, concurrency=concurrency)
@@ -185,8 +196,8 @@ class PlannedProgram:
 
         name = options.pop("name", "") or "exported"
 
-        def problem_of(bindings: Mapping[Any, int]) -> GraphProblem:
-            return problem_from_exported(ep, name=name, bindings=bindings or None)
+        def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
+            return problem_from_exported(ep, name=name, bindings=bindings or None, graph=graph)
 
         return cls(ep.graph_module, problem_of, ExportedSignature(ep), name=name,
                    reference=ep.module(), ranges=ranges_of(ep), **options)
@@ -241,8 +252,9 @@ class PlannedProgram:
             gm, input_names, check=check_inputs
         )
 
-        def problem_of(bindings: Mapping[Any, int]) -> GraphProblem:
-            return problem_from_fx(gm, name=name, bindings=bindings or None)
+        def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
+            owner = gm if graph is gm.graph else _with_graph(gm, graph)
+            return problem_from_fx(owner, name=name, bindings=bindings or None)
 
         return cls(gm, problem_of, signature, name=name, reference=options.pop("reference", gm),
                    **options)
@@ -300,7 +312,8 @@ class PlannedProgram:
 
     def _classify(self, graph: GraphProblem) -> Lowering:
         return classify(self._graph, graph, unplaceable=self._unplaceable,
-                        pooled=self._pooled(), demoted=self._demoted)
+                        pooled=self._pooled(), demoted=self._demoted,
+                        inplace=self.inplace_nodes)
 
     def _pooled(self) -> set[str]:
         if not self._growing:
@@ -413,6 +426,25 @@ class PlannedProgram:
             ) from None
         return got
 
+    def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
+        """Run once with every node annotated and return the result and what torch's allocator
+        did meanwhile, charged to node paths (:mod:`~tensorarena.runtime.measure`). The arena is
+        tensorarena memory and never shows; run a call first so the shape is planned."""
+        inputs = self._signature.flatten(args, kwargs)
+
+        def run() -> Any:
+            with self.workspace.use(), self._no_grad():
+                bindings = self._binder.bind(inputs)
+                current = self._specialization(bindings)
+                self._bindings = bindings
+                annotated = generate(self._graph, self._gm, current.graph, current.lowering,
+                                     current.plan.as_dict(), self.workspace.memory,
+                                     annotate=True, pool_tensor=self._pool_tensor)
+                return annotated.run(inputs)
+
+        flat, trace = trace_allocations(run)
+        return self._signature.unflatten(flat, inputs), trace
+
     @property
     def source(self) -> str:
         """The generated code of the most recent call's shape (for debugging)."""
@@ -423,6 +455,25 @@ class PlannedProgram:
             f"PlannedProgram({self.name!r}, shapes_cached={len(self._cache)}, "
             f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
         )
+
+
+def _copy(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, torch.fx.Graph]:
+    """A copy of ``gm``'s graph (nodes, names and metadata) in a module sharing its attributes."""
+    import torch.fx
+
+    graph = torch.fx.Graph()
+    graph._codegen = gm.graph._codegen  # how to (un)flatten inputs and outputs: unchanged
+    output = graph.graph_copy(gm.graph, {})
+    graph.output(output)
+    return _with_graph(gm, graph), graph
+
+
+def _with_graph(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    import torch.fx
+
+    module = torch.fx.GraphModule(gm, graph)
+    # Parameters and buffers by identity, so the front end tells parameters from constants.
+    return module
 
 
 _EMPTY = Generated(run=lambda inputs: None, source="", slots={}, failed={})
