@@ -1,0 +1,89 @@
+"""What torch's own allocator does during a call: every allocation, the peak, and where.
+
+Measured, not estimated: :func:`trace_allocations` runs a callable under ``torch.profiler`` with
+memory profiling and reads the profiler's event tree, where every allocation and free of torch's
+CPU allocator is an event carrying its size and the running total. A planned program run with
+annotations (:meth:`~tensorarena.runtime.PlannedProgram.trace_allocations`) marks each node with
+a profiler range ``tensorarena:<path>:<node>``, so every allocation is charged to the path of the
+node it happened in: allocations charged to ``out`` and ``copy`` are made *for planned
+intermediates* (the temporaries of ops that cannot write into their slot, or of out variants
+that compute elsewhere and copy); those charged to ``dynamic`` are the outputs and results left
+out of the plan. Memory from tensorarena resources (the arena) is not torch's and never appears.
+
+Profiling slows the call down: use it for counts and bytes, never for latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensorarena.runtime.materialize import _torch
+
+__all__ = ["AllocatorTrace", "trace_allocations"]
+
+ANNOTATION_PREFIX = "tensorarena:"
+
+
+@dataclass(frozen=True)
+class AllocatorTrace:
+    """Torch allocator activity during one call: ``allocations`` and ``frees`` (calls),
+    ``allocated_bytes`` (sum of the sizes allocated), ``peak_bytes`` (the highest total live
+    above the level at the start of the call: what the call added to the process's peak), and
+    ``by_path`` (allocations per node path; ``"outside"`` for those outside any annotated
+    node, e.g. in eager code)."""
+
+    allocations: int
+    frees: int
+    allocated_bytes: int
+    peak_bytes: int
+    by_path: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def planned_allocations(self) -> int:
+        """Allocations made while writing planned intermediates (``out`` and ``copy`` paths)."""
+        return self.by_path.get("out", 0) + self.by_path.get("copy", 0)
+
+
+def trace_allocations(
+    fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> tuple[Any, AllocatorTrace]:
+    """Call ``fn(*args, **kwargs)`` under the profiler; return its result and the trace."""
+    torch = _torch()
+    from torch._C._profiler import _EventType
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+        result = fn(*args, **kwargs)
+    events: list[tuple[int, int, int, str]] = []  # (time, size, running total, path)
+
+    def walk(node: Any, path: str) -> None:
+        if node.tag == _EventType.Allocation:
+            fields = node.extra_fields
+            events.append((node.start_time_ns, int(fields.alloc_size),
+                           int(fields.total_allocated), path))
+            return
+        name = str(node.name)
+        if name.startswith(ANNOTATION_PREFIX):
+            path = name.split(":")[1]
+        for child in node.children:
+            walk(child, path)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root, "outside")
+    events.sort()
+    by_path: dict[str, int] = {}
+    allocations = frees = allocated = peak = 0
+    start = None
+    for _, size, total, path in events:
+        if start is None:
+            start = total - size  # the level before the first event
+        peak = max(peak, total - start)
+        if size > 0:
+            allocations += 1
+            allocated += size
+            by_path[path] = by_path.get(path, 0) + 1
+        else:
+            frees += 1
+    return result, AllocatorTrace(allocations, frees, allocated, peak, by_path)
