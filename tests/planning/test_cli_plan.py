@@ -162,6 +162,18 @@ def test_bench_plan_data_comes_from_the_option_or_the_environment_only(
     assert (row["instance"], row["height"], row["fits"], row["valid"]) == ("toy", 12, True, True)
 
 
+def test_help_states_the_size_rule_and_the_data_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli_main.main(["plan", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "kB/MB/GB/TB powers of 1000" in text and "1MB is 1000000 bytes" in text
+    assert "Exit status: 0" in text
+    with pytest.raises(SystemExit):
+        cli_main.main(["bench", "plan", "--help"])
+    assert "TENSORARENA_DATA" in capsys.readouterr().out
+
+
 def test_bench_plan_table_on_our_own_minimalloc_folder(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -180,10 +192,126 @@ def test_bench_plan_table_on_our_own_minimalloc_folder(
 def test_progress_goes_to_a_terminal_stderr_only(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("rich")
+    pytest.importorskip("rich")  # an optional dependency: without it, no progress at all
+    argv = ["plan", str(DATA / "toy.12.csv"), "--json"]
+    assert cli_main.main(argv) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""  # not a terminal: nothing
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    status, summary = run_json(capsys, str(DATA / "toy.12.csv"))
-    assert status == 0 and summary["height"] == 12
+    assert cli_main.main(argv) == 0
+    shown = capsys.readouterr()
+    assert "planning 5 buffers with auto" in shown.err
+    assert "\x1b" not in shown.out  # the terminal codes went to stderr, none to stdout
+    assert json.loads(shown.out)["height"] == json.loads(quiet.out)["height"] == 12
+
+
+def _slip_problem(path: Path, lower_bound: int) -> str:
+    """A problem whose lower bound is ``lower_bound`` (two buffers live at once)."""
+    half = lower_bound // 2
+    path.write_text(f"id,lower,upper,size\na,0,2,{half}\nb,1,3,{lower_bound - half}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "bound", "capacity", "hint"),
+    [
+        ("A.1048576.csv", 1_000_200, "1MB", "the file name says 1048576"),
+        ("plain.csv", 1_040_000, "1MB", "lower bound, 1040000 bytes, fits in 1MiB"),
+        ("B.2097152.csv", 2_000_200, "2 mb", "the file name says 2097152"),
+        ("plain.csv", 1_100_000, "1MB", ""),  # over 1 MiB too: no slip, just too small
+        ("plain.csv", 1_040_000, "1000000", ""),  # no unit: nothing to mistake
+        ("plain.csv", 1_040_000, "0.001MB", ""),  # 1000 bytes; 0.001 MiB is not whole bytes
+    ],
+)
+def test_a_capacity_that_looks_like_a_unit_slip_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, bound: int, capacity: str,
+    hint: str,
+) -> None:
+    path = _slip_problem(tmp_path / name, bound)
+    status = cli_main.main(["plan", path, "--capacity", capacity, "--planner", "portfolio",
+                            "--json"])
+    out, err = capsys.readouterr()
+    assert status == 1 and json.loads(out)["feasible"] is False  # the exit code contract holds
+    if hint:
+        binary = capacity.strip()[0] + "MiB"
+        assert f"did you mean {binary}" in err and hint in err
+    else:
+        assert "did you mean" not in err
+
+
+def test_the_same_capacity_in_binary_units_fits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _slip_problem(tmp_path / "A.1048576.csv", 1_000_200)
+    assert cli_main.main(["plan", path, "--capacity", "1MiB", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["feasible"] is True and err == ""
+
+
+def test_invalid_utf8_is_reported_on_its_own_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rows = [b"id,lower,upper,size\n"] + [f"b{i},0,2,1\n".encode() for i in range(2, 61)]
+    rows[39] = b"b40,0,2,1\xe9\n"  # Latin-1 in a UTF-8 file, on line 40
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"".join(rows))
+    assert cli_main.main(["plan", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "line 40" in captured.err and "UTF-8" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--capacity", "-5"], "--capacity must be non-negative"),
+        (["--capacity", "9" * 5000], "--capacity"),
+        (["--alignment", "0"], "--alignment"),
+        (["--time-limit", "nan"], "--time-limit must be a non-negative number"),
+        (["--time-limit", "-1"], "--time-limit must be a non-negative number"),
+    ],
+)
+def test_bad_options_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    assert cli_main.main(["plan", str(DATA / "toy.12.csv"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensorarena plan: error: ") and err.count("\n") == 1
+    assert words in err and "does not parse" not in err
+
+
+def test_bad_files_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    huge = tmp_path / "huge.csv"
+    huge.write_text("id,lower,upper,size\na,0,2," + "9" * 5000 + "\n")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    text_like = tmp_path / "id,lower,upper,size\na,0,2,4"  # a file name that looks like CSV
+    for path, words in ((tmp_path, "cannot read"), (huge, "line 2, column 'size'"),
+                        (binary, "UTF-8"), (text_like, "cannot read")):
+        assert cli_main.main(["plan", str(path)]) == 2, path
+        err = capsys.readouterr().err
+        assert err.startswith("tensorarena plan: error: ") and words in err, err
+    out = tmp_path / "no such folder" / "s.csv"
+    assert cli_main.main(["plan", str(DATA / "toy.12.csv"), "--out", str(out)]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_an_infinite_time_limit_is_no_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    status, summary = run_json(capsys, str(DATA / "pisarchyk_lee.csv"), "--time-limit", "inf")
+    assert status == 0 and summary["height"] == 124
+
+
+def test_human_summary_reports_the_search(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    path = tmp_path / "tight.csv"
+    path.write_text("id,lower,upper,size\na,1,3,3\nb,1,4,2\nc,3,6,1\nd,4,5,3\n")
+    assert cli_main.main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "height       5 (5 B), 1.0000 x lower bound, optimal" in out
+    nodes = next(line for line in out.splitlines() if line.startswith("search"))
+    assert nodes.endswith(" nodes") and int(nodes.split()[1]) > 0
 
 
 def test_header_only_problem_plans_to_nothing(

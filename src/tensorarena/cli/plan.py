@@ -8,29 +8,47 @@ A contract other tools rely on. With ``--json`` stdout holds exactly one JSON ob
 ``feasible`` means the plan fits ``--capacity`` (always true without one); ``optimal`` means
 proven, which includes a height equal to the lower bound. Exit status: 0 for a valid plan that
 fits; 1 when none was found that fits within the time limit (the best height is still printed);
-2 for bad input (malformed CSV, with line and column on stderr; unreadable file; bad option).
+2 for bad input (malformed CSV, with line and column on stderr; unreadable file; bad option),
+always as a one-line message, never a traceback.
+
+Sizes follow the one rule of :mod:`tensorarena.sizes` (``1MB`` is 10**6 bytes, ``1MiB`` and
+``1M`` are 2**20), stated in ``--help``. A capacity in decimal units that misses while its binary
+reading would not (the lower bound fits in it, or the file name states it) gets a "did you mean
+1MiB?" note on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidPlanError, TensorArenaError
-from tensorarena.sizes import check_alignment, format_size, parse_size
+from tensorarena.sizes import SIZE_RULE, check_alignment, format_size, parse_size
 
 if TYPE_CHECKING:
     from tensorarena.planning.problem import PlanStatistics
 
 __all__ = ["configure", "run"]
 
+# A size in decimal units ("1MB", "1.5 GB"): the number and the unit's letter.
+_DECIMAL = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt])b\s*$", re.IGNORECASE)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` command's arguments."""
     from tensorarena.planning.planners import DEFAULT_TIME_LIMIT, PLANNERS
+
+    parser.epilog = (
+        f"Sizes (--capacity, --alignment): {SIZE_RULE}; so 1MB is 1000000 bytes and 1MiB (or 1M) "
+        "is 1048576. Exit status: 0 a valid plan that fits; 1 none found that fits within the "
+        "time limit (the best height is still reported); 2 bad input or option."
+    )
 
     parser.add_argument("problem", metavar="PROBLEM.csv", help="minimalloc CSV problem file")
     parser.add_argument(
@@ -38,11 +56,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="planner to run (default: auto = portfolio, then exact search if above the bound)",
     )
     parser.add_argument("--capacity", metavar="N",
-                        help="arena size the plan must fit, e.g. 1048576 or 1MiB")
+                        help="arena size the plan must fit, e.g. 1048576 or 1MiB (not 1MB: "
+                             "that is 1000000)")
     parser.add_argument("--alignment", metavar="N",
                         help="minimum alignment of every offset (a power of two, e.g. 64)")
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
-                        help=f"limit for the exact search (default {DEFAULT_TIME_LIMIT:g})")
+                        help=f"limit for the exact search (default {DEFAULT_TIME_LIMIT:g}; "
+                             "inf: none)")
     parser.add_argument("--out", metavar="SOLUTION.csv",
                         help="write the plan as a minimalloc solution CSV (only when it fits)")
     parser.add_argument("--json", action="store_true",
@@ -69,9 +89,32 @@ def _with_progress(label: str, work: Callable[[], Any]) -> Any:
         return work()
 
 
+def _unit_slip(text: str | None, capacity: int, bound: int, named: int | None) -> str:
+    """A note when a decimal capacity ("1MB") that misses looks meant as binary ("1MiB")."""
+    match = None if text is None else _DECIMAL.match(text)
+    if text is None or match is None:
+        return ""
+    binary_text = f"{match.group(1)}{match.group(2).upper()}iB"
+    try:
+        binary = parse_size(binary_text)
+    except TensorArenaError:  # "0.001MB" is whole in bytes, "0.001MiB" is not
+        return ""
+    if named == binary:
+        why = f"the file name says {binary}"
+    elif bound <= binary:
+        why = f"the lower bound, {bound} bytes, fits in {binary_text}"
+    else:
+        return ""
+    return (
+        f"--capacity {text.strip()} is {capacity} bytes (kB/MB/GB/TB are powers of 1000); "
+        f"did you mean {binary_text} ({binary} bytes)? {why}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command; return the exit status (0 fits, 1 no fit found, 2 bad input)."""
-    from tensorarena.planning.csv_io import read_problem, write_solution
+    from tensorarena.planning._options import check_time_limit
+    from tensorarena.planning.csv_io import capacity_from_name, read_problem, write_solution
     from tensorarena.planning.planners import PlanDoesNotFitError, plan
     from tensorarena.planning.validate import validate
 
@@ -82,14 +125,14 @@ def run(args: argparse.Namespace) -> int:
         if args.alignment is not None:
             alignment = check_alignment(parse_size(args.alignment, name="--alignment"),
                                         name="--alignment")
+        check_time_limit(args.time_limit, name="--time-limit")
     except TensorArenaError as exc:
         return _fail(str(exc))
-    if not args.time_limit >= 0:
-        return _fail(f"--time-limit must be a non-negative number, got {args.time_limit}")
     try:
         # The capacity goes to plan() rather than into the problem, so that the validator below
         # checks the geometry alone and a plan that misses the capacity can still be reported.
-        problem = read_problem(args.problem)
+        # A Path, so that a file name is never read as CSV text.
+        problem = read_problem(Path(args.problem))
     except TensorArenaError as exc:
         message = str(exc)
         return _fail(message if args.problem in message else f"{args.problem}: {message}")
@@ -136,6 +179,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         _print_summary(args, summary, capacity, result.statistics)
+    if not fits and capacity is not None:
+        slip = _unit_slip(args.capacity, capacity, bound, capacity_from_name(args.problem))
+        if slip:
+            print(f"tensorarena plan: note: {slip}", file=sys.stderr)
     return 0 if fits else 1
 
 
