@@ -236,6 +236,15 @@ def test_a_path_works_and_names_the_problem(tmp_path: Path) -> None:
         problem_from_onnx(42)  # type: ignore[arg-type]
 
 
+def test_a_missing_or_foreign_file_is_a_problem_error(tmp_path: Path) -> None:
+    with pytest.raises(InvalidProblemError, match="cannot read"):
+        problem_from_onnx(tmp_path / "absent.onnx")  # was FileNotFoundError
+    csv = tmp_path / "plan.onnx"
+    csv.write_text("id,lower,upper,size\na,0,1,4\n")
+    with pytest.raises(InvalidProblemError, match="is not an ONNX model"):
+        problem_from_onnx(csv)  # was protobuf's DecodeError
+
+
 # -- models exported from torch ----------------------------------------------------------------
 # torch is asked for by these tests alone: a module-level importorskip here used to skip every
 # test of this file, the hand-built graphs above included, wherever torch was missing.

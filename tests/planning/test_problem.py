@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidProblemError
+from tensorarena.errors import (
+    InvalidAlignmentError,
+    InvalidArgumentError,
+    InvalidPlanError,
+    InvalidProblemError,
+)
 from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
 
 
@@ -35,6 +42,23 @@ def test_a_bad_buffer_is_a_problem_error(fields: tuple[object, ...], words: str)
 def test_a_bad_problem_is_a_problem_error(buffers: object, words: str) -> None:
     with pytest.raises(InvalidProblemError, match=words):
         Problem(buffers)  # type: ignore[arg-type]
+
+
+def test_an_error_while_making_the_buffers_is_not_blamed_on_the_iterable() -> None:
+    def made() -> Iterator[Buffer]:
+        yield Buffer("a", 0, 1, 4)
+        raise TypeError("the caller's own bug")
+
+    with pytest.raises(TypeError, match="the caller's own bug"):
+        Problem(made())
+
+
+def test_with_alignment_checks_the_alignment() -> None:
+    problem = Problem([Buffer("a", 0, 1, 4)])
+    assert problem.with_alignment(8).buffers[0].alignment == 8
+    for bad in (3, "8", 8.0):
+        with pytest.raises(InvalidAlignmentError):
+            problem.with_alignment(bad)  # type: ignore[arg-type]
 
 
 def test_a_plan_checks_its_problem_and_offset_count() -> None:

@@ -56,8 +56,16 @@ def problem_from_onnx(
     """
     onnx = _onnx()
     if isinstance(model_or_path, (str, os.PathLike)):
-        # Shapes are all we need: leave external weight files on disk.
-        model = onnx.load(os.fspath(model_or_path), load_external_data=False)
+        from google.protobuf.message import DecodeError  # onnx's own dependency
+
+        path = os.fspath(model_or_path)
+        try:
+            # Shapes are all we need: leave external weight files on disk.
+            model = onnx.load(path, load_external_data=False)
+        except OSError as exc:
+            raise InvalidProblemError(f"cannot read {path!r}: {exc.strerror or exc}") from exc
+        except DecodeError as exc:
+            raise InvalidProblemError(f"{path!r} is not an ONNX model: {exc}") from exc
         name = name or os.path.splitext(os.path.basename(os.fspath(model_or_path)))[0]
     elif isinstance(model_or_path, onnx.ModelProto):
         model = onnx.ModelProto()

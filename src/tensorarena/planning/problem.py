@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidProblemError
+from tensorarena.sizes import check_alignment
 
 __all__ = ["Buffer", "Plan", "PlanStatistics", "Problem", "lower_bound"]
 
@@ -77,12 +78,13 @@ class Problem:
     def __init__(
         self, buffers: Iterable[Buffer], *, capacity: int | None = None, name: str = ""
     ) -> None:
-        try:
-            buffers = tuple(buffers)
-        except TypeError:
+        # Not a try around tuple(): that would also swallow a TypeError raised while a
+        # generator makes the buffers, and blame the wrong thing.
+        if not isinstance(buffers, Iterable):
             raise InvalidProblemError(
                 f"buffers must be an iterable of Buffer, got {type(buffers).__name__}"
-            ) from None
+            )
+        buffers = tuple(buffers)
         seen: set[str] = set()
         for buffer in buffers:
             if not isinstance(buffer, Buffer):
@@ -116,6 +118,7 @@ class Problem:
 
     def with_alignment(self, alignment: int) -> Problem:
         """A copy where every buffer's alignment is at least ``alignment``."""
+        alignment = check_alignment(alignment)
         return Problem(
             (
                 Buffer(b.id, b.start, b.end, b.nbytes, max(b.alignment, alignment))
@@ -184,7 +187,7 @@ class Plan:
         )
 
     def offset_of(self, buffer_id: str) -> int:
-        """The offset given to the buffer with this id."""
+        """The offset given to the buffer with this id (:class:`KeyError` if there is none)."""
         for offset, buffer in zip(self.offsets, self.problem.buffers, strict=True):
             if buffer.id == buffer_id:
                 return offset
