@@ -67,7 +67,7 @@ def test_a_corrupt_arena_is_caught_by_the_expensive_checks_only() -> None:
 def test_a_corrupt_counter_is_caught_by_the_cheap_checks() -> None:
     arena = Arena("1MiB", "tlsf")
     arena.allocate(1000)
-    arena._allocated += 10_000  # requested bytes above what the blocks occupy
+    arena._requested_total += 10_000  # requested bytes above what the blocks occupy
     with pytest.raises(InvariantError, match="requested bytes exceed"):
         arena._check_invariants(CHEAP)
 

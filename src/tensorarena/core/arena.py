@@ -140,13 +140,13 @@ class Arena:
         # address -> requested (default alignment) or (requested, reserved) while live, None once
         # freed (to tell double frees from foreign addresses)
         self._live: dict[int, _Entry] = {}
-        # Requested bytes now, their total since creation, and the bytes the blocks occupy
-        # (requests rounded to their alignment). The peaks are folded in lazily: a counter
-        # only reaches a new high just before it decreases, so deallocate (and reset) record
-        # it and statistics() take max(peak, current).
-        self._allocated = 0
-        self._total_requested = 0
-        self._rounded = 0
+        # Requested bytes and the bytes the blocks occupy (requests rounded to their alignment),
+        # each kept as a total and a freed sum (a Count's own model): allocate adds to one
+        # int, deallocate to the other, and the current value is their difference. The peaks
+        # are folded in lazily: a counter only reaches a new high just before it decreases, so
+        # deallocate (and reset) record it and statistics() take max(peak, current).
+        self._requested_total = self._requested_freed = 0
+        self._rounded_total = self._rounded_freed = 0
         self._peak = 0
         self._peak_rounded = 0
         self._alloc_count = 0
@@ -177,9 +177,9 @@ class Arena:
         return self._strategy.name
 
     @property
-    def allocated(self) -> int:
+    def requested(self) -> int:
         """Bytes requested by live blocks."""
-        return self._allocated
+        return self._requested_total - self._requested_freed
 
     @property
     def debug(self) -> int:
@@ -210,9 +210,8 @@ class Arena:
             # A bookkeeping arena (base 0) skips the addition: each int operation allocates.
             address = self._base + offset if self._base else offset
             self._live[address] = nbytes
-            self._allocated += nbytes
-            self._total_requested += nbytes
-            self._rounded += reserved
+            self._requested_total += nbytes
+            self._rounded_total += reserved
             self._alloc_count += 1
             return address
         return self._allocate_general(nbytes, alignment)
@@ -230,9 +229,8 @@ class Arena:
             return None
         address = self._base + offset
         self._live[address] = nbytes if alignment is self._fast_alignment else (nbytes, reserved)
-        self._allocated += nbytes
-        self._total_requested += nbytes
-        self._rounded += reserved
+        self._requested_total += nbytes
+        self._rounded_total += reserved
         self._alloc_count += 1
         if self._debug != OFF:
             self._check_invariants(self._debug)
@@ -264,14 +262,14 @@ class Arena:
         live[address] = None
         release = self._release  # a local, as in allocate
         release(address - self._base if self._base else address, reserved)
-        allocated = self._allocated
-        if allocated > self._peak:
-            self._peak = allocated
-        self._allocated = allocated - requested  # type: ignore[operator]
-        rounded = self._rounded
-        if rounded > self._peak_rounded:
-            self._peak_rounded = rounded
-        self._rounded = rounded - reserved
+        freed = self._requested_freed
+        if self._requested_total - freed > self._peak:
+            self._peak = self._requested_total - freed
+        self._requested_freed = freed + requested  # type: ignore[operator]
+        freed = self._rounded_freed
+        if self._rounded_total - freed > self._peak_rounded:
+            self._peak_rounded = self._rounded_total - freed
+        self._rounded_freed = freed + reserved
         self._free_count += 1
 
     def _allocate_general(self, nbytes: Size, alignment: int) -> int:
@@ -287,9 +285,8 @@ class Arena:
         address = self._base + offset
         # The short entry whenever the default rounding recomputes ``reserved``.
         self._live[address] = nbytes if alignment is self._fast_alignment else (nbytes, reserved)
-        self._allocated += nbytes
-        self._total_requested += nbytes
-        self._rounded += reserved
+        self._requested_total += nbytes
+        self._rounded_total += reserved
         self._alloc_count += 1
         return address
 
@@ -307,10 +304,9 @@ class Arena:
             self._check_free_size(address, requested, nbytes)
         self._live[address] = None
         self._release(address - self._base, reserved)
-        self._peak = max(self._peak, self._allocated)
-        self._allocated -= requested
-        self._peak_rounded = max(self._peak_rounded, self._rounded)
-        self._rounded -= reserved
+        self._fold_peaks()
+        self._requested_freed += requested
+        self._rounded_freed += reserved
         self._free_count += 1
 
     def _allocate_checked(
@@ -336,16 +332,20 @@ class Arena:
         """
         self._free_count = self._alloc_count
         self._live = dict.fromkeys(self._live)
-        self._peak = max(self._peak, self._allocated)
-        self._peak_rounded = max(self._peak_rounded, self._rounded)
-        self._allocated = 0
-        self._rounded = 0
+        self._fold_peaks()
+        self._requested_freed = self._requested_total
+        self._rounded_freed = self._rounded_total
         self._strategy.reset()
 
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``)."""
-        self._peak = self._allocated
-        self._peak_rounded = self._rounded
+        self._peak = self._requested_total - self._requested_freed
+        self._peak_rounded = self._rounded_total - self._rounded_freed
+
+    def _fold_peaks(self) -> None:
+        """Record the current values in the peaks (before a decrease)."""
+        self._peak = max(self._peak, self._requested_total - self._requested_freed)
+        self._peak_rounded = max(self._peak_rounded, self._rounded_total - self._rounded_freed)
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -402,12 +402,12 @@ class Arena:
         strategy = self._strategy
         free = strategy.free_bytes()
         live = self._alloc_count - self._free_count
-        rounded = Count(self._rounded, max(self._peak_rounded, self._rounded), 0)
+        requested = self._requested_total - self._requested_freed
+        current = self._rounded_total - self._rounded_freed
+        rounded = Count(current, max(self._peak_rounded, current), self._rounded_total)
         capacity = self._capacity
         return MemoryStatistics(
-            requested_bytes=Count(
-                self._allocated, max(self._peak, self._allocated), self._total_requested
-            ),
+            requested_bytes=Count(requested, max(self._peak, requested), self._requested_total),
             allocated_bytes=rounded,
             active_bytes=rounded,
             reserved_bytes=Count(capacity, capacity, capacity),
@@ -423,7 +423,7 @@ class Arena:
     def __repr__(self) -> str:
         return (
             f"Arena(capacity={format_size(self._capacity)}, base={self._base:#x}, "
-            f"strategy={self._strategy.name}, allocated={format_size(self._allocated)}, "
+            f"strategy={self._strategy.name}, requested={format_size(self.requested)}, "
             f"live={len(self)}, free={format_size(self._strategy.free_bytes())})"
         )
 
@@ -474,7 +474,7 @@ class Arena:
             free=self._strategy.free_bytes(),
             largest_free=largest_free,
             capacity=self._capacity,
-            allocated=self._allocated,
+            allocated=self.requested,
             reserved=self._initial_free - self._strategy.free_bytes(),
             detail=detail,
         )
@@ -504,8 +504,10 @@ class Arena:
         free = strategy.free_bytes()
         held = self._initial_free - free
         check(self._alloc_count >= self._free_count >= 0, "more frees than allocations")
-        check(0 <= self._allocated <= self._rounded, "requested bytes exceed the rounded bytes")
-        check(self._rounded <= held, "live blocks occupy more than the strategy holds")
+        requested = self._requested_total - self._requested_freed
+        rounded = self._rounded_total - self._rounded_freed
+        check(0 <= requested <= rounded, "requested bytes exceed the rounded bytes")
+        check(rounded <= held, "live blocks occupy more than the strategy holds")
         check(0 <= free <= self._capacity, "more free bytes than capacity")
         check(strategy.largest_free() <= free, "the largest free extent exceeds the free bytes")
         if level < EXPENSIVE:
@@ -524,9 +526,9 @@ class Arena:
             check(offset >= previous_end, f"live blocks overlap at offset {offset}")
             previous_end = offset + reserved
         check(previous_end <= self._capacity, "a live block runs past the region")
-        check(self._allocated == sum(e[0] for _, e in entries), "allocated bytes drift")
+        check(requested == sum(e[0] for _, e in entries), "requested bytes drift")
         requested_reserved = sum(e[1] for _, e in entries)
-        check(self._rounded == requested_reserved, "rounded bytes drift")
+        check(rounded == requested_reserved, "rounded bytes drift")
         # Free-list strategies carve exactly what is asked; others (buddy) may round it up.
         if getattr(strategy, "exact", False):
             check(held == requested_reserved, "reserved bytes drift")

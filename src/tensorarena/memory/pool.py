@@ -614,7 +614,7 @@ class Pool:
             check(base >= previous_end, f"arenas overlap at {base:#x}")
             previous_end = base + capacity
         check(len(self._blocks) == sum(len(a) for a in self._arenas), "live block count drift")
-        check(self._requested == sum(a.allocated for a in self._arenas), "requested bytes drift")
+        check(self._requested == sum(a.requested for a in self._arenas), "requested bytes drift")
         check(
             self._allocated == sum(rounded for _, rounded in self._blocks.values()),
             "allocated bytes drift",
