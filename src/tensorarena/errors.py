@@ -7,6 +7,7 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── InvalidArgumentError      (also ValueError)   an option out of its range or of a wrong type
     │   ├── UnknownStrategyError                      a placement-strategy name nobody answers to
     │   ├── UnknownArchitectureError                  a model-zoo architecture name we do not have
+    │   ├── UnknownPlannerError                       a planner name no planner answers to
     │   ├── InvalidDtypeError     (also TypeError)    a dtype raw memory cannot hold
     │   └── InvalidResourceError  (also TypeError)    an object that is not a memory resource
     ├── InvalidSizeError          (also ValueError)   bad byte count or size string
@@ -21,7 +22,6 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── ConcurrentUseError                            an unlocked resource used from two threads
     ├── InvariantError            (also AssertionError) internal state found corrupt by a check
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
-    ├── UnknownPlannerError       (also ValueError)   a planner name no planner answers to
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
     ├── InfeasibleError                               no plan fits the requested capacity
     │   └── PlanDoesNotFitError                       the best plan found is over the capacity
@@ -301,7 +301,7 @@ class ScopeEscapeError(TensorArenaError):
         )
 
 
-class UnknownPlannerError(TensorArenaError, ValueError):
+class UnknownPlannerError(InvalidArgumentError):
     """A planner name that is not in :data:`PLANNERS` (or whose module is not available)."""
 
 

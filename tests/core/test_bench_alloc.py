@@ -40,3 +40,11 @@ def test_workload_is_seeded_and_balanced() -> None:
     assert sorted(sizes)[len(sizes) // 2] < 1 << 20  # skewed toward small
     live = len(first.fill) + sum(1 if n else -1 for _, n in first.steady)
     assert 300 < live < 700
+
+
+def test_table_and_help_explain_the_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert alloc.main(["--quick", "--ops", "300", "--repeats", "1", "--strategies", "buddy"]) == 0
+    assert "footprint:" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        alloc.main(["--help"])
+    assert "columns: ns/pair:" in capsys.readouterr().out

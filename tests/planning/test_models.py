@@ -7,11 +7,16 @@ run without them.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from typing import Any
 
 import pytest
 
-from tensorarena.errors import InvalidArgumentError, UnknownArchitectureError
+from tensorarena.errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    UnknownArchitectureError,
+)
 from tensorarena.planning import (
     models,
     naive,
@@ -269,3 +274,9 @@ def test_training_problem_matches_a_real_execution(name: str) -> None:
         *pytree.tree_leaves((list(params.values()), list(buffers.values()), args, kwargs))
     )
     _check_against_execution(problem_from_fx(gm), run)
+
+
+def test_missing_transformers_names_the_models_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(MissingDependencyError, match=r"tensorarena\[models\]"):
+        model_problems(names=["gpt2"])

@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "reuse": ("tensorarena.bench.reuse", "pooled arrays vs np.empty: page-fault reuse"),
     "threads": ("tensorarena.bench.threads", "allocation throughput across threads"),
     "plan": ("tensorarena.bench.plan", "planners on the public suites and real models"),
+    "exec": ("tensorarena.bench.exec", "models run eagerly and through the planned arena"),
 }
 
 
@@ -86,10 +87,23 @@ def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    Bad input never ends in a traceback: a :class:`~tensorarena.errors.TensorArenaError` that
+    a command lets through is printed as one line and exits 2, Ctrl-C exits 130 (128 + SIGINT).
+    """
+    from tensorarena.errors import TensorArenaError
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _build_parser(argv).parse_args(argv)
-    status: int = importlib.import_module(args._module).run(args)
+    try:
+        args = _build_parser(argv).parse_args(argv)
+        status: int = importlib.import_module(args._module).run(args)
+    except KeyboardInterrupt:
+        print("tensorarena: interrupted", file=sys.stderr)
+        return 130
+    except TensorArenaError as error:
+        print(f"tensorarena: error: {error}", file=sys.stderr)
+        return 2
     return status
 
 

@@ -294,7 +294,7 @@ def build_model(name: str, *, size: Size = "tiny", batch: int | None = None) -> 
     known ones; a bad ``size`` or ``batch``, :class:`~tensorarena.errors.InvalidArgumentError`.
     """
     _check((name,), size, batch)
-    torch = require("torch", extra="torch", feature="real-model planning problems")
+    torch = require("torch", extra="models", feature="real-model planning problems")
     tf = require("transformers", extra="models", feature="real-model planning problems")
     torch.manual_seed(0)  # the same random weights every time
     model, inputs = _BUILDERS[name](torch, tf, size, batch or _DEFAULT_BATCH[size])
@@ -306,7 +306,7 @@ def model_problem(
 ) -> GraphProblem:
     """The planning problem of one architecture (errors propagate; see :func:`model_problems`)."""
     _check((name,), size, batch, training)
-    torch = require("torch", extra="torch", feature="real-model planning problems")
+    torch = require("torch", extra="models", feature="real-model planning problems")
     model, (args, kwargs) = build_model(name, size=size, batch=batch)
     mode = "train" if training else "infer"
     label = f"{name}-{size}-{mode}"
@@ -345,7 +345,7 @@ def model_problems(
     _check(chosen, size, batch, training)
     if errors not in ("warn", "raise"):
         raise InvalidArgumentError(f"errors must be 'warn' or 'raise', got {errors!r}")
-    require("torch", extra="torch", feature="real-model planning problems")
+    require("torch", extra="models", feature="real-model planning problems")
     require("transformers", extra="models", feature="real-model planning problems")
     return _problems(chosen, size=size, training=training, batch=batch, errors=errors)
 
