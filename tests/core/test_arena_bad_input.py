@@ -298,3 +298,11 @@ def test_blocks_of_mixed_alignments_free_by_their_own_reserved_size() -> None:
     arena.deallocate(small, 100)
     arena.deallocate(default, 100)
     assert arena.free_extents() == [(0, 1 << 20)]
+
+
+def test_out_of_memory_caused_by_alignment_says_so() -> None:
+    arena = Arena(1024, "first_fit")
+    arena.allocate(512, 1)
+    arena.allocate(200, 1)  # 312 bytes free in one extent
+    with pytest.raises(OutOfMemoryError, match="alignment 256 rounds the request up to 512"):
+        arena.allocate(300)  # 300 bytes would fit; rounded to the default 256 they do not

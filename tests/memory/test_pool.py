@@ -646,3 +646,19 @@ def test_memory_summary_reads_any_record_by_its_fields() -> None:
     assert "4 MiB" in text and "9 MiB" in text and "6 MiB" in text  # total and freed
     assert "Evictions: 7" in text  # a number that is not a Count is still shown
     assert "Reserved bytes" not in text  # no field, no row
+
+
+def test_at_the_limit_a_request_that_cannot_fit_gives_nothing_back() -> None:
+    """Before, the pool gave its empty arenas back and then raised anyway."""
+    upstream = CountingMemory()
+    pool = Pool(upstream, initial_size="1MiB", growth=SameAsRequested(), maximum_size="2MiB")
+    keep = pool.allocate(512 * KiB)
+    spare = pool.allocate(1 * MiB)  # a second arena of 1 MiB
+    pool.deallocate(spare, 1 * MiB)  # now empty: trim() could give it back
+    before = pool.statistics(), arena_sizes(pool), upstream.deallocations
+    with pytest.raises(OutOfMemoryError, match="maximum_size"):
+        pool.allocate(1536 * KiB)  # over the cap even with the empty arena given back
+    assert (pool.statistics(), arena_sizes(pool), upstream.deallocations) == (
+        one_more_oom(before[0]), before[1], before[2],
+    )
+    pool.deallocate(keep, 512 * KiB)
