@@ -63,11 +63,12 @@ from tensorarena.memory import (
 from tensorarena.memory_kind import MemoryKind
 from tensorarena.report import memory_stats, memory_summary, reset_peak_stats
 from tensorarena.sizes import format_size, parse_size
-from tensorarena.stats import Count, MemoryStatistics
+from tensorarena.stats import ArenaStatistics, Count, MemoryStatistics
 
 __all__ = [
     "STRATEGIES",
     "Arena",
+    "ArenaStatistics",
     "ConcurrentUseError",
     "Count",
     "Counting",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["Count", "MemoryStatistics", "flatten"]
+__all__ = ["ArenaStatistics", "Count", "MemoryStatistics", "flatten"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,34 @@ class MemoryStatistics:
     num_upstream_allocs: int = 0  #: successful calls to the layer below to get memory
     num_upstream_frees: int = 0  #: successful calls to the layer below to give memory back
     limit: int | None = None
+
+    @property
+    def fragmentation(self) -> float:
+        """``1 - largest_free / free``: 0 when the free space is one extent (or there is none)."""
+        if not self.free_bytes:
+            return 0.0
+        return 1.0 - self.largest_free_bytes / self.free_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ArenaStatistics:
+    """A snapshot of one :class:`~tensorarena.core.Arena`: bookkeeping over one region.
+
+    The same words as :class:`MemoryStatistics`. An arena holds its whole region (``capacity``)
+    from creation; ``allocated_bytes`` is a gauge here, the bytes its strategy holds for live
+    blocks now (requests rounded to their alignment and to the strategy's own block sizes):
+    counting its peak and total would cost every call ~10 %, and a pool above counts its own.
+    """
+
+    capacity: int
+    requested_bytes: Count
+    allocated_bytes: int
+    allocations: Count  #: live blocks
+    inactive_split_bytes: int = 0
+    free_bytes: int = 0
+    largest_free_bytes: int = 0
+    free_extents: int = 0
+    num_ooms: int = 0
 
     @property
     def fragmentation(self) -> float:

@@ -74,7 +74,7 @@ from tensorarena.sizes import (
     format_size,
     parse_size,
 )
-from tensorarena.stats import Count, MemoryStatistics
+from tensorarena.stats import ArenaStatistics, Count, MemoryStatistics
 
 __all__ = ["ArenaSnapshot", "Pool"]
 
@@ -92,7 +92,7 @@ class ArenaSnapshot:
     base: int  #: address of the arena's first byte
     capacity: int
     strategy: str
-    statistics: MemoryStatistics
+    statistics: ArenaStatistics
 
 
 def _release_arenas(upstream: MemoryResource, arenas: list[Arena]) -> None:
