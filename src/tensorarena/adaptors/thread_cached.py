@@ -319,8 +319,6 @@ class ThreadCached:
         """A cached block of exactly ``(nbytes, alignment)`` if this thread has one, else the
         upstream's (after flushing every cache and retrying once if the upstream is out of
         memory)."""
-        if type(nbytes) is not int or type(alignment) is not int:
-            nbytes, alignment = check_nbytes(nbytes), check_alignment(alignment)
         cache = None
         # Exact types: True == 1 and 1.0 == 1 hash alike, and must not hit a (n, 1) bucket.
         if (
@@ -352,6 +350,10 @@ class ThreadCached:
                 with cache.lock:
                     cache.adopt_locked()
                 return self.allocate(nbytes, alignment, stream)  # one of them may fit
+        elif type(nbytes) is not int or type(alignment) is not int:
+            # Normalised before anything keys a cache: np.int64 or "1KiB" sizes cached as such
+            # could never be flushed.
+            return self.allocate(check_nbytes(nbytes), check_alignment(alignment), stream)
         shared = self._shared
         try:
             with shared.upstream_lock:
@@ -368,22 +370,24 @@ class ThreadCached:
 
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Keep the block in this thread's cache if it is small, else give it back upstream."""
-        if type(address) is not int:
-            address = check_address(address)
-        if type(nbytes) is not int:
-            nbytes = check_nbytes(nbytes)
-        key = self._live.pop(address, None)
+        key = self._live.pop(address, None) if type(address) is int else None
         if key is None:
+            if type(address) is not int:  # an integer-like: normalise it, or refuse a float
+                return self.deallocate(check_address(address), nbytes, stream)
             raise self._not_live(address)
-        if key[0] != nbytes:
-            self._live[address] = key
-            raise SizeMismatchError(
-                f"block at {address:#x} was allocated with {key[0]} bytes, "
-                f"deallocated with {nbytes!r}",
-                address=address,
-                given=nbytes,
-                allocated=key[0],
-            )
+        if type(nbytes) is not int or key[0] != nbytes:
+            self._live[address] = key  # put back before anything can raise
+            given = check_nbytes(nbytes)
+            if given != key[0]:
+                raise SizeMismatchError(
+                    f"block at {address:#x} was allocated with {key[0]} bytes, "
+                    f"deallocated with {nbytes!r}",
+                    address=address,
+                    given=given,
+                    allocated=key[0],
+                )
+            del self._live[address]
+            nbytes = given
         if stream is None and nbytes <= self._max_block:
             try:
                 cache = self._local.cache
