@@ -19,7 +19,7 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── ResourceInUseError                            close()/reset() refused: blocks are live
     ├── ResourceClosedError                           a request to a pool after its close()
     ├── NotHostAccessibleError    (also TypeError)    an array asked of memory the CPU cannot touch
-    ├── ConcurrentUseError                            an unlocked resource used from two threads
+    ├── ConcurrentUseError                            a one-caller-at-a-time object entered twice
     ├── InvariantError            (also AssertionError) internal state found corrupt by a check
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
@@ -218,8 +218,9 @@ class NotHostAccessibleError(TensorArenaError, TypeError):
 
 
 class ConcurrentUseError(TensorArenaError):
-    """A resource made without a lock (``Pool(thread_safe=False)``) was entered by a second
-    thread while another was inside it; the second call was refused before changing anything."""
+    """An object that serves one caller at a time (a planned program and its one workspace,
+    say) was entered by a second caller while the first was inside it; the second call was
+    refused before changing anything."""
 
 
 class InvariantError(TensorArenaError, AssertionError):
