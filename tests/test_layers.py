@@ -18,7 +18,8 @@ ROOT = Path(tensorarena.__file__).parent
 
 #: Layers in order; a module may import from its own layer and every earlier one.
 LAYERS = [
-    ("base", {"errors", "sizes", "stats", "debug", "memory_kind", "_optional", "_version"}),
+    ("base", {"errors", "sizes", "stats", "debug", "memory_kind", "streams", "_optional",
+              "_version"}),
     ("core", {"core"}),
     ("memory", {"memory"}),
     ("adaptors", {"adaptors"}),
@@ -73,6 +74,6 @@ def test_no_module_imports_a_later_layer(path: Path) -> None:
 
 
 def test_the_base_imports_nothing_of_ours_above_it() -> None:
-    for name in ("errors.py", "sizes.py", "stats.py", "debug.py", "memory_kind.py"):
+    for name in ("errors.py", "sizes.py", "stats.py", "debug.py", "memory_kind.py", "streams.py"):
         for _, module in _imports(ROOT / name):
             assert _layer(module.split(".")[1]) == 0, f"{name} imports {module}"

@@ -15,11 +15,15 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── OutOfMemoryError          (also MemoryError)  no room: exhaustion, fragmentation or a limit
     ├── InvalidAddressError       (also ValueError)   an address this allocator never handed out
     │   ├── DoubleFreeError                           an address already freed (or reset)
-    │   └── SizeMismatchError                         freed with a size other than allocated
+    │   ├── SizeMismatchError                         freed with a size other than allocated
+    │   └── DeviceMismatchError                       a block freed into another device's pool
     ├── ResourceInUseError                            close()/reset() refused: blocks are live
     ├── ResourceClosedError                           a request to a pool after its close()
     ├── NotHostAccessibleError    (also TypeError)    an array asked of memory the CPU cannot touch
     ├── ConcurrentUseError                            a one-caller-at-a-time object entered twice
+    ├── AsyncWorkError                                work submitted to a stream raised
+    ├── StreamClosedError                             work submitted to a stream after its close()
+    ├── CudaError                 (also RuntimeError) a CUDA runtime call returned an error status
     ├── InvariantError            (also AssertionError) internal state found corrupt by a check
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
@@ -29,7 +33,8 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── UnknownBackendError       (also ValueError)   a pinning backend name nobody answers to
     ├── UnknownNumaNodeError      (also ValueError)   a NUMA node or CPU the topology lacks
     ├── NumaBindError             (also OSError)      the kernel refused to bind memory to a node
-    └── MissingDependencyError    (also ImportError)  an optional extra is not installed
+    ├── MissingDependencyError    (also ImportError)  an optional extra is not installed
+    └── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AsyncWorkError",
     "ConcurrentUseError",
+    "CudaError",
+    "DeviceMismatchError",
     "DoubleFreeError",
     "InfeasibleError",
     "InvalidAddressError",
@@ -57,7 +65,9 @@ __all__ = [
     "ResourceClosedError",
     "ResourceInUseError",
     "ScopeEscapeError",
+    "ShimUnavailableError",
     "SizeMismatchError",
+    "StreamClosedError",
     "TensorArenaError",
     "TensorArenaWarning",
     "UnknownArchitectureError",
@@ -194,6 +204,16 @@ class SizeMismatchError(InvalidAddressError):
         super().__init__(message, address=address)
 
 
+class DeviceMismatchError(InvalidAddressError):
+    """A block freed into the pool of a device other than the one it was allocated on
+    (``allocated_on`` and ``freed_on`` name the two devices); nothing changed."""
+
+    def __init__(self, message: str, *, address: int, allocated_on: int, freed_on: int) -> None:
+        self.allocated_on = allocated_on
+        self.freed_on = freed_on
+        super().__init__(message, address=address)
+
+
 class ResourceInUseError(TensorArenaError):
     """An operation that would unmap or re-hand-out bytes that live blocks still hold
     (``close()``/``reset()`` of a pool with live blocks, say) was refused; nothing changed.
@@ -221,6 +241,33 @@ class ConcurrentUseError(TensorArenaError):
     """An object that serves one caller at a time (a planned program and its one workspace,
     say) was entered by a second caller while the first was inside it; the second call was
     refused before changing anything."""
+
+
+class AsyncWorkError(TensorArenaError):
+    """Work submitted to a stream raised; the stream ran on, and ``synchronize()`` reports it.
+
+    ``errors`` holds every exception raised since the last report (the first is the cause).
+    """
+
+    def __init__(self, message: str, *, errors: list[BaseException]) -> None:
+        self.errors = errors
+        super().__init__(message)
+
+
+class StreamClosedError(TensorArenaError):
+    """Work submitted to a stream after its ``close()``."""
+
+
+class CudaError(TensorArenaError, RuntimeError):
+    """A CUDA runtime call returned an error status (other than running out of memory, which is
+    an :class:`OutOfMemoryError`). ``status`` is the numeric ``cudaError_t``, ``name`` its name
+    and ``call`` the runtime function that returned it."""
+
+    def __init__(self, call: str, status: int, name: str) -> None:
+        self.call = call
+        self.status = status
+        self.name = name
+        super().__init__(f"{call} failed: {name} (cudaError_t {status})")
 
 
 class InvariantError(TensorArenaError, AssertionError):
@@ -265,6 +312,11 @@ class MissingDependencyError(TensorArenaError, ImportError):
             f"{feature} needs the optional dependency {module!r}: "
             f"pip install 'tensorarena[{extra}]'"
         )
+
+
+class ShimUnavailableError(TensorArenaError, ImportError):
+    """PyTorch's pluggable allocator needs a shared library, and the small shim tensorarena
+    compiles for it (with a C compiler, at install or with ``build_shim()``) is not built here."""
 
 
 class UnknownBackendError(TensorArenaError, ValueError):
