@@ -18,6 +18,7 @@ NAMESPACES = [
     "tensorarena",
     "tensorarena.core",
     "tensorarena.memory",
+    "tensorarena.memory.cuda",
     "tensorarena.adaptors",
     "tensorarena.interop",
     "tensorarena.planning",
@@ -26,6 +27,7 @@ NAMESPACES = [
     "tensorarena.stats",
     "tensorarena.debug",
     "tensorarena.sizes",
+    "tensorarena.streams",
 ]
 
 
@@ -69,7 +71,9 @@ def test_every_error_descends_from_tensorarena_error() -> None:
 def test_import_needs_only_numpy() -> None:
     code = (
         "import sys, tensorarena, tensorarena.planning, tensorarena.memory, tensorarena.adaptors; "
-        "heavy = {'torch', 'onnx', 'transformers', 'rich', 'matplotlib'} & set(sys.modules); "
+        "import tensorarena.memory.cuda; "
+        "heavy = {'torch', 'onnx', 'transformers', 'rich', 'matplotlib', 'cuda', 'cupy', "
+        "'numba'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

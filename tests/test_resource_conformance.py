@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _fake_cuda import FakeCudart
 from _upstreams import BufferMemory
 from tensorarena import Arena, MemoryKind
-from tensorarena.adaptors import Counting, Limiting, ThreadCached, ThreadSafe
+from tensorarena.adaptors import Counting, Limiting, StreamOrdered, ThreadCached, ThreadSafe
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
@@ -29,12 +30,14 @@ from tensorarena.errors import (
     InvalidSizeError,
     SizeMismatchError,
 )
+from tensorarena.memory.cuda import CudaHostAllocBackend, CudaMemory, CudaRuntime, ManagedMemory
 from tensorarena.memory.growth import Doubling, SameAsRequested
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pinned import PinnedHostMemory
 from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.memory.virtual import VirtualMemory
+from tensorarena.streams import CpuStream
 
 # --- the resources under test: one line each --------------------------------------------------
 
@@ -66,6 +69,18 @@ RESOURCES = [
     pytest.param(lambda: Counting(Pool(VirtualMemory())), id="counting-pool"),
     pytest.param(lambda: Counting(HostMemory()), id="counting-host"),
     pytest.param(lambda: Limiting(Pool(HostMemory()), "64MiB"), id="limiting-pool"),
+    pytest.param(lambda: CudaMemory(runtime=CudaRuntime(FakeCudart())), id="cuda-fake"),
+    pytest.param(lambda: ManagedMemory(runtime=CudaRuntime(FakeCudart())), id="managed-fake"),
+    pytest.param(lambda: Pool(CudaMemory(1, runtime=CudaRuntime(FakeCudart()))), id="pool-cuda"),
+    pytest.param(
+        lambda: PinnedHostMemory(CudaHostAllocBackend(runtime=CudaRuntime(FakeCudart()))),
+        id="pinned-cuda-host-alloc-fake",
+    ),
+    pytest.param(lambda: StreamOrdered(Pool(HostMemory())), id="stream-ordered-sync"),
+    pytest.param(
+        lambda: StreamOrdered(Pool(HostMemory()), default_stream=CpuStream()),
+        id="stream-ordered-cpu-stream",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from tensorarena._version import __version__
 from tensorarena.adaptors import (
     Counting,
     Limiting,
+    StreamOrdered,
     ThreadCached,
     ThreadCacheStatistics,
     ThreadSafe,
@@ -16,7 +17,10 @@ from tensorarena.adaptors import (
 from tensorarena.core import STRATEGIES, Arena, PlacementStrategy
 from tensorarena.debug import debug_level, set_debug_level
 from tensorarena.errors import (
+    AsyncWorkError,
     ConcurrentUseError,
+    CudaError,
+    DeviceMismatchError,
     DoubleFreeError,
     InfeasibleError,
     InvalidAddressError,
@@ -36,7 +40,9 @@ from tensorarena.errors import (
     ResourceClosedError,
     ResourceInUseError,
     ScopeEscapeError,
+    ShimUnavailableError,
     SizeMismatchError,
+    StreamClosedError,
     TensorArenaError,
     TensorArenaWarning,
     UnknownArchitectureError,
@@ -55,23 +61,33 @@ from tensorarena.interop import (
 )
 from tensorarena.memory import (
     HostMemory,
+    LockedHostMemory,
     MemoryResource,
     PinnedHostMemory,
     Pool,
     VirtualMemory,
+    current_device,
+    device_pool,
+    pinned_pool,
+    use_device,
 )
 from tensorarena.memory_kind import MemoryKind
 from tensorarena.report import memory_stats, memory_summary, reset_peak_stats
 from tensorarena.sizes import format_size, parse_size
 from tensorarena.stats import ArenaStatistics, Count, MemoryStatistics
+from tensorarena.streams import CpuStream
 
 __all__ = [
     "STRATEGIES",
     "Arena",
     "ArenaStatistics",
+    "AsyncWorkError",
     "ConcurrentUseError",
     "Count",
     "Counting",
+    "CpuStream",
+    "CudaError",
+    "DeviceMismatchError",
     "DoubleFreeError",
     "HostMemory",
     "InfeasibleError",
@@ -85,6 +101,7 @@ __all__ = [
     "InvalidSizeError",
     "InvariantError",
     "Limiting",
+    "LockedHostMemory",
     "MemoryKind",
     "MemoryResource",
     "MemoryStatistics",
@@ -99,7 +116,10 @@ __all__ = [
     "ResourceClosedError",
     "ResourceInUseError",
     "ScopeEscapeError",
+    "ShimUnavailableError",
     "SizeMismatchError",
+    "StreamClosedError",
+    "StreamOrdered",
     "TensorArenaError",
     "TensorArenaWarning",
     "ThreadCacheStatistics",
@@ -113,17 +133,21 @@ __all__ = [
     "UnknownStrategyError",
     "VirtualMemory",
     "__version__",
+    "current_device",
     "current_scope",
     "debug_level",
     "default_resource",
+    "device_pool",
     "empty",
     "format_size",
     "memory_stats",
     "memory_summary",
     "parse_size",
+    "pinned_pool",
     "reset_peak_stats",
     "scope",
     "set_debug_level",
     "set_default_resource",
+    "use_device",
     "zeros",
 ]

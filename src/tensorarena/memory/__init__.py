@@ -1,5 +1,19 @@
-"""Where bytes come from: resources (host, pinned, NUMA, virtual) and pools over them."""
+"""Where bytes come from: resources (host, pinned, NUMA, virtual) and pools over them; one pool
+per device (``device_pool``). CUDA resources live in :mod:`tensorarena.memory.cuda`."""
 
+from tensorarena.memory.devices import (
+    CurrentDevice,
+    DevicePool,
+    DeviceRegistry,
+    DeviceRuntime,
+    current_device,
+    device_pool,
+    device_registry,
+    pinned_pool,
+    set_device,
+    set_device_registry,
+    use_device,
+)
 from tensorarena.memory.growth import (
     Doubling,
     Fixed,
@@ -10,6 +24,7 @@ from tensorarena.memory.growth import (
 from tensorarena.memory.host import HUGE_PAGE_SIZE, PAGE_SIZE, HostMemory
 from tensorarena.memory.numa import NumaNode, NumaTopology, current_cpu
 from tensorarena.memory.pinned import (
+    LockedHostMemory,
     MlockBackend,
     PinnedHostMemory,
     PinningBackend,
@@ -31,10 +46,15 @@ __all__ = [
     "HUGE_PAGE_SIZE",
     "PAGE_SIZE",
     "ArenaSnapshot",
+    "CurrentDevice",
+    "DevicePool",
+    "DeviceRegistry",
+    "DeviceRuntime",
     "Doubling",
     "Fixed",
     "GrowthPolicy",
     "HostMemory",
+    "LockedHostMemory",
     "MemoryKind",
     "MemoryResource",
     "MlockBackend",
@@ -49,6 +69,13 @@ __all__ = [
     "VirtualMemory",
     "check_resource",
     "current_cpu",
+    "current_device",
+    "device_pool",
+    "device_registry",
     "locked_bytes",
     "memlock_limit",
+    "pinned_pool",
+    "set_device",
+    "set_device_registry",
+    "use_device",
 ]

@@ -1,18 +1,27 @@
 """Page-locked ("pinned") host memory: the buffers a GPU can copy to and from by DMA.
 
 Pageable memory makes the driver stage every host↔device copy through a pinned bounce buffer;
-memory that is locked in RAM can be copied directly and asynchronously. Pinned memory is scarce
-(the kernel caps it per process with ``RLIMIT_MEMLOCK``) so it deserves its own resource and,
-above it, its own pool.
+memory that the *driver* has pinned can be copied directly and asynchronously. Pinned memory is
+scarce (the kernel caps locked memory per process with ``RLIMIT_MEMLOCK``) so it deserves its
+own resource and, above it, its own pool (``tensorarena.memory.devices.pinned_pool()``).
 
 How pages get pinned is a *pinning backend*, chosen at construction:
 
-- :class:`MlockBackend` (always available on Linux): ``mmap`` + ``mlock``, the mechanism
-  ``cudaHostRegister`` uses. The soft ``RLIMIT_MEMLOCK`` is checked *before* ``mlock``, against
-  the bytes the whole process has locked now (``VmLck``), and a request over it raises
-  :class:`OutOfMemoryError` with ``limit`` set, naming the limit and how to raise it.
-- a CUDA backend (``cudaHostAlloc``) arrives with the GPU layer; it implements the same small
-  :class:`PinningBackend` protocol and ``backend="auto"`` will prefer it where CUDA exists.
+- ``backend="auto"`` (the default): the CUDA driver's ``cudaHostAlloc``
+  (:class:`~tensorarena.memory.cuda.CudaHostAllocBackend`) where CUDA and a GPU are present, else
+  the ``mlock`` backend;
+- ``backend="cuda"``: the driver's, or :class:`~tensorarena.errors.MissingDependencyError`;
+- ``backend="mlock"`` (:class:`MlockBackend`, always available on Linux): ``mmap`` + ``mlock``.
+  The pages are **page-locked but not DMA-registered**: resident, never swapped, but unknown to
+  any GPU driver, so a copy from them runs at pageable speed (measured on an H200: 8-13 GB/s
+  against 55 GB/s from driver-pinned memory, ``bench/RESULTS.md``). The soft
+  ``RLIMIT_MEMLOCK`` is checked *before* ``mlock``, against the bytes the whole process has
+  locked now (``VmLck``), and a request over it raises :class:`OutOfMemoryError` with ``limit``
+  set, naming the limit and how to raise it. :class:`LockedHostMemory` is this variant under a
+  name that says what it is.
+
+A backend says which it is (``dma_registered``), and so do ``PinnedHostMemory.dma_registered``
+and its ``repr``: nothing calls mlock'd pages "pinned for the GPU" by accident.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from tensorarena.sizes import Size, align_up, check_request, format_size, parse_
 from tensorarena.stats import MemoryStatistics
 
 __all__ = [
+    "LockedHostMemory",
     "MlockBackend",
     "PinnedHostMemory",
     "PinningBackend",
@@ -59,7 +69,11 @@ def locked_bytes() -> int | None:
 
 
 class PinningBackend(Protocol):
-    """How a :class:`PinnedHostMemory` gets and releases page-locked bytes."""
+    """How a :class:`PinnedHostMemory` gets and releases page-locked bytes.
+
+    A backend may also declare ``dma_registered`` (default False): True when a GPU driver pinned
+    the pages itself, so copies from them run by direct DMA.
+    """
 
     name: str
 
@@ -81,9 +95,12 @@ class PinningBackend(Protocol):
 
 
 class MlockBackend:
-    """Pin with ``mmap`` + ``mlock`` (as ``cudaHostRegister`` does), capped by RLIMIT_MEMLOCK."""
+    """Lock pages with ``mmap`` + ``mlock``, capped by RLIMIT_MEMLOCK: page-locked, **not**
+    DMA-registered (no GPU driver knows these pages; copies stage through its bounce buffer)."""
 
     name = "mlock"
+    #: No driver pinned these pages: copies run at pageable speed.
+    dma_registered = False
 
     def pin(self, length: int, alignment: int) -> int:
         """Map ``length`` bytes and lock them (``mlock`` faults every page in)."""
@@ -109,12 +126,36 @@ class MlockBackend:
         return locked_bytes()
 
 
-def _backend(spec: Literal["auto", "mlock"] | PinningBackend) -> PinningBackend:
-    if spec in ("auto", "mlock"):
+BackendSpec = Literal["auto", "cuda", "mlock"]
+
+
+def _cuda_backend(*, required: bool) -> PinningBackend | None:
+    """The driver's pinning backend if CUDA and a GPU are present (imported only if asked)."""
+    from tensorarena.memory.cuda import CudaHostAllocBackend, cuda_available, cuda_runtime
+
+    if required:
+        runtime = cuda_runtime()  # MissingDependencyError names the extra
+        if not runtime.available():
+            raise UnknownBackendError(
+                "pinning backend 'cuda' needs a CUDA device, and the runtime sees none"
+            )
+        return CudaHostAllocBackend(runtime=runtime)
+    return CudaHostAllocBackend() if cuda_available() else None
+
+
+def _backend(spec: BackendSpec | PinningBackend) -> PinningBackend:
+    if spec == "mlock":
         return MlockBackend()
+    if spec == "auto":
+        return _cuda_backend(required=False) or MlockBackend()
+    if spec == "cuda":
+        backend = _cuda_backend(required=True)
+        assert backend is not None
+        return backend
     if isinstance(spec, str):
         raise UnknownBackendError(
-            f"unknown pinning backend {spec!r}: expected 'auto', 'mlock' or a PinningBackend"
+            f"unknown pinning backend {spec!r}: expected 'auto', 'cuda', 'mlock' or a "
+            "PinningBackend"
         )
     return spec
 
@@ -122,9 +163,11 @@ def _backend(spec: Literal["auto", "mlock"] | PinningBackend) -> PinningBackend:
 class PinnedHostMemory:
     """Page-locked host memory, one locked region per allocation; refuses requests over the limit.
 
-    ``limit`` caps the bytes *this process* has locked (default: the soft ``RLIMIT_MEMLOCK`` of
-    the backend). It is checked before pinning; a privileged process (``CAP_IPC_LOCK``) that
-    wants more than its rlimit passes a larger ``limit`` explicitly.
+    DMA-registered (driver-pinned) where CUDA is present, merely ``mlock``'d otherwise: see
+    :attr:`dma_registered` and the module docstring. ``limit`` caps the bytes *this process* has
+    locked (default: the backend's, the soft ``RLIMIT_MEMLOCK`` for ``mlock``). It is checked
+    before pinning; a privileged process (``CAP_IPC_LOCK``) that wants more than its rlimit
+    passes a larger ``limit`` explicitly.
     """
 
     #: Host memory (page-locked): the CPU reads and writes it.
@@ -132,7 +175,7 @@ class PinnedHostMemory:
 
     def __init__(
         self,
-        backend: Literal["auto", "mlock"] | PinningBackend = "auto",
+        backend: BackendSpec | PinningBackend = "auto",
         *,
         limit: Size | None = None,
     ) -> None:
@@ -204,6 +247,12 @@ class PinnedHostMemory:
         return self._backend
 
     @property
+    def dma_registered(self) -> bool:
+        """True when a GPU driver pinned the pages (copies by direct DMA); False for pages that
+        are only page-locked (``mlock``), which copy at pageable speed."""
+        return bool(getattr(self._backend, "dma_registered", False))
+
+    @property
     def limit(self) -> int | None:
         """The cap on locked bytes in the process: ``limit=`` if given, else the backend's."""
         return self._limit if self._limit is not None else self._backend.limit()
@@ -232,8 +281,10 @@ class PinnedHostMemory:
 
     def __repr__(self) -> str:
         limit = self.limit
+        what = "DMA-registered" if self.dma_registered else "page-locked only, not DMA-registered"
         return (
-            f"PinnedHostMemory(backend={self._backend.name}, live={len(self._blocks)}, "
+            f"{type(self).__name__}(backend={self._backend.name} ({what}), "
+            f"live={len(self._blocks)}, "
             f"pinned={format_size(self._blocks.held)}, "
             f"limit={'unlimited' if limit is None else format_size(limit)})"
         )
@@ -242,3 +293,16 @@ class PinnedHostMemory:
     def _rlimit_text() -> str:
         rlimit = memlock_limit()
         return "unlimited" if rlimit is None else format_size(rlimit)
+
+
+class LockedHostMemory(PinnedHostMemory):
+    """Host memory locked in RAM by ``mlock``: page-locked, **not** DMA-registered.
+
+    The pages stay resident (never swapped, never faulted after the first touch), which is what
+    latency-sensitive host buffers want; but no GPU driver knows they are locked, so a copy to a
+    GPU from them stages through the driver's bounce buffer at pageable speed. For transfer
+    buffers use :class:`PinnedHostMemory` (driver-pinned where CUDA is present).
+    """
+
+    def __init__(self, *, limit: Size | None = None) -> None:
+        super().__init__(MlockBackend(), limit=limit)
