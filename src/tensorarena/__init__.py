@@ -52,11 +52,15 @@ from tensorarena.errors import (
     UnknownStrategyError,
 )
 from tensorarena.interop import (
+    DeviceArray,
     current_scope,
     default_resource,
+    device_empty,
     empty,
     scope,
     set_default_resource,
+    to_device,
+    to_host,
     zeros,
 )
 from tensorarena.memory import (
@@ -87,6 +91,7 @@ __all__ = [
     "Counting",
     "CpuStream",
     "CudaError",
+    "DeviceArray",
     "DeviceMismatchError",
     "DoubleFreeError",
     "HostMemory",
@@ -137,6 +142,7 @@ __all__ = [
     "current_scope",
     "debug_level",
     "default_resource",
+    "device_empty",
     "device_pool",
     "empty",
     "format_size",
@@ -148,6 +154,8 @@ __all__ = [
     "scope",
     "set_debug_level",
     "set_default_resource",
+    "to_device",
+    "to_host",
     "use_device",
     "zeros",
 ]

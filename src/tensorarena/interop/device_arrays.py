@@ -1,0 +1,179 @@
+"""Device arrays: bytes from a device resource, shared with CuPy, Numba and PyTorch by pointer.
+
+:class:`DeviceArray` owns one block of device (or managed) memory from a resource and describes
+it through ``__cuda_array_interface__`` (version 3), the protocol every CUDA library in Python
+reads: ``torch.as_tensor(a, device="cuda")``, ``cupy.asarray(a)`` and
+``numba.cuda.as_cuda_array(a)`` wrap the same bytes without copying, and each keeps a reference
+to the array, so the block goes back to its resource only when the array and every consumer's
+view of it are gone (the same ownership rule as :func:`tensorarena.empty` on the host).
+
+The interface's ``stream`` entry carries the stream the bytes were last written on (a transfer's
+copy stream, say): a consumer synchronises with it before reading, as version 3 of the protocol
+asks. DLPack is left to the consumers: each of those libraries converts to it from here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tensorarena._optional import require
+from tensorarena.errors import InvalidDtypeError, InvalidResourceError, InvalidSizeError
+from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, MemoryResource, Stream
+from tensorarena.memory_kind import memory_kind_of
+from tensorarena.sizes import format_size
+
+__all__ = ["DeviceArray", "check_device_accessible", "device_empty", "device_of"]
+
+#: CUDA array interface stream values (version 3): 1 is the legacy default stream.
+_LEGACY_DEFAULT = 1
+
+
+def check_device_accessible(resource: object) -> MemoryResource:
+    """Return ``resource`` if a GPU can use its memory (device or managed), else raise
+    :class:`~tensorarena.errors.InvalidResourceError`."""
+    kind = memory_kind_of(resource)
+    if kind not in (MemoryKind.DEVICE, MemoryKind.MANAGED):
+        shown = "declares no memory_kind" if kind is None else f"holds {kind.value} memory"
+        raise InvalidResourceError(
+            f"device arrays need device or managed memory: {type(resource).__name__} {shown} "
+            "(use device_pool() or a Pool over CudaMemory/ManagedMemory)"
+        )
+    return resource  # type: ignore[return-value]
+
+
+def device_of(resource: object) -> int | None:
+    """The device a resource allocates on: its own ``device``, else its upstream's (through
+    pools and adaptors); ``None`` when nothing in the chain says."""
+    seen = 0
+    while resource is not None and seen < 32:
+        device = getattr(resource, "device", None)
+        if isinstance(device, int) and not isinstance(device, bool):
+            return device
+        resource = getattr(resource, "upstream", None)
+        seen += 1
+    return None
+
+
+def _interface_stream(stream: Stream) -> int | None:
+    if stream is None:
+        return None
+    for attribute in ("handle", "cuda_stream", "ptr"):
+        value = getattr(stream, attribute, None)
+        if value is not None:
+            stream = value
+            break
+    try:
+        handle = int(stream)
+    except (TypeError, ValueError):
+        return None  # a CPU stream: nothing a CUDA consumer could synchronise with
+    return handle or _LEGACY_DEFAULT
+
+
+class DeviceArray:
+    """``shape`` × ``dtype`` bytes at ``address`` from ``resource``; freed when this dies."""
+
+    __slots__ = (
+        "__weakref__",
+        "_interface",
+        "address",
+        "device",
+        "dtype",
+        "nbytes",
+        "resource",
+        "shape",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        resource: MemoryResource,
+        address: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        *,
+        stream: Stream = None,
+        device: int | None = None,
+    ) -> None:
+        self.resource = resource
+        self.address = address
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = max(math.prod(shape) * dtype.itemsize, 1)
+        self.stream = stream
+        self.device = device
+        self._interface: dict[str, Any] = {
+            "shape": shape,
+            "typestr": dtype.str,
+            "data": (address, False),
+            "strides": None,
+            "version": 3,
+            "stream": _interface_stream(stream),
+        }
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA array interface (version 3) describing the bytes."""
+        return self._interface
+
+    def written_on(self, stream: Stream) -> None:
+        """Record that work on ``stream`` writes the bytes (consumers synchronise with it)."""
+        self.stream = stream
+        self._interface["stream"] = _interface_stream(stream)
+
+    def to_torch(self) -> Any:
+        """A ``torch.Tensor`` over the same bytes (no copy); it keeps this array alive."""
+        torch = require("torch", extra="torch", feature="DeviceArray.to_torch()")
+        device = "cuda" if self.device is None else f"cuda:{self.device}"
+        return torch.as_tensor(self, device=device)
+
+    def to_cupy(self) -> Any:
+        """A ``cupy.ndarray`` over the same bytes (no copy); it keeps this array alive."""
+        cupy = require("cupy", extra="cupy", feature="DeviceArray.to_cupy()")
+        return cupy.asarray(self)
+
+    def __del__(self) -> None:
+        # The last reference is gone (ours and every consumer's): the bytes go back, ordered
+        # on the stream that last wrote them.
+        self.resource.deallocate(self.address, self.nbytes, self.stream)
+
+    def __repr__(self) -> str:
+        where = "" if self.device is None else f", device={self.device}"
+        return (
+            f"DeviceArray(shape={self.shape}, dtype={self.dtype}, "
+            f"{format_size(self.nbytes)} at {self.address:#x}{where})"
+        )
+
+
+def device_empty(
+    shape: int | tuple[int, ...] | list[int],
+    dtype: Any = np.float32,
+    *,
+    resource: MemoryResource | None = None,
+    stream: Stream = None,
+    alignment: int = DEFAULT_ALIGNMENT,
+) -> DeviceArray:
+    """A C-contiguous :class:`DeviceArray` of fresh, uninitialised bytes from ``resource``
+    (default: the current device's pool, ``device_pool()``), allocated for ``stream``."""
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
+        raise InvalidSizeError(f"shape {shape!r}: dimensions must be non-negative ints")
+    dims = tuple(int(d) for d in dims)
+    try:
+        resolved = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDtypeError(f"not a dtype: {dtype!r} ({exc})") from None
+    if resolved.hasobject or resolved.itemsize == 0:
+        raise InvalidDtypeError(f"device memory cannot hold dtype {resolved}")
+    if resource is None:
+        from tensorarena.memory.devices import device_pool
+
+        resource = device_pool()
+    check_device_accessible(resource)
+    nbytes = max(math.prod(dims) * resolved.itemsize, 1)
+    address = resource.allocate(nbytes, alignment, stream)
+    return DeviceArray(
+        resource, address, dims, resolved, stream=stream, device=device_of(resource)
+    )

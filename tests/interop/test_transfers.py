@@ -1,0 +1,171 @@
+"""Device arrays and staged transfers, on the CPU: "device" memory that is host memory underneath
+(so every byte can be checked), copies queued on CPU streams or on the fake CUDA runtime's."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from _fake_cuda import FakeCudart
+from tensorarena.errors import InvalidArgumentError, InvalidDtypeError, InvalidResourceError
+from tensorarena.interop import DeviceArray, Transfers, device_empty
+from tensorarena.interop.transfers import CudaCopies, StreamCopies
+from tensorarena.memory import HostMemory, MemoryKind, PinnedHostMemory, Pool
+from tensorarena.memory.cuda import CudaHostAllocBackend, CudaMemory, CudaRuntime, CudaStream
+from tensorarena.streams import CpuStream
+
+
+class AsDevice:
+    """A host pool that calls itself device memory: what a GPU's pool is to this code."""
+
+    memory_kind = MemoryKind.DEVICE
+
+    def __init__(self) -> None:
+        self.pool = Pool(HostMemory())
+        self.streams: list[object] = []
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        return self.pool.allocate(nbytes, alignment, stream)
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        self.streams.append(stream)
+        self.pool.deallocate(address, nbytes, stream)
+
+
+class SlowCopies(StreamCopies):
+    """Copies that take a while on their stream, so the host must wait for staging buffers."""
+
+    def copy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        self._stream(stream).submit(time.sleep, 0.002)
+        super().copy_async(dst, src, nbytes, stream)
+
+
+def _bytes(array: DeviceArray) -> bytes:
+    return ctypes.string_at(array.address, array.nbytes)
+
+
+def test_a_device_array_describes_its_bytes_and_frees_them_when_it_dies() -> None:
+    device = AsDevice()
+    array = device_empty((3, 4), np.float64, resource=device, stream=None)
+    interface = array.__cuda_array_interface__
+    assert interface == {
+        "shape": (3, 4), "typestr": "<f8", "data": (array.address, False), "strides": None,
+        "version": 3, "stream": None,
+    }
+    array.written_on(0)  # the legacy default stream is 1 in the interface
+    assert array.__cuda_array_interface__["stream"] == 1
+    array.written_on(CpuStream())  # nothing a CUDA consumer could wait on
+    assert array.__cuda_array_interface__["stream"] is None
+    assert "shape=(3, 4)" in repr(array)
+    del array
+    gc.collect()
+    assert device.pool.statistics().allocations.current == 0
+
+
+def test_device_arrays_refuse_host_memory_and_bad_shapes() -> None:
+    with pytest.raises(InvalidResourceError, match="device or managed"):
+        device_empty(4, resource=Pool(HostMemory()))
+    with pytest.raises(InvalidResourceError, match="declares no memory_kind"):
+        device_empty(4, resource=object())  # type: ignore[arg-type]
+    for shape in ((-1,), (2.0,), (True,)):
+        with pytest.raises(Exception, match="shape"):
+            device_empty(shape, resource=AsDevice())  # type: ignore[arg-type]
+    with pytest.raises(InvalidDtypeError):
+        device_empty(4, object, resource=AsDevice())
+    assert device_empty(0, resource=AsDevice()).nbytes == 1  # an address, like every block
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096, 3 * 65536 + 123])
+def test_round_trip_through_staging_buffers_on_a_cpu_stream(nbytes: int) -> None:
+    device, staging = AsDevice(), Pool(HostMemory())
+    with CpuStream() as stream:
+        transfers = Transfers(device, staging, SlowCopies(stream), chunk="64KiB")
+        data = np.random.default_rng(3).integers(0, 256, nbytes, dtype=np.uint8)
+        on_device = transfers.to_device(data)
+        stream.synchronize()
+        assert _bytes(on_device) == data.tobytes()
+        back = transfers.to_host(on_device)
+        assert np.array_equal(back, data)
+        out = np.empty_like(data)
+        assert transfers.to_host(on_device, out=out) is out and np.array_equal(out, data)
+        transfers.synchronize()
+    stats = transfers.statistics()
+    assert stats.bytes_to_device == nbytes and stats.bytes_to_host == 2 * nbytes
+    assert stats.staging_in_flight == 0
+    assert staging.statistics().allocations.current == 0, "every staging buffer went back"
+
+
+def test_the_host_waits_for_a_staging_buffer_before_writing_it_again() -> None:
+    device, staging = AsDevice(), Pool(HostMemory())
+    with CpuStream() as stream:
+        transfers = Transfers(device, staging, SlowCopies(stream), chunk="4KiB", depth=2)
+        data = np.arange(64 * 1024, dtype=np.uint8)  # 16 chunks through 2 buffers
+        on_device = transfers.to_device(data)
+        assert transfers.statistics().host_waits > 0
+        assert transfers.statistics().staging_in_flight >= 1, "the last copies still run"
+        stream.synchronize()
+        assert _bytes(on_device) == data.tobytes(), "no chunk was overwritten before its copy"
+        transfers.to_device(data)  # completed buffers are reaped first
+        transfers.synchronize()
+    assert staging.statistics().allocations.current == 0
+
+
+def test_to_device_returns_while_the_copies_still_run() -> None:
+    device, staging = AsDevice(), Pool(HostMemory())
+    with CpuStream() as stream:
+        gate = __import__("threading").Event()
+        stream.submit(gate.wait, 2)  # the stream is busy with earlier work
+        transfers = Transfers(device, staging, StreamCopies(stream), chunk="1MiB", depth=4)
+        on_device = transfers.to_device(np.ones(1 << 20, np.uint8), stream=stream)
+        assert not stream.query(), "the copy is queued, not done: the host went on"
+        gate.set()
+        stream.synchronize()
+        assert _bytes(on_device) == b"\x01" * (1 << 20)
+        del on_device
+        gc.collect()
+        assert device.streams == [stream], "the block is freed on the stream that wrote it"
+        transfers.synchronize()
+
+
+def test_transfer_arguments_are_checked() -> None:
+    device, staging = AsDevice(), Pool(HostMemory())
+    with CpuStream() as stream:
+        transfers = Transfers(device, staging, StreamCopies(stream))
+        on_device = transfers.to_device(np.zeros((2, 3), np.float32))
+        for out in (np.zeros((3, 2), np.float32), np.zeros((2, 3), np.float64),
+                    np.zeros((2, 6), np.float32)[:, ::2], [0] * 6):
+            with pytest.raises(InvalidArgumentError, match="out must be"):
+                transfers.to_host(on_device, out=out)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            transfers.to_host(np.zeros(3))  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            transfers.to_device(np.array([object()]))
+        for depth in (0, 1.5, True):
+            with pytest.raises(InvalidArgumentError):
+                Transfers(device, staging, StreamCopies(stream), depth=depth)  # type: ignore[arg-type]
+        with pytest.raises(InvalidResourceError):
+            Transfers(staging, staging, StreamCopies(stream))
+        assert "chunk=8 MiB" in repr(transfers)
+        stream.synchronize()
+
+
+def test_round_trip_through_the_cuda_path_on_the_fake_runtime() -> None:
+    fake = FakeCudart()
+    runtime = CudaRuntime(fake)
+    device = Pool(CudaMemory(runtime=runtime))
+    staging = Pool(PinnedHostMemory(CudaHostAllocBackend(runtime=runtime)))
+    transfers = Transfers(device, staging, CudaCopies(runtime), chunk="64KiB")
+    stream = CudaStream(runtime=runtime)
+    data = np.linspace(0, 1, 100_000)
+    on_device = transfers.to_device(data, stream=stream)
+    assert on_device.__cuda_array_interface__["stream"] == stream.handle
+    assert fake.names().count("cudaMemcpyAsync") == -(-data.nbytes // 65536)
+    back = transfers.to_host(on_device)  # on the stream that wrote it
+    assert np.array_equal(back, data)
+    transfers.synchronize()
+    fake.close()
