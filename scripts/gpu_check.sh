@@ -1,24 +1,64 @@
 #!/usr/bin/env bash
-# The device check, in one go: runs on the lent GPU machine (see the device tool), installs nothing
-# from the network, writes everything under $OUT. Usage there: bash scripts/gpu_check.sh
+# The device check, in one go, on the lent GPU machine (see the device tool): the GPU-marked
+# tests and the GPU benchmarks of issue 12, about 8 minutes at most (each step has its own
+# timeout), nothing installed from the network, everything written under $OUT (8 files: the
+# device tool brings back no more), a short table printed last.
+#
+#   env.txt            date, card, driver, versions, RLIMIT_MEMLOCK, the shim build, step times
+#   pytest.txt         pytest -m gpu on tests/gpu, plus the GPU layer's CPU tests on this machine
+#   gpu_alloc.json     allocate+free µs: our pool, stream-ordered pool, cudaMalloc, torch, CuPy,
+#                      torch through our pluggable allocator
+#   gpu_transfer.json  H2D/D2H GB/s, 1 MiB..1 GiB: pageable, mlock, registered, pinned, staged
+#   gpu_managed.json   managed memory with and without prefetch, against device memory
+#   gpu_replay.json    model allocation sequences: our GPU pool vs PyTorch's caching allocator
+#   logs.txt           every step's stderr
+#   summary.txt        the table printed last
+#
+# Usage there: bash scripts/gpu_check.sh   (from the repository root)
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 py=python3
+logs="$OUT/logs.txt"
+: > "$logs"
+
+step() {  # step NAME SECONDS OUTFILE COMMAND...: run with a timeout, log stderr, time it
+  local name=$1 limit=$2 out=$3; shift 3
+  local began=$SECONDS
+  echo "== $name (limit ${limit}s)"
+  echo "== $name" >> "$logs"
+  timeout "$limit" "$@" > "$out" 2>> "$logs"
+  local rc=$?
+  echo "$name: exit $rc after $((SECONDS - began)) s" | tee -a "$OUT/env.txt"
+}
+
 {
-  date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  $py -c 'import sys, torch, numpy; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__)'
-  echo "RLIMIT_MEMLOCK: $(ulimit -l)"; nproc
-} 2>&1 | tee "$OUT/env.txt"
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $py -c 'import sys, numpy as n, torch as t; print(sys.version.split()[0], t.__version__, n.__version__)'
+  $py -c 'import cuda.bindings as b; print("cuda-bindings", b.__version__)' 2>&1 | tail -n 1
+  $py -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -n 1
+  $py -c 'import numba, numba.cuda; print("numba", numba.__version__)' 2>&1 | tail -n 1
+  echo "RLIMIT_MEMLOCK: $(ulimit -l)  cpus: $(nproc)"
+  # The PyTorch allocator shim: any C compiler builds it (no CUDA headers needed).
+  shim=$($py -c 'from tensorarena.interop.torch_allocator import build_shim as b; print(b("/tmp/ta-shim"))' 2>&1 | tail -n 1)
+  echo "torch allocator shim: $shim"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+[ -f /tmp/ta-shim/libtensorarena_torch_alloc.so ] && export TENSORARENA_TORCH_SHIM=/tmp/ta-shim/libtensorarena_torch_alloc.so
 
-echo "== host-to-device bandwidth by host memory kind"
-timeout 240 $py bench/gpu_transfer.py --sizes 64MiB,1GiB --repeats 10 2>&1 | tee "$OUT/gpu_transfer.txt"
-timeout 120 $py bench/gpu_transfer.py --sizes 64MiB,1GiB --repeats 10 --json > "$OUT/gpu_transfer.json" 2>&1
+step "tests" 150 "$OUT/pytest.txt" $py -m pytest -q -rs -p no:cacheprovider \
+  tests/gpu tests/test_streams.py tests/adaptors/test_stream_ordered.py \
+  tests/memory/test_cuda_runtime.py tests/memory/test_cuda_memory.py \
+  tests/memory/test_devices.py tests/memory/test_pinned_backends.py \
+  tests/interop/test_transfers.py tests/interop/test_gpu_hooks.py tests/test_gpu_benches.py
+tail -n 15 "$OUT/pytest.txt"
 
-echo "== activation memory: PyTorch's allocator on the GPU vs our static plan"
-timeout 300 $py bench/gpu_model_memory.py --models gpt2,bert,llama,vit 2>"$OUT/gpu_model_memory.log" | tee "$OUT/gpu_model_memory.txt"
-tail -n 3 "$OUT/gpu_model_memory.log"
+step "allocation latency" 60 "$OUT/gpu_alloc.json" $py bench/gpu_alloc.py --json
+step "copy bandwidth" 100 "$OUT/gpu_transfer.json" $py bench/gpu_transfer.py --json --repeats 5
+step "managed memory" 50 "$OUT/gpu_managed.json" $py bench/gpu_managed.py --json
+step "replay on GPU pools" 100 "$OUT/gpu_replay.json" \
+  $py bench/gpu_replay.py --json --models gpt2,llama --size base
 
-echo "== test suite on the device machine (other Python/torch versions; CPU tests)"
-timeout 300 $py -m pytest -q -x -p no:cacheprovider tests -m "not slow" 2>&1 | tail -n 25 | tee "$OUT/pytest.txt"
-echo "== done"
+$py bench/gpu_summary.py "$OUT" > "$OUT/summary.txt" 2>> "$logs"
+cat "$OUT/summary.txt"

@@ -110,6 +110,10 @@ class FakeCudart:
         self.buffers[address] = (buffer, size, kind, device)
         return address
 
+    def cudaGetLastError(self) -> tuple[cudaError_t]:
+        self.calls.append(("cudaGetLastError", ()))
+        return (OK,)
+
     def cudaGetErrorName(self, error: Any) -> tuple[cudaError_t, bytes]:
         return OK, cudaError_t(int(error)).name.encode()
 

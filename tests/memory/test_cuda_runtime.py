@@ -49,6 +49,7 @@ def test_every_failing_status_is_a_cuda_error_naming_the_call(fake: FakeCudart) 
         assert error.value.name == "cudaErrorInvalidValue"
         assert f"{name} failed: cudaErrorInvalidValue" in str(error.value)
         assert isinstance(error.value, RuntimeError)
+        assert fake.names()[-1] == "cudaGetLastError", "the thread's last error is cleared"
 
 
 def test_outputs_are_plain_ints(fake: FakeCudart) -> None:
@@ -157,6 +158,8 @@ def test_events_and_streams_over_the_runtime(fake: FakeCudart) -> None:
 def test_event_query_errors_other_than_not_ready_raise(fake: FakeCudart) -> None:
     runtime = CudaRuntime(fake)
     event = CudaEvents(runtime).record(None)
+    fake.fail["cudaEventQuery"] = cudaError_t.cudaErrorNotReady
+    assert not event.query() and fake.names()[-1] == "cudaEventQuery", "not an error to clear"
     fake.fail["cudaEventQuery"] = cudaError_t.cudaErrorInvalidValue
     with pytest.raises(CudaError):
         event.query()

@@ -106,6 +106,12 @@ class CudaRuntime:
         status, outputs = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
         code = int(status)
         if code != 0:
+            if code != NOT_READY:
+                # A failed call also sets the thread's "last error", which the next library to
+                # check it (PyTorch, after every kernel launch) would report as its own
+                # failure: clear it, as PyTorch does after a failed cudaMalloc.
+                with contextlib.suppress(Exception):
+                    self._cudart.cudaGetLastError()
             raise CudaError(function, code, self._error_name(status, code))
         if not outputs:
             return None
