@@ -50,7 +50,8 @@ cat "$OUT/env.txt"
 step "tests" 150 "$OUT/pytest.txt" $py -m pytest -q -rs -p no:cacheprovider \
   tests/gpu tests/test_streams.py tests/adaptors/test_stream_ordered.py \
   tests/memory/test_cuda_runtime.py tests/memory/test_cuda_memory.py \
-  tests/memory/test_devices.py tests/memory/test_pinned_backends.py \
+  tests/memory/test_devices.py tests/memory/test_pinned_backends.py tests/memory/test_pinned.py \
+  tests/test_resource_conformance.py \
   tests/interop/test_transfers.py tests/interop/test_gpu_hooks.py tests/test_gpu_benches.py
 tail -n 15 "$OUT/pytest.txt"
 

@@ -1,4 +1,8 @@
-"""PinnedHostMemory: pages really locked (VmLck), the limit checked first, pluggable backends."""
+"""PinnedHostMemory: pages really locked (VmLck), the limit checked first, pluggable backends.
+
+The VmLck and RLIMIT_MEMLOCK checks are the mlock backend's, so those tests ask for it by name:
+where CUDA is present, the default ("auto") pins through the driver instead.
+"""
 
 from __future__ import annotations
 
@@ -38,15 +42,15 @@ def test_memlock_limit_reports_the_soft_rlimit() -> None:
     soft, _ = rlimit.getrlimit(rlimit.RLIMIT_MEMLOCK)
     expected = None if soft == rlimit.RLIM_INFINITY else soft
     assert memlock_limit() == expected
-    assert PinnedHostMemory().limit == expected
-    assert PinnedHostMemory(limit="3MiB").limit == 3 * MiB
+    assert PinnedHostMemory("mlock").limit == expected
+    assert PinnedHostMemory("mlock", limit="3MiB").limit == 3 * MiB
 
 
 def test_pinned_pages_show_up_in_vmlck_and_leave_with_the_block() -> None:
     room = _room_to_lock()
     if room is not None and room < 2 * MiB:
         pytest.skip(f"RLIMIT_MEMLOCK leaves only {room} bytes lockable (need 2 MiB)")
-    pinned = PinnedHostMemory()
+    pinned = PinnedHostMemory("mlock")
     before = _vmlck()
     address = pinned.allocate(MiB + 1)  # rounded up to whole pages
     length = MiB + PAGE_SIZE
@@ -60,7 +64,7 @@ def test_pinned_pages_show_up_in_vmlck_and_leave_with_the_block() -> None:
 
 
 def test_a_request_over_the_limit_fails_before_locking_anything() -> None:
-    pinned = PinnedHostMemory(limit=_vmlck() + MiB)
+    pinned = PinnedHostMemory("mlock", limit=_vmlck() + MiB)
     keep = pinned.allocate(512 * 1024)
     before_stats, before_locked = pinned.statistics(), _vmlck()
     with pytest.raises(OutOfMemoryError) as error:
@@ -78,7 +82,7 @@ def test_the_rlimit_is_the_default_cap() -> None:
     limit = memlock_limit()
     if limit is None:
         pytest.skip("RLIMIT_MEMLOCK is unlimited here: nothing to exceed")
-    pinned = PinnedHostMemory()
+    pinned = PinnedHostMemory("mlock")
     with pytest.raises(OutOfMemoryError) as error:
         pinned.allocate(limit + PAGE_SIZE)
     assert error.value.limit == limit
@@ -158,7 +162,7 @@ def test_bad_frees_keep_the_pages_locked() -> None:
     room = _room_to_lock()
     if room is not None and room < MiB:
         pytest.skip(f"RLIMIT_MEMLOCK leaves only {room} bytes lockable (need 1 MiB)")
-    pinned = PinnedHostMemory()
+    pinned = PinnedHostMemory("mlock")
     address = pinned.allocate(8192)
     locked = _vmlck()
     with pytest.raises(SizeMismatchError):
