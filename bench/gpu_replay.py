@@ -79,7 +79,10 @@ def replay_torch(torch: Any, events: list[Event]) -> dict[str, float]:
     return {"reserved_peak": reserved, "us_per_op": seconds / len(events) * 1e6}
 
 
-def run(torch: Any, names: list[str], size: str, modes: list[str]) -> list[dict[str, Any]]:
+def run(torch: Any, names: list[str], size: str, modes: list[str],
+        progress: Any = None) -> list[dict[str, Any]]:
+    """One row per model and mode; ``progress(rows)`` is called after each (so a run cut short
+    by a timeout still leaves the rows it finished)."""
     from tensorarena.planning import plan
     from tensorarena.planning.models import model_problem
 
@@ -99,6 +102,8 @@ def run(torch: Any, names: list[str], size: str, modes: list[str]) -> list[dict[
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             rows.append(row)
             print(f"{name} {mode} done", file=sys.stderr, flush=True)
+            if progress is not None:
+                progress(rows)
     return rows
 
 
@@ -127,9 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     torch = gpu_torch()
     if torch is None:
         return 0
-    rows = run(torch, args.models.split(","), args.size, args.modes.split(","))
-    record = {"machine": machine(torch), "size": args.size, "rows": rows}
-    emit(record, as_json=args.json, table=_table)
+    record: dict[str, Any] = {"machine": machine(torch), "size": args.size, "rows": []}
+
+    def progress(rows: list[dict[str, Any]]) -> None:  # --json: one cumulative line per row
+        record["rows"] = rows
+        if args.json:
+            emit(record, as_json=True, table=_table)
+
+    run(torch, args.models.split(","), args.size, args.modes.split(","), progress)
+    if not args.json:
+        emit(record, as_json=False, table=_table)
     return 0
 
 
