@@ -17,6 +17,7 @@ __all__ = ["main"]
 #: command → (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("tensorarena.cli.plan", "plan offsets for a problem CSV (static memory planning)"),
+    "demo": ("tensorarena.cli.demo", "run a model eagerly and in one planned arena; report"),
 }
 
 #: benchmark → (module, one-line help)

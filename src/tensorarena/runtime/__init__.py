@@ -2,19 +2,26 @@
 
 :class:`PlannedProgram` runs a ``torch.export`` program or an FX graph node by node with every
 planned intermediate written into its slot of one arena (a :class:`Workspace` over tensorarena
-memory); :func:`materialize` is the bridge for runtimes of one's own (one block, a tensor per
-buffer). torch is imported only when one of these is used.
+memory); :class:`TrainingStep` plans forward, loss and gradients as one program;
+:func:`register_backend` makes ``torch.compile(model, backend="tensorarena")`` work;
+:func:`materialize` is the bridge for runtimes of one's own (one block, a tensor per buffer).
+torch is imported only when one of these is used.
 """
 
+from tensorarena.runtime.backend import Backend, register_backend
 from tensorarena.runtime.lowering import PATHS, NodePath
 from tensorarena.runtime.materialize import Materialized, materialize
+from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.program import ExportFailedError, PlannedProgram, PlanVerificationError
 from tensorarena.runtime.report import ExecutionReport
 from tensorarena.runtime.shapes import ShapeNotCoveredError
+from tensorarena.runtime.training import TrainingStep
 from tensorarena.runtime.workspace import Workspace, WorkspaceStatistics
 
 __all__ = [
     "PATHS",
+    "AllocatorTrace",
+    "Backend",
     "ExecutionReport",
     "ExportFailedError",
     "Materialized",
@@ -22,7 +29,10 @@ __all__ = [
     "PlanVerificationError",
     "PlannedProgram",
     "ShapeNotCoveredError",
+    "TrainingStep",
     "Workspace",
     "WorkspaceStatistics",
     "materialize",
+    "register_backend",
+    "trace_allocations",
 ]

@@ -24,6 +24,8 @@ from tensorarena.runtime.materialize import _torch
 __all__ = ["AllocatorTrace", "trace_allocations"]
 
 ANNOTATION_PREFIX = "tensorarena:"
+#: Allocations of at most this many bytes are counted as wrapped scalars.
+SCALAR_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -32,18 +34,26 @@ class AllocatorTrace:
     ``allocated_bytes`` (sum of the sizes allocated), ``peak_bytes`` (the highest total live
     above the level at the start of the call: what the call added to the process's peak), and
     ``by_path`` (allocations per node path; ``"outside"`` for those outside any annotated
-    node, e.g. in eager code)."""
+    node, e.g. in eager code), ``scalars_by_path`` (of those, the ones of at most
+    :data:`SCALAR_BYTES`: Python numbers ATen wraps in a one-element tensor, as in ``x * 0.5``,
+    and their dtype conversions)."""
 
     allocations: int
     frees: int
     allocated_bytes: int
     peak_bytes: int
     by_path: dict[str, int] = field(default_factory=dict)
+    scalars_by_path: dict[str, int] = field(default_factory=dict)
 
     @property
     def planned_allocations(self) -> int:
         """Allocations made while writing planned intermediates (``out`` and ``copy`` paths)."""
         return self.by_path.get("out", 0) + self.by_path.get("copy", 0)
+
+    @property
+    def small_planned_allocations(self) -> int:
+        """Of :attr:`planned_allocations`, those of wrapped scalars (at most 8 bytes)."""
+        return self.scalars_by_path.get("out", 0) + self.scalars_by_path.get("copy", 0)
 
 
 def trace_allocations(
@@ -74,6 +84,7 @@ def trace_allocations(
         walk(root, "outside")
     events.sort()
     by_path: dict[str, int] = {}
+    scalars: dict[str, int] = {}
     allocations = frees = allocated = peak = 0
     start = None
     for _, size, total, path in events:
@@ -84,6 +95,8 @@ def trace_allocations(
             allocations += 1
             allocated += size
             by_path[path] = by_path.get(path, 0) + 1
+            if size <= SCALAR_BYTES:
+                scalars[path] = scalars.get(path, 0) + 1
         else:
             frees += 1
-    return result, AllocatorTrace(allocations, frees, allocated, peak, by_path)
+    return result, AllocatorTrace(allocations, frees, allocated, peak, by_path, scalars)
