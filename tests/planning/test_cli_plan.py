@@ -14,7 +14,8 @@ from tensorarena.planning.csv_io import read_problem, read_solution
 from tensorarena.planning.validate import validate
 
 DATA = Path(__file__).parent / "data"
-KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds"}
+KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds",
+        "validate_seconds", "bound"}
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
@@ -203,6 +204,36 @@ def test_progress_goes_to_a_terminal_stderr_only(
     assert "planning 5 buffers with auto" in shown.err
     assert "\x1b" not in shown.out  # the terminal codes went to stderr, none to stdout
     assert json.loads(shown.out)["height"] == json.loads(quiet.out)["height"] == 12
+
+
+def test_quiet_or_without_rich_progress_is_plain_or_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["plan", str(DATA / "toy.12.csv"), "--json"]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert cli_main.main([*argv, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setitem(sys.modules, "rich", None)  # rich not installed: plain text
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    assert cli_main.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "planning 5 buffers with auto: best 12 vs bound 12" in err
+    assert err.endswith("\r\x1b[K")  # the line is cleared before the result is printed
+
+
+def test_gap_and_minimize_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "above.csv"  # portfolio 15, optimum 14, lower bound 12
+    path.write_text("id,lower,upper,size,alignment\na,4,6,3,4\nb,4,7,3,4\nc,5,7,6,4\n"
+                    "d,2,4,4,1\n")
+    status, summary = run_json(capsys, str(path), "--capacity", "100")
+    assert status == 0 and summary["height"] == 15  # it fits: done
+    status, summary = run_json(capsys, str(path), "--capacity", "100", "--minimize")
+    assert status == 0 and summary["height"] == 14 and summary["optimal"]
+    assert summary["bound"] == 14
+    status, summary = run_json(capsys, str(path), "--gap", "0.5")
+    assert status == 0 and summary["height"] == 15 and not summary["optimal"]
+    assert cli_main.main(["plan", str(path), "--gap", "-1"]) == 2
+    assert "--gap" in capsys.readouterr().err
 
 
 def _slip_problem(path: Path, lower_bound: int) -> str:

@@ -112,6 +112,7 @@ def test_statistics_are_one_frozen_typed_record() -> None:
     assert isinstance(statistics, PlanStatistics)
     assert {f.name: f.type for f in dataclasses.fields(PlanStatistics)} == {
         "seconds": "float", "lower_bound": "int", "nodes": "int", "exact_skipped": "bool",
+        "bound": "int",
     }
     assert type(statistics.nodes) is int and type(statistics.exact_skipped) is bool
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -181,16 +182,33 @@ def test_auto_reports_proven_infeasibility(spy_exact: Calls) -> None:
     validate(tight(), info.value.plan)
 
 
-def test_auto_minimises_when_the_portfolio_already_fits(spy_exact: Calls) -> None:
-    result = plan(tight(), capacity=100)
+def test_a_capacity_asks_does_it_fit_and_stops_at_the_first_fit(spy_exact: Calls) -> None:
+    problem = above_its_bound()  # the portfolio needs 15, the optimum is 14
+    result = plan(problem, capacity=100)
+    assert result.height == 15 and not result.optimal  # fits: nothing more was asked
+    assert spy_exact == []
+    assert result.statistics is not None and result.statistics.nodes == 0
+
+
+def test_minimize_lowers_a_plan_that_already_fits(spy_exact: Calls) -> None:
+    result = plan(tight(), capacity=100, minimize=True)
     assert result.height == 5 and result.optimal
     assert [call["capacity"] for call in spy_exact] == [None]
 
 
-def test_auto_lowers_a_decision_answer_with_the_time_left(spy_exact: Calls) -> None:
+def test_the_decision_answer_is_the_same_every_run() -> None:
+    problem = above_its_bound()
+    heights = {plan(problem, capacity=14, time_limit=5.0).offsets for _ in range(3)}
+    assert len(heights) == 1
+
+
+def test_minimize_lowers_a_decision_answer_with_the_time_left(spy_exact: Calls) -> None:
     problem = above_its_bound()
     assert heuristics.portfolio(problem).height == 15 and lower_bound(problem) == 12
-    result = plan(problem, capacity=14, time_limit=5.0)
+    decided = plan(problem, capacity=14, time_limit=5.0)
+    assert decided.height == 14 and len(spy_exact) == 1  # the first fit, then stop
+    spy_exact.clear()
+    result = plan(problem, capacity=14, time_limit=5.0, minimize=True)
     validate(problem, result, capacity=14)
     assert result.height == 14 and result.optimal
     decision, lowering = spy_exact
@@ -200,6 +218,7 @@ def test_auto_lowers_a_decision_answer_with_the_time_left(spy_exact: Calls) -> N
     assert lowering["result"].proven
     assert result.statistics is not None
     assert result.statistics.nodes == decision["result"].nodes + lowering["result"].nodes
+    assert result.statistics.bound == 14  # proven: 13 does not fit
 
 
 def test_exact_planner_with_alignment(spy_exact: Calls) -> None:
@@ -309,6 +328,7 @@ def test_auto_skips_an_exact_search_too_big_for_its_time_limit(
     assert result.height == heuristics.portfolio(tight()).height
     assert result.statistics is not None
     assert result.statistics.exact_skipped and result.statistics.nodes == 0
+    # exact is the planner to ask when the answer matters more than the time: it searches.
     by_name = plan(tight(), "exact", time_limit=2.0)
-    assert spy_exact == []
-    assert by_name.statistics is not None and by_name.statistics.exact_skipped
+    assert len(spy_exact) == 1 and by_name.optimal and by_name.height == 5
+    assert by_name.statistics is not None and not by_name.statistics.exact_skipped

@@ -2,14 +2,22 @@
 
 A contract other tools rely on. With ``--json`` stdout holds exactly one JSON object::
 
-    {"buffers": n, "lower_bound": int, "height": int, "ratio": float, "optimal": bool,
-     "feasible": bool, "planner": str, "seconds": float}
+    {"buffers": n, "lower_bound": int, "bound": int, "height": int, "ratio": float,
+     "optimal": bool, "feasible": bool, "planner": str, "seconds": float,
+     "validate_seconds": float}
 
 ``feasible`` means the plan fits ``--capacity`` (always true without one); ``optimal`` means
-proven, which includes a height equal to the lower bound. Exit status: 0 for a valid plan that
-fits; 1 when none was found that fits within the time limit (the best height is still printed);
-2 for bad input (malformed CSV, with line and column on stderr; unreadable file; bad option),
-always as a one-line message, never a traceback.
+proven, which includes a height equal to the lower bound. ``lower_bound`` is the peak of live
+bytes and ``ratio`` is the height over it; ``bound`` is the best lower bound the planner knows
+(alignment padding counted, raised by every capacity the exact search proved infeasible).
+``seconds`` is the planning alone; ``validate_seconds`` the independent check that follows.
+Exit status: 0 for a valid plan that fits; 1 when none was found that fits within the time limit
+(the best height is still printed); 2 for bad input (malformed CSV, with line and column on
+stderr; unreadable file; bad option), always as a one-line message, never a traceback.
+
+With ``--capacity`` the planner answers "does it fit?" and stops at the first plan that fits;
+``--minimize`` lowers it further. Without, it stops at a plan within ``--gap`` of the bound. On a
+terminal, the best height so far is shown on stderr while it runs (``--quiet``: never).
 
 Sizes follow the one rule of :mod:`tensorarena.sizes` (``1MB`` is 10**6 bytes, ``1MiB`` and
 ``1M`` are 2**20), stated in ``--help``. A capacity in decimal units that misses while its binary
@@ -24,7 +32,6 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +40,7 @@ from tensorarena.sizes import SIZE_RULE, check_alignment, format_size, parse_siz
 
 if TYPE_CHECKING:
     from tensorarena.planning.problem import PlanStatistics
+    from tensorarena.planning.progress import Progress
 
 __all__ = ["configure", "run"]
 
@@ -42,7 +50,7 @@ _DECIMAL = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt])b\s*$", re.IGNORECAS
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` command's arguments."""
-    from tensorarena.planning.planners import DEFAULT_TIME_LIMIT, PLANNERS
+    from tensorarena.planning.planners import DEFAULT_GAP, DEFAULT_TIME_LIMIT, PLANNERS
 
     parser.epilog = (
         f"Sizes (--capacity, --alignment): {SIZE_RULE}; so 1MB is 1000000 bytes and 1MiB (or 1M) "
@@ -63,6 +71,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
                         help=f"limit for the exact search (default {DEFAULT_TIME_LIMIT:g}; "
                              "inf: none)")
+    parser.add_argument("--gap", type=float, default=DEFAULT_GAP, metavar="FRACTION",
+                        help="stop at a plan within this relative gap of the lower bound "
+                             f"(default {DEFAULT_GAP:g}; 0: prove optimality)")
+    parser.add_argument("--minimize", action="store_true",
+                        help="with --capacity: keep lowering the plan after it fits (default: "
+                             "stop at the first plan that fits)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress on stderr (shown only on a terminal anyway)")
     parser.add_argument("--out", metavar="SOLUTION.csv",
                         help="write the plan as a minimalloc solution CSV (only when it fits)")
     parser.add_argument("--json", action="store_true",
@@ -74,19 +90,55 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _with_progress(label: str, work: Callable[[], Any]) -> Any:
-    """Run ``work``; on a terminal, show a spinner with the elapsed time on stderr meanwhile."""
-    if not sys.stderr.isatty():
-        return work()
-    try:
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    except ImportError:  # rich is optional: plan quietly
-        return work()
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        progress.add_task(f"planning {label}", total=None)
-        return work()
+class _ProgressLine:
+    """Best height so far against the bound, rewritten in place on a terminal's stderr.
+
+    With rich installed (the ``plot`` or ``dev`` extra) it is a rich status line with a spinner;
+    otherwise one plain line rewritten with a carriage return. Nothing at all when stderr is not
+    a terminal or with ``--quiet``: a pipe or a log file gets only the final result.
+    """
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self._status: Any = None
+        self._plain = False
+
+    def __enter__(self) -> _ProgressLine:
+        if not self.enabled:
+            return self
+        try:
+            from rich.console import Console
+        except ImportError:  # rich is optional: plain text
+            self._plain = True
+            self._show(f"planning {self.label}")
+            return self
+        self._status = Console(stderr=True).status(f"planning {self.label}")
+        self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)
+        elif self._plain:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+    def __call__(self, progress: Progress) -> None:
+        if not self.enabled:
+            return
+        best = "none yet" if progress.height is None else f"{progress.height}"
+        gap = "" if progress.height is None else f" (+{100 * progress.gap:.3f} %)"
+        nodes = f", {progress.nodes} nodes" if progress.nodes else ""
+        self._show(f"planning {self.label}: best {best} vs bound {progress.bound}{gap}, "
+                   f"{progress.seconds:.1f} s{nodes}")
+
+    def _show(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(text)
+        else:
+            sys.stderr.write(f"\r\x1b[K{text}")
+            sys.stderr.flush()
 
 
 def _unit_slip(text: str | None, capacity: int, bound: int, named: int | None) -> str:
@@ -113,7 +165,7 @@ def _unit_slip(text: str | None, capacity: int, bound: int, named: int | None) -
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; return the exit status (0 fits, 1 no fit found, 2 bad input)."""
-    from tensorarena.planning._options import check_time_limit
+    from tensorarena.planning._options import check_gap, check_time_limit
     from tensorarena.planning.csv_io import capacity_from_name, read_problem, write_solution
     from tensorarena.planning.planners import PlanDoesNotFitError, plan
     from tensorarena.planning.validate import validate
@@ -126,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             alignment = check_alignment(parse_size(args.alignment, name="--alignment"),
                                         name="--alignment")
         check_time_limit(args.time_limit, name="--time-limit")
+        check_gap(args.gap, name="--gap")
     except TensorArenaError as exc:
         return _fail(str(exc))
     try:
@@ -139,23 +192,25 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     fits = True
+    label = f"{len(problem)} buffers with {args.planner}"
     try:
-        result = _with_progress(
-            f"{len(problem)} buffers with {args.planner} (time limit {args.time_limit:g} s)",
-            lambda: plan(problem, args.planner, capacity=capacity, time_limit=args.time_limit,
-                         alignment=alignment),
-        )
+        with _ProgressLine(label, not args.quiet) as progress:
+            result = plan(problem, args.planner, capacity=capacity, time_limit=args.time_limit,
+                          alignment=alignment, gap=args.gap, minimize=args.minimize,
+                          progress=progress)
     except PlanDoesNotFitError as exc:
         result, fits = exc.plan, False
     except TensorArenaError as exc:
         return _fail(str(exc))
     seconds = time.perf_counter() - start
     checked = problem if alignment is None else problem.with_alignment(alignment)
+    start = time.perf_counter()
     try:
         validate(checked, result)
     except InvalidPlanError as exc:  # a planner bug: never report an invalid plan as a result
         print(f"tensorarena plan: internal error: invalid plan: {exc}", file=sys.stderr)
         return 1
+    validate_seconds = time.perf_counter() - start
 
     bound = problem.lower_bound()
     height = result.height
@@ -169,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
         "feasible": fits,
         "planner": result.planner,
         "seconds": seconds,
+        "validate_seconds": validate_seconds,
+        "bound": bound if result.statistics is None else max(bound, result.statistics.bound),
     }
     if args.out is not None and fits:
         try:
@@ -199,7 +256,8 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], capacity: 
     if capacity is not None:
         verdict = "fits" if summary["feasible"] else "DOES NOT FIT (best plan found shown)"
         lines.append(f"capacity     {capacity} ({format_size(capacity)}): {verdict}")
-    lines.append(f"time         {summary['seconds']:.3f} s")
+    lines.append(f"time         {summary['seconds']:.3f} s planning, "
+                 f"{summary['validate_seconds']:.3f} s validating")
     if statistics is not None and statistics.exact_skipped:
         lines.append("note         exact search skipped: too many overlapping pairs for the time "
                      "limit (raise --time-limit)")

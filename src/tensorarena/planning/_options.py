@@ -17,8 +17,8 @@ from tensorarena.errors import InvalidArgumentError, InvalidProblemError
 from tensorarena.planning.problem import Problem
 from tensorarena.sizes import Size, parse_size
 
-__all__ = ["check_capacity", "check_int64", "check_node_limit", "check_problem",
-           "check_time_limit"]
+__all__ = ["check_capacity", "check_gap", "check_int64", "check_node_limit", "check_problem",
+           "check_progress", "check_time_limit"]
 
 # Offsets and heights are computed in int64 (NumPy); problems whose total bytes or times could
 # overflow it are refused rather than planned with silently wrapped numbers.
@@ -52,6 +52,28 @@ def check_time_limit(time_limit: object, *, name: str = "time_limit") -> float:
             f"{name} must be a non-negative number of seconds (inf: no limit), got {time_limit!r}"
         )
     return seconds
+
+
+def check_gap(gap: object, *, name: str = "gap") -> float:
+    """A relative gap as a float: a finite non-negative real number (0: prove optimality)."""
+    if isinstance(gap, bool) or not isinstance(gap, Real):
+        raise InvalidArgumentError(
+            f"{name} must be a non-negative number (0.01 is 1 %), got {type(gap).__name__} {gap!r}"
+        )
+    value = float(gap)
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(
+            f"{name} must be a finite non-negative number (0.01 is 1 %), got {gap!r}"
+        )
+    return value
+
+
+def check_progress(progress: object) -> None:
+    """``None`` or something callable with one argument (a progress record)."""
+    if progress is not None and not callable(progress):
+        raise InvalidArgumentError(
+            f"progress must be a callable or None, got {type(progress).__name__} {progress!r:.60}"
+        )
 
 
 def check_node_limit(node_limit: object, *, name: str = "node_limit") -> int | None:

@@ -21,19 +21,24 @@ traces with tens of millions of overlapping pairs it alone takes seconds.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorarena.errors import InvalidPlanError
 from tensorarena.planning._options import (
     check_capacity,
+    check_gap,
     check_int64,
     check_node_limit,
     check_problem,
+    check_progress,
     check_time_limit,
 )
+from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
 from tensorarena.planning.exact_sections import Sections, build_sections
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem
+from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.planning.validate import validate
 from tensorarena.sizes import Size
 
@@ -49,7 +54,8 @@ class ExactResult:
     ``feasible`` says a plan within the capacity (if any) is in hand. ``proven`` says the answer
     is final: in the optimisation version the plan is optimal; in the decision version either a
     plan within the capacity was found or none exists. ``nodes`` counts search nodes,
-    ``seconds`` the wall time, ``lower_bound`` the peak of live bytes.
+    ``seconds`` the wall time, ``lower_bound`` the peak of live bytes, ``bound`` the best lower
+    bound proven (alignment padding counted, raised past every capacity proven infeasible).
     """
 
     plan: Plan | None
@@ -58,6 +64,7 @@ class ExactResult:
     nodes: int
     seconds: float
     lower_bound: int = 0
+    bound: int = 0
 
 
 def solve_exact(
@@ -67,6 +74,8 @@ def solve_exact(
     time_limit: float = 10.0,
     initial: Plan | None = None,
     node_limit: int | None = None,
+    gap: float = 0.0,
+    progress: ProgressCallback | None = None,
 ) -> ExactResult:
     """Branch and bound over canonical plans, minimalloc-style.
 
@@ -77,6 +86,9 @@ def solve_exact(
     (``inf``: none); the search checks the clock every few hundred nodes. ``node_limit`` stops
     it after that many search nodes in all, whatever the time: a budget that gives the same
     answer on any machine. A search stopped by either limit returns what it found, unproven.
+    ``gap`` stops the optimisation version at a plan within that relative gap of the best
+    bound proven (0: search on until the plan is proven optimal); ``progress`` is called with a
+    :class:`~tensorarena.planning.progress.Progress` as the search goes.
 
     Raises :class:`~tensorarena.errors.InvalidArgumentError` for a bad time or node limit (or a
     ``problem`` that is not a :class:`Problem`), :class:`~tensorarena.errors.InvalidSizeError`
@@ -87,12 +99,16 @@ def solve_exact(
     capacity = check_capacity(capacity)
     seconds = check_time_limit(time_limit)
     nodes = check_node_limit(node_limit)
+    gap = check_gap(gap)
+    check_progress(progress)
     check_int64(problem)
     # The clock starts before the seed is checked: validating a large plan takes a while.
     started = time.perf_counter()
-    limits = _Limits(started, time.monotonic() + seconds, nodes)
+    deadline = time.monotonic() + seconds
     if initial is not None:
         _check_initial(problem, initial)
+    report = Reporter(progress, started, height=None if initial is None else initial.height)
+    limits = _Limits(started, deadline, nodes, gap, report)
     sections = build_sections(problem.buffers)
     if capacity is not None:
         return _decision(problem, sections, capacity, initial, limits)
@@ -134,14 +150,29 @@ def greedy_plan(problem: Problem) -> Plan:
 
 @dataclass(frozen=True, slots=True)
 class _Limits:
-    """When the search started (``perf_counter``), its deadline (``monotonic``), its nodes."""
+    """When the search started (``perf_counter``), its deadline (``monotonic``), its nodes,
+    the gap that is good enough, and where progress goes."""
 
     started: float
     deadline: float
     nodes: int | None
+    gap: float
+    report: Reporter
 
     def nodes_left(self, spent: int) -> int | None:
         return None if self.nodes is None else self.nodes - spent
+
+    def ticker(self, spent: int) -> Callable[[int], None] | None:
+        """A heartbeat for :func:`decide` that adds the nodes ``spent`` before it (or None)."""
+        if not self.report:
+            return None
+        report = self.report
+        return lambda nodes: report.update("exact", nodes=spent + nodes, tick=True)
+
+
+def _floor(problem: Problem, sections: Sections) -> int:
+    """The best lower bound before searching: alignment padding counted, on the granule."""
+    return _round_up(max(sections.peak(), aligned_lower_bound(problem)), sections.granule)
 
 
 def _decision(
@@ -152,9 +183,11 @@ def _decision(
     limits: _Limits,
 ) -> ExactResult:
     bound = sections.peak()
-    floor = _round_up(bound, sections.granule)
+    floor = _floor(problem, sections)
 
-    def result(plan: Plan | None, proven: bool, nodes: int) -> ExactResult:
+    def result(plan: Plan | None, proven: bool, nodes: int, best: int = floor) -> ExactResult:
+        limits.report.update("done", bound=best, nodes=nodes,
+                             height=None if plan is None else plan.height)
         return ExactResult(
             plan=plan,
             feasible=plan is not None,
@@ -162,21 +195,26 @@ def _decision(
             nodes=nodes,
             seconds=time.perf_counter() - limits.started,
             lower_bound=bound,
+            bound=best,
         )
 
     if initial is not None and initial.height <= capacity:
         optimal = initial.optimal or initial.height <= floor
-        return result(_relabel(initial, initial.planner, optimal, 0, bound, limits), True, 0)
-    if bound > capacity:
+        return result(_relabel(initial, initial.planner, optimal, 0, floor, limits), True, 0)
+    if floor > capacity:
         return result(None, True, 0)
-    found = decide(sections, capacity, deadline=limits.deadline, node_limit=limits.nodes)
+    limits.report.update("exact", bound=floor)
+    found = decide(sections, capacity, deadline=limits.deadline, node_limit=limits.nodes,
+                   on_tick=limits.ticker(0))
     if found.status == FOUND:
         assert found.offsets is not None
         offsets = _full_offsets(problem, sections, found.offsets.tolist())
         plan = Plan(problem, offsets, planner="exact")
-        plan = _relabel(plan, "exact", plan.height <= floor, found.nodes, bound, limits)
+        plan = _relabel(plan, "exact", plan.height <= floor, found.nodes, floor, limits)
         return result(plan, True, found.nodes)
-    return result(None, found.status == EXHAUSTED, found.nodes)
+    if found.status == EXHAUSTED:
+        return result(None, True, found.nodes, _round_up(capacity + 1, sections.granule))
+    return result(None, False, found.nodes)
 
 
 def _optimise(
@@ -192,12 +230,14 @@ def _optimise(
     best = initial if initial is not None else greedy_plan(problem)
     # Every capacity below ``proven_low`` is proven infeasible; ``try_low`` is where the next
     # probe may start (above it when a probe at a lower capacity ran out of time).
-    proven_low = try_low = _round_up(bound, granule)
+    proven_low = try_low = _floor(problem, sections)
+    report = limits.report
+    report.update("exact", height=best.height, bound=proven_low)
     nodes = 0
     first = True
     while True:
         top = (best.height - 1) // granule * granule
-        if proven_low > top:
+        if proven_low > top or good_enough(best.height, proven_low, limits.gap):
             break
         remaining = limits.deadline - time.monotonic()
         nodes_left = limits.nodes_left(nodes)
@@ -213,7 +253,7 @@ def _optimise(
             probe, share = (try_low + top) // 2 // granule * granule, 0.5
         first = False
         found = decide(sections, probe, deadline=time.monotonic() + remaining * share,
-                       node_limit=nodes_left)
+                       node_limit=nodes_left, on_tick=limits.ticker(nodes))
         nodes += found.nodes
         if found.status == FOUND:
             assert found.offsets is not None
@@ -222,15 +262,18 @@ def _optimise(
             proven_low = try_low = max(try_low, probe + granule)
         else:
             try_low = probe + granule
+        report.update("exact", height=best.height, bound=proven_low, nodes=nodes)
     proven = proven_low > (best.height - 1) // granule * granule
     planner = best.planner or "exact"
+    report.update("done", nodes=nodes)
     return ExactResult(
-        plan=_relabel(best, planner, proven or best.optimal, nodes, bound, limits),
+        plan=_relabel(best, planner, proven or best.optimal, nodes, proven_low, limits),
         feasible=True,
         proven=proven or best.optimal,
         nodes=nodes,
         seconds=time.perf_counter() - limits.started,
         lower_bound=bound,
+        bound=min(proven_low, best.height),
     )
 
 
@@ -250,8 +293,10 @@ def _check_initial(problem: Problem, initial: Plan) -> None:
 def _relabel(
     plan: Plan, planner: str, optimal: bool, nodes: int, bound: int, limits: _Limits
 ) -> Plan:
+    peak = plan.problem.lower_bound()
     statistics = PlanStatistics(
-        seconds=time.perf_counter() - limits.started, lower_bound=bound, nodes=nodes
+        seconds=time.perf_counter() - limits.started, lower_bound=peak, nodes=nodes,
+        bound=plan.height if optimal else max(bound, peak),
     )
     return Plan(plan.problem, plan.offsets, planner=planner, optimal=optimal,
                 statistics=statistics)

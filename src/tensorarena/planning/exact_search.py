@@ -98,6 +98,7 @@ def decide(
     decompose: bool = True,
     remember: bool = True,
     node_limit: int | None = None,
+    on_tick: Callable[[int], None] | None = None,
 ) -> Decision:
     """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
 
@@ -107,7 +108,8 @@ def decide(
     (a ``time.monotonic()`` value) with STOPPED, and after ``node_limit`` nodes in all (a budget
     that, unlike the clock, stops at the same place on any machine). ``decompose=False`` turns
     off the splitting into independent time windows and ``remember=False`` the memory of failed
-    states (for tests that check that neither changes an answer).
+    states (for tests that check that neither changes an answer). ``on_tick`` is called with the
+    nodes visited so far at every look at the clock (a progress report's heartbeat).
     """
     n = len(sections)
     if n == 0:
@@ -121,6 +123,8 @@ def decide(
     nogoods: dict[bytes, IntArray] = {}
     stored = [0]  # lowest offsets held in ``nogoods``, against _NOGOOD_CELLS
     searches: list[_Search | None] = [None] * len(ranks)  # built when first needed
+    spent = [0]  # nodes of the runs already finished, for on_tick
+    tick = None if on_tick is None else (lambda k: on_tick(spent[0] + k))
 
     def search(k: int) -> _Search:
         built = searches[k]
@@ -136,6 +140,7 @@ def decide(
                 caches[k],
                 nogoods,
                 stored,
+                tick,
             )
         return built
 
@@ -165,6 +170,7 @@ def decide(
                 current = search(k)
                 status = current.run(inside, lo, hi, limit, left)
                 nodes += current.nodes
+                spent[0] = nodes
                 if status == FOUND:
                     solved = current
                     break
@@ -216,6 +222,7 @@ class _Search:
         failed: dict[bytes, int],
         nogoods: dict[bytes, IntArray],
         stored: list[int],
+        tick: Callable[[int], None] | None = None,
     ) -> None:
         self.sections = sections
         self.capacity = capacity
@@ -229,6 +236,7 @@ class _Search:
         self.failed = failed
         self.nogoods = nogoods
         self.stored = stored
+        self.tick = tick
         self.hits = 0
         self.nodes = 0
         self.timed_out = False
@@ -305,6 +313,7 @@ class _Search:
         remember = self.remember
         failed = self.failed
         nogoods = self.nogoods
+        tick = self.tick
         this = self
 
         def search(
@@ -323,6 +332,8 @@ class _Search:
                 if monotonic() > deadline:
                     this.timed_out = True
                     return STOPPED
+                if tick is not None:
+                    tick(this.nodes)
                 if this.nodes > this.node_limit:
                     return STOPPED
             # Unallocated floor: in every section, nothing unplaced can go below the lowest

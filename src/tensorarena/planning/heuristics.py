@@ -25,9 +25,10 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from tensorarena.planning._options import check_int64, check_problem
+from tensorarena.planning._options import check_capacity, check_gap, check_int64, check_problem
+from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
-from tensorarena.sizes import check_alignment
+from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
     "HEURISTICS",
@@ -57,13 +58,14 @@ class _Arrays:
     in). Every heuristic starts by making these, so they also hold its start time and checked
     arguments."""
 
-    __slots__ = ("align", "end", "n", "size", "start", "started")
+    __slots__ = ("align", "alignment", "end", "n", "size", "start", "started")
 
     def __init__(self, problem: Problem, alignment: int | None) -> None:
         self.started = time.perf_counter()
         buffers = check_problem(problem).buffers
         self.n = len(buffers)
         extra = 1 if alignment is None else check_alignment(alignment)
+        self.alignment = extra
         check_int64(problem, extra)
         self.start: Int64Array = np.fromiter((b.start for b in buffers), np.int64, self.n)
         self.end: Int64Array = np.fromiter((b.end for b in buffers), np.int64, self.n)
@@ -214,11 +216,14 @@ def _height(arrays: _Arrays, offsets: Int64Array) -> int:
     return int((offsets + arrays.size).max(initial=0))
 
 
-def _plan(problem: Problem, arrays: _Arrays, offsets: Int64Array, name: str) -> Plan:
-    bound = lower_bound(problem)
-    # A plan at the lower bound cannot be beaten: say so, whatever found it.
-    optimal = _height(arrays, offsets) == bound
-    statistics = PlanStatistics(seconds=time.perf_counter() - arrays.started, lower_bound=bound)
+def _plan(problem: Problem, arrays: _Arrays, offsets: Int64Array, name: str,
+          bound: int | None = None) -> Plan:
+    if bound is None:
+        bound = aligned_lower_bound(problem, arrays.alignment)
+    # A plan at the (alignment-aware) lower bound cannot be beaten: say so, whatever found it.
+    optimal = _height(arrays, offsets) <= bound
+    statistics = PlanStatistics(seconds=time.perf_counter() - arrays.started,
+                                lower_bound=lower_bound(problem), bound=bound)
     return Plan(problem, tuple(offsets.tolist()), planner=name, optimal=optimal,
                 statistics=statistics)
 
@@ -281,15 +286,20 @@ def heap_best_fit(problem: Problem, *, alignment: int | None = None) -> Plan:
     return _plan(problem, arrays, best, "heap_best_fit")
 
 
-def portfolio(problem: Problem, *, alignment: int | None = None) -> Plan:
+def portfolio(problem: Problem, *, alignment: int | None = None, gap: float = 0.0,
+              target: Size | None = None) -> Plan:
     """Run every heuristic above and keep the lowest plan (ties: the first in
     :data:`HEURISTICS` order). The plan's ``planner`` is ``"portfolio:<winner>"``.
 
-    Orders that coincide (XLA's spatial order is TFLite's size order) are placed once; reaching
-    the lower bound stops the search early, since nothing can beat it.
+    Orders that coincide (XLA's spatial order is TFLite's size order) are placed once. It stops
+    early at a plan that nothing needs to beat: one at the alignment-aware lower bound, one
+    within the relative ``gap`` of it, or (the decision question "does it fit?") one at or
+    below ``target`` bytes.
     """
     arrays = _Arrays(problem, alignment)
-    bound = lower_bound(problem)
+    gap = check_gap(gap)
+    stop = check_capacity(target, name="target")
+    bound = aligned_lower_bound(problem, arrays.alignment)
     sizes = size_order(arrays)
     # XLA's spatial pass is greedy_size's placement, so heap_best_fit adds only its temporal one.
     candidates: list[tuple[str, Callable[[], Int64Array]]] = [
@@ -303,11 +313,16 @@ def portfolio(problem: Problem, *, alignment: int | None = None) -> Plan:
     for name, run in candidates:
         if best_height <= bound:
             break
+        # The no-reuse layout may be close enough, or fit, but nobody wants it as the answer.
+        if best_name != "naive" and (
+            good_enough(best_height, bound, gap) or (stop is not None and best_height <= stop)
+        ):
+            break
         offsets = run()
         height = _height(arrays, offsets)
         if height < best_height:
             best_name, best_offsets, best_height = name, offsets, height
-    return _plan(problem, arrays, best_offsets, f"portfolio:{best_name}")
+    return _plan(problem, arrays, best_offsets, f"portfolio:{best_name}", bound)
 
 
 #: name → heuristic planner; every entry takes ``(problem, *, alignment=None)``.

@@ -10,39 +10,53 @@ run every parameter through the validator):
 ``greedy_breadth``        TFLite's greedy by breadth: widest time steps first, best fit
 ``heap_best_fit``         XLA's best-fit heap simulator, spatial and temporal orders
 ``portfolio``             all of the above, the lowest plan
-``exact``                 branch and bound (``planning/exact.py``) seeded with the portfolio;
-                          proves optimality or stops at the time limit with the best plan found
-``auto`` (default)        the portfolio; if it is above the lower bound, the exact search
-                          within the time limit, seeded with it; never worse than the portfolio
+``auto`` (default)        the portfolio; if it is not good enough, the exact search within the
+                          time limit, seeded with it, unless the problem is too large for the
+                          search to start within the limit (then the portfolio's plan stands,
+                          and ``statistics.exact_skipped`` says so)
+``exact``                 the same, but the search always runs (only a problem whose overlap
+                          lists would not fit in memory is refused): the planner to choose when
+                          the answer matters more than the time
 ========================  =====================================================================
 
-``auto`` and ``exact`` skip the search on problems too large for it to start within the time
-limit (the plan's ``statistics.exact_skipped`` says so); a longer limit lets it run.
-
-:func:`plan` returns the lowest plan found. When a capacity is asked for (``capacity=`` or the
-problem's own) and that plan does not fit, it raises :class:`PlanDoesNotFitError`, which carries
-the best plan, so a caller can still report how close it came.
+Every planner stops as soon as it is done (:mod:`~tensorarena.planning.bounds`): at a plan whose
+height is the alignment-aware lower bound (proven optimal), or within the relative ``gap`` of the
+best bound known. With a capacity (``capacity=`` or the problem's own) :func:`plan` answers the
+decision question, "does it fit?", and stops at the first plan that fits; ``minimize=True`` asks
+for the lowest plan under the capacity instead. When nothing that fits is found,
+:class:`PlanDoesNotFitError` carries the best plan, so a caller can still report how close it
+came, and says whether the fit is proven impossible.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tensorarena.errors import PlanDoesNotFitError, UnknownPlannerError
+from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownPlannerError
 from tensorarena.planning import heuristics
-from tensorarena.planning._options import check_capacity, check_problem, check_time_limit
+from tensorarena.planning._options import (
+    check_capacity,
+    check_gap,
+    check_problem,
+    check_progress,
+    check_time_limit,
+)
+from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
+from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
+    "DEFAULT_GAP",
     "DEFAULT_TIME_LIMIT",
     "PLANNERS",
     "PlanDoesNotFitError",
+    "PlanOptions",
     "UnknownPlannerError",
     "overlapping_pairs",
     "plan",
@@ -60,60 +74,84 @@ _AUTO_EXACT_MAX_PAIRS = 50_000_000
 DEFAULT_TIME_LIMIT = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """What :func:`plan` passes to a named planner, every value already checked."""
+
+    capacity: int | None = None  #: the arena size the plan must fit
+    time_limit: float = DEFAULT_TIME_LIMIT  #: seconds for the exact search
+    alignment: int | None = None  #: every offset a multiple of at least this
+    gap: float = DEFAULT_GAP  #: relative gap to the bound that is good enough
+    minimize: bool = False  #: with a capacity, lower the plan after it fits
+    progress: ProgressCallback | None = None  #: where :class:`Progress` reports go
+
+    @property
+    def decision(self) -> bool:
+        """True when the question is "does it fit the capacity?", not "how low can it go?"."""
+        return self.capacity is not None and not self.minimize
+
+
 # ---------------------------------------------------------------------------------------------
 # The exact search
 # ---------------------------------------------------------------------------------------------
 
 
-def _exact(
-    problem: Problem,
-    *,
-    capacity: int | None,
-    time_limit: float,
-    alignment: int | None,
-    initial: Plan,
-) -> tuple[Plan | None, bool]:
-    """(best plan the search found or None, whether it proved that nothing fits ``capacity``).
+def _exact(problem: Problem, options: PlanOptions, *, capacity: int | None, time_limit: float,
+           initial: Plan, report: Reporter) -> tuple[Plan | None, int, int]:
+    """(best plan the search found or None, the bound it proved, nodes).
 
     With a capacity :func:`solve_exact` answers the decision version; without one it minimises
     the height, and ``plan.optimal`` marks a proven optimum.
     """
+    alignment = options.alignment
     searched = problem if alignment is None else problem.with_alignment(alignment)
     seed = Plan(searched, initial.offsets, planner=initial.planner)
-    result = solve_exact(searched, capacity=capacity, time_limit=time_limit, initial=seed)
+    spent = report.nodes
+
+    def forward(progress: object) -> None:
+        from tensorarena.planning.progress import Progress
+
+        assert isinstance(progress, Progress)
+        report.update("exact", height=progress.height, bound=progress.bound,
+                      nodes=spent + progress.nodes, tick=progress.stage == "exact")
+
+    result = solve_exact(searched, capacity=capacity, time_limit=time_limit, initial=seed,
+                         gap=options.gap, progress=forward if report else None)
+    report.nodes = spent + result.nodes
     found = result.plan
     if found is None:
-        return None, result.proven and capacity is not None
+        return None, result.bound, result.nodes
     offsets = tuple(int(o) for o in found.offsets)
     # The search names what it returns: "exact" for a plan it found, the seed's name for the
     # seed it could not beat.
     plan = Plan(problem, offsets, planner=found.planner, optimal=bool(found.optimal),
                 statistics=found.statistics)
-    fits = capacity is None or plan.height <= capacity
-    return plan, result.proven and not fits
-
-
-def _nodes(plan: Plan | None) -> int:
-    return 0 if plan is None or plan.statistics is None else plan.statistics.nodes
+    return plan, result.bound, result.nodes
 
 
 # ---------------------------------------------------------------------------------------------
 # Planners by name
 # ---------------------------------------------------------------------------------------------
 
-PlannerFn = Callable[..., Plan]
+PlannerFn = Callable[[Problem, PlanOptions], Plan]
 
 
 def _heuristic(name: str) -> PlannerFn:
     run = heuristics.HEURISTICS[name]
 
-    def planner(
-        problem: Problem, *, capacity: int | None, time_limit: float, alignment: int | None
-    ) -> Plan:
-        return run(problem, alignment=alignment)
+    def planner(problem: Problem, options: PlanOptions) -> Plan:
+        return run(problem, alignment=options.alignment)
 
     planner.__doc__ = run.__doc__
     return planner
+
+
+def _portfolio(problem: Problem, options: PlanOptions) -> Plan:
+    return heuristics.portfolio(problem, alignment=options.alignment, gap=options.gap,
+                                target=options.capacity if options.decision else None)
+
+
+_portfolio.__doc__ = heuristics.portfolio.__doc__
 
 
 def overlapping_pairs(problem: Problem) -> int:
@@ -128,68 +166,83 @@ def overlapping_pairs(problem: Problem) -> int:
     return int((born_before_end - dead_by_start).sum())
 
 
-def _search(problem: Problem, *, capacity: int | None, time_limit: float,
-            alignment: int | None, name: str, guard: bool) -> Plan:
+def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -> Plan:
+    """The portfolio, then the exact search seeded with it, each stopping once done."""
     start = time.perf_counter()
-    best = heuristics.portfolio(problem, alignment=alignment)
-    if best.optimal:
-        return replace(best, planner=f"{name}:{best.planner}")
-    remaining = max(0.0, time_limit - (time.perf_counter() - start))
-    pairs = overlapping_pairs(problem) if guard else 0
-    if pairs > min(_AUTO_EXACT_PAIRS_PER_SECOND * remaining, _AUTO_EXACT_MAX_PAIRS):
-        skipped = PlanStatistics(seconds=time.perf_counter() - start,
-                                 lower_bound=problem.lower_bound(), exact_skipped=True)
-        return Plan(problem, best.offsets, planner=f"{name}:{best.planner}",
-                    statistics=skipped)
-    # If the portfolio already fits, spend the time lowering it; if not, ask the decision
-    # question the caller cares about: does anything fit the capacity?
-    target = capacity if capacity is not None and best.height > capacity else None
-    found, infeasible = _exact(
-        problem, capacity=target, time_limit=remaining, alignment=alignment, initial=best
-    )
-    nodes = _nodes(found)
-    if found is not None and found.height <= best.height:
-        best = found
-    remaining = time_limit - (time.perf_counter() - start)
-    if target is not None and not best.optimal and best.height <= target and remaining > 0:
-        # The decision search stops at the first plan that fits: lower it with the time left.
-        lower, _ = _exact(
-            problem, capacity=None, time_limit=remaining, alignment=alignment, initial=best
-        )
-        nodes += _nodes(lower)
-        if lower is not None and lower.height <= best.height:
-            best = lower
+    report = Reporter(options.progress, start)
+    best = _portfolio(problem, options)
+    assert best.statistics is not None
+    bound = best.statistics.bound
+    nodes = 0
+    skipped = False
+    infeasible = False
+    report.update("heuristics", height=best.height, bound=bound)
+
+    def done() -> bool:
+        if best.optimal or good_enough(best.height, bound, options.gap):
+            return True
+        return options.decision and options.capacity is not None and best.height <= options.capacity
+
+    remaining = max(0.0, options.time_limit - (time.perf_counter() - start))
+    if not done():
+        pairs = overlapping_pairs(problem)
+        limit = _AUTO_EXACT_MAX_PAIRS if not guard else min(
+            _AUTO_EXACT_PAIRS_PER_SECOND * remaining, _AUTO_EXACT_MAX_PAIRS)
+        skipped = pairs > limit
+    if not done() and not skipped:
+        # If the portfolio already fits, spend the time lowering it; if not, ask the decision
+        # question the caller cares about: does anything fit the capacity?
+        capacity = options.capacity
+        target = capacity if capacity is not None and best.height > capacity else None
+        # With minimize, a first fit found by the decision search is then lowered with the
+        # time left (the decision search stops at the first plan that fits).
+        for question in (target, None):
+            found, proved, spent = _exact(problem, options, capacity=question,
+                                          time_limit=remaining, initial=best, report=report)
+            nodes += spent
+            bound = max(bound, proved)
+            if found is not None and found.height <= best.height:
+                best = found
+            remaining = options.time_limit - (time.perf_counter() - start)
+            if question is None:
+                break
+            infeasible = found is None and proved > question
+            if not options.minimize or done() or remaining <= 0 or best.height > question:
+                break
+    optimal = best.optimal or best.height <= bound
     statistics = PlanStatistics(seconds=time.perf_counter() - start,
-                                lower_bound=problem.lower_bound(), nodes=nodes)
-    best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=best.optimal,
+                                lower_bound=lower_bound(problem), nodes=nodes,
+                                exact_skipped=skipped, bound=min(bound, best.height)
+                                if optimal else bound)
+    report.update("done", height=best.height, bound=statistics.bound, nodes=nodes)
+    best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=optimal,
                 statistics=statistics)
-    if infeasible and capacity is not None:
+    if infeasible and options.capacity is not None:
         raise PlanDoesNotFitError(
-            best, capacity, height=best.height, lower_bound=problem.lower_bound(),
+            best, options.capacity, height=best.height, lower_bound=statistics.lower_bound,
             planner=best.planner, proven=True,
         )
     return best
 
 
-def _auto(problem: Problem, *, capacity: int | None, time_limit: float,
-          alignment: int | None) -> Plan:
-    """The portfolio, then (if it is above the lower bound) the exact search seeded with it."""
-    return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
-                   name="auto", guard=True)
+def _auto(problem: Problem, options: PlanOptions) -> Plan:
+    """The portfolio, then (unless it is good enough) the exact search seeded with it, when the
+    search can start within the time limit."""
+    return _search(problem, options, name="auto", guard=True)
 
 
-def _exact_planner(problem: Problem, *, capacity: int | None, time_limit: float,
-                   alignment: int | None) -> Plan:
-    """Branch and bound seeded with the portfolio; optimal when proven within the time limit."""
-    return _search(problem, capacity=capacity, time_limit=time_limit, alignment=alignment,
-                   name="exact", guard=True)
+def _exact_planner(problem: Problem, options: PlanOptions) -> Plan:
+    """The portfolio, then (unless it is good enough) the exact search seeded with it, however
+    long it takes to start; optimal when proven within the time limit."""
+    return _search(problem, options, name="exact", guard=False)
 
 
-#: name → planner ``(problem, *, capacity, time_limit, alignment) -> Plan``.
+#: name → planner ``(problem, options: PlanOptions) -> Plan``.
 PLANNERS: dict[str, PlannerFn] = {
     "auto": _auto,
     "exact": _exact_planner,
     **{name: _heuristic(name) for name in heuristics.HEURISTICS},
+    "portfolio": _portfolio,
 }
 
 
@@ -200,18 +253,25 @@ def plan(
     capacity: Size | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
     alignment: int | None = None,
+    gap: float = DEFAULT_GAP,
+    minimize: bool = False,
+    progress: ProgressCallback | None = None,
 ) -> Plan:
     """Plan offsets for ``problem`` with the named planner (see the module docstring).
 
     ``capacity`` (default: ``problem.capacity``) is the arena size the plan must fit, in bytes
-    or as a size string (``"1MiB"``, as for a pool); when the best plan found does not fit,
+    or as a size string (``"1MiB"``, as for a pool): the planner stops at the first plan that
+    fits, or, with ``minimize=True``, goes on lowering it. When the best plan found does not fit,
     :class:`PlanDoesNotFitError` is raised with that plan attached. ``alignment`` raises every
     buffer's alignment to at least this power of two. ``time_limit`` bounds the exact search,
-    in seconds (``inf``: no limit). The plan's ``statistics`` say how long it all took and how
-    many nodes the exact search visited.
+    in seconds (``inf``: no limit). ``gap`` is the relative distance to the lower bound at
+    which a plan is good enough (default 1e-4; 0 asks for a proof of optimality). ``progress``
+    is called with a :class:`~tensorarena.planning.progress.Progress` as planning goes. The
+    plan's ``statistics`` say how long it all took, the nodes the exact search visited and the
+    best lower bound known (``bound``).
 
     Bad arguments raise before any planning: :class:`UnknownPlannerError`,
-    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time limit),
+    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time limit or gap),
     :class:`~tensorarena.errors.InvalidSizeError` (capacity) or
     :class:`~tensorarena.errors.InvalidAlignmentError`.
     """
@@ -222,20 +282,29 @@ def plan(
         )
     if alignment is not None:
         check_alignment(alignment)
-    capacity = problem.capacity if capacity is None else check_capacity(capacity)
-    time_limit = check_time_limit(time_limit)
-    start = time.perf_counter()
-    result = PLANNERS[planner](
-        problem, capacity=capacity, time_limit=time_limit, alignment=alignment
+    if not isinstance(minimize, bool):
+        raise InvalidArgumentError(f"minimize must be a bool, got {minimize!r}")
+    check_progress(progress)
+    options = PlanOptions(
+        capacity=problem.capacity if capacity is None else check_capacity(capacity),
+        time_limit=check_time_limit(time_limit),
+        alignment=alignment,
+        gap=check_gap(gap),
+        minimize=minimize,
+        progress=progress,
     )
-    bound = lower_bound(problem)
-    measured = result.statistics or PlanStatistics(seconds=0.0, lower_bound=bound)
-    statistics = replace(measured, seconds=time.perf_counter() - start, lower_bound=bound)
+    start = time.perf_counter()
+    result = PLANNERS[planner](problem, options)
+    peak = lower_bound(problem)
+    measured = result.statistics or PlanStatistics(seconds=0.0, lower_bound=peak)
+    bound = measured.bound or aligned_lower_bound(problem, alignment)
+    statistics = replace(measured, seconds=time.perf_counter() - start, lower_bound=peak,
+                         bound=bound)
     result = replace(result, statistics=statistics)
+    capacity = options.capacity
     if capacity is not None and result.height > capacity:
-        proven = result.optimal  # the optimum itself is too high
         raise PlanDoesNotFitError(
-            result, capacity, height=result.height, lower_bound=bound,
-            planner=result.planner, proven=proven,
+            result, capacity, height=result.height, lower_bound=peak,
+            planner=result.planner, proven=result.optimal or bound > capacity,
         )
     return result

@@ -136,8 +136,12 @@ class PlanStatistics:
     seconds: float  #: wall time the planner took (for :func:`~tensorarena.planning.plan`: all)
     lower_bound: int  #: the problem's lower bound, the peak of live bytes
     nodes: int = 0  #: nodes the exact search visited; 0 when no search ran
-    #: ``auto``/``exact`` skipped the search: too many overlapping pairs for the time limit
+    #: ``auto`` skipped the search: too many overlapping pairs for the time limit
     exact_skipped: bool = False
+    #: the best lower bound the planner knows: at least ``lower_bound``, raised by alignment
+    #: padding (:func:`~tensorarena.planning.bounds.aligned_lower_bound`) and by every capacity
+    #: the exact search proved infeasible; 0 when the planner did not compute one
+    bound: int = 0
 
 
 @dataclass(frozen=True, slots=True, repr=False)
