@@ -243,3 +243,12 @@ def test_a_model_that_cannot_be_exported_says_what_to_try() -> None:
     with pytest.raises(ExportFailedError, match=r"What to try: torch\.compile") as info:
         PlannedProgram.from_module(DataDependent(), (torch.randn(3),))
     assert info.value.__cause__ is not None
+
+
+def test_auto_keeps_short_lived_results_of_ops_without_out_variant_dynamic() -> None:
+    program, model, x = block_program(unplaceable="auto")
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x))
+    layer_norm = next(n for n in program.report().nodes if n.node == "layer_norm")
+    assert layer_norm.path == "dynamic" and "short-lived" in layer_norm.reason
+    program.verify(x)

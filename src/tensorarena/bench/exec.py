@@ -124,7 +124,7 @@ def measure_model(
     size: Size = "tiny",
     training: bool = False,
     repeats: int = 30,
-    unplaceable: Literal["copy", "dynamic"] = "copy",
+    unplaceable: Literal["auto", "copy", "dynamic"] = "copy",
     verify: bool = True,
     progress: Progress | None = None,
 ) -> ModelResult:
@@ -220,7 +220,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--training", action="store_true",
                         help="a training step (forward, loss, every gradient) instead of inference")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls each (default 30)")
-    parser.add_argument("--unplaceable", choices=("copy", "dynamic"), default="copy",
+    parser.add_argument("--unplaceable", choices=("auto", "copy", "dynamic"), default="copy",
                         help="results of ops without an out variant: copied into the arena "
                              "(default) or left where the op put them")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no poisoned check")

@@ -11,8 +11,8 @@ Two steps, both once per specialisation of a program (not per call):
                 copied into their slots (the op's own allocation lives for one node only);
    ``alias``    views and in-place ops: they run as they are, over whatever storage they alias;
    ``dynamic``  results outside the arena: graph outputs (handed to the caller, see
-                :mod:`~tensorarena.runtime.program`), and, with ``unplaceable="dynamic"``,
-                results of ops without an out variant;
+                :mod:`~tensorarena.runtime.program`), and, with ``unplaceable="dynamic"``
+                (or ``"auto"``, for short-lived ones), results of ops without an out variant;
    ``pool``     results whose size follows a dimension declared *growing*: written through the
                 out variant into a block of the dynamic pool, sized at each call;
    ``other``    no tensor result: shape arithmetic, assertions, picking one result of several.
@@ -51,7 +51,9 @@ __all__ = ["PATHS", "Lowering", "NodePath", "Unplaceable", "classify", "generate
 #: Every path a node can take, in report order.
 PATHS = ("out", "copy", "alias", "dynamic", "pool", "other")
 Path = Literal["out", "copy", "alias", "dynamic", "pool", "other"]
-Unplaceable = Literal["copy", "dynamic"]
+Unplaceable = Literal["auto", "copy", "dynamic"]
+#: With ``unplaceable="auto"``, results read for at most this many steps stay dynamic.
+SHORT_LIVED_STEPS = 3
 
 POISON_BYTE = 0xFF
 
@@ -99,6 +101,7 @@ def classify(
     """
     inplace = set(inplace)
     planned = {b.id for b in gp.problem.buffers}
+    spans = {b.id: b.end - b.start for b in gp.problem.buffers}
     outputs = set(gp.outputs)
     pooled = set(pooled)
     demoted = demoted or {}
@@ -149,8 +152,13 @@ def classify(
             path, reason = "dynamic", lowering.dynamic[roots[0]]
         elif variant is not None and whole and len(kept) == len(roots):
             path, reason = "out", f"written in place by {variant.name}"
-        elif unplaceable == "dynamic" and variant is None:
+        elif variant is None and (
+            unplaceable == "dynamic"
+            or (unplaceable == "auto" and all(spans[r] <= SHORT_LIVED_STEPS for r in kept))
+        ):
             path, reason = "dynamic", "no out variant: result kept where the op allocated it"
+            if unplaceable == "auto":
+                reason = "no out variant, short-lived: kept where the op allocated it"
             for root in kept:
                 lowering.dynamic[root] = reason
         else:

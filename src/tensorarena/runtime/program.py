@@ -109,7 +109,9 @@ class PlannedProgram:
     ``unplaceable``
         ``"copy"`` (default): a result of an op without an out variant is copied into its
         slot, so every planned byte lives in the arena; ``"dynamic"``: it stays where the op
-        put it, outside the plan;
+        put it, outside the plan; ``"auto"``: dynamic when read for at most a few steps (its
+        copy would be read once or twice), copied otherwise. None wins on every model: see
+        ``tensorarena bench exec --unplaceable``;
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on);
@@ -144,9 +146,9 @@ class PlannedProgram:
         concurrency: Concurrency = "serialize",
     ) -> None:
         torch = _torch()
-        if unplaceable not in ("copy", "dynamic"):
+        if unplaceable not in ("auto", "copy", "dynamic"):
             raise InvalidArgumentError(
-                f"unplaceable must be 'copy' or 'dynamic', got {unplaceable!r}"
+                f"unplaceable must be 'auto', 'copy' or 'dynamic', got {unplaceable!r}"
             )
         if type(max_plans) is not int or max_plans < 1:
             raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
