@@ -223,6 +223,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unplaceable", choices=("auto", "copy", "dynamic"), default="copy",
                         help="results of ops without an out variant: copied into the arena "
                              "(default) or left where the op put them")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch intra-op threads (default: torch's). On a shared machine "
+                             "use 1: a parallel op waits for its slowest thread, and one thread "
+                             "descheduled by another process stalls it for milliseconds")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no poisoned check")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -255,14 +259,17 @@ def run(args: argparse.Namespace) -> int:
     from tensorarena._optional import require
     from tensorarena.planning.models import ARCHITECTURES
 
-    require("torch", extra="torch", feature="tensorarena bench exec")
+    torch = require("torch", extra="torch", feature="tensorarena bench exec")
     require("transformers", extra="torch", feature="tensorarena bench exec")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     names = args.model or list(ARCHITECTURES)
     repeats = 5 if args.quick else args.repeats
     mode = "training" if args.training else "inference"
     stream = None if args.json else sys.stderr
     if not args.json:
         print(f"bench exec: {mode}, size {args.size}, {os.cpu_count()} CPUs, "
+              f"{torch.get_num_threads()} torch threads, "
               f"median of {repeats} calls, unplaceable={args.unplaceable}")
     results: dict[str, ModelResult] = {}
     skipped: dict[str, str] = {}
@@ -286,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
             "size": args.size,
             "unplaceable": args.unplaceable,
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "cpus": os.cpu_count()},
+                        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         }, indent=2))
     else:
         _print_table(results, skipped)
