@@ -1,0 +1,72 @@
+"""Allocation traces: record what a program allocates, convert peers' formats, replay anywhere.
+
+One trace model (:class:`Event`: allocate/free of an id, with size, stream, time and tag;
+:class:`Trace`: a checked sequence of them) and every format behind :func:`read_trace`,
+:func:`iter_events` (streaming) and :func:`write_trace`: our CSV (``op,id,size`` at minimum),
+RMM's logging CSV, and PyTorch's memory-snapshot pickle (read through an unpickler that cannot
+run code; written so that PyTorch's viewer opens it — :func:`write_snapshot` and
+:func:`build_snapshot` are the writer other layers reuse).
+
+``import tensorarena.trace`` needs only NumPy; the torch recorder imports torch when used.
+"""
+
+from tensorarena.trace._pickle import UnsafePickleError
+from tensorarena.trace.csv_format import CsvWriter, iter_csv, write_csv
+from tensorarena.trace.formats import (
+    FORMATS,
+    detect_format,
+    iter_events,
+    read_trace,
+    write_trace,
+)
+from tensorarena.trace.model import (
+    ALLOC,
+    FREE,
+    Event,
+    LiveSet,
+    MalformedTraceError,
+    Trace,
+    TraceSummary,
+    summarize,
+)
+from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
+from tensorarena.trace.rmm_format import iter_rmm, write_rmm
+from tensorarena.trace.snapshot import (
+    SnapshotAction,
+    build_snapshot,
+    read_snapshot,
+    snapshot_events,
+    snapshot_of,
+    write_snapshot,
+)
+
+__all__ = [
+    "ALLOC",
+    "FORMATS",
+    "FREE",
+    "BlockState",
+    "CsvWriter",
+    "Event",
+    "LiveSet",
+    "MalformedTraceError",
+    "PyTorchLike",
+    "SegmentState",
+    "SnapshotAction",
+    "Trace",
+    "TraceSummary",
+    "UnsafePickleError",
+    "build_snapshot",
+    "detect_format",
+    "iter_csv",
+    "iter_events",
+    "iter_rmm",
+    "read_snapshot",
+    "read_trace",
+    "snapshot_events",
+    "snapshot_of",
+    "summarize",
+    "write_csv",
+    "write_rmm",
+    "write_snapshot",
+    "write_trace",
+]

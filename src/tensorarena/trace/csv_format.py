@@ -1,0 +1,206 @@
+"""Our CSV trace format: one event a row, the minimal form being ``op,id,size``.
+
+::
+
+    # tensorarena trace, version 1
+    op,id,size,stream,time_us,tag
+    a,0,4096,0,12,aten::empty
+    a,1,512,0,15,
+    f,0,4096,0,20,
+
+``op`` is ``a`` (allocate) or ``f`` (free); ``id`` a non-negative integer naming one live
+allocation; ``size`` its bytes (a free may leave it empty or 0: the reader fills it in from the
+allocate). ``stream`` (default 0), ``time_us`` (empty: unknown) and ``tag`` are optional columns,
+in any order after the header. The version line is written by :func:`write_csv` and optional on
+reading (a file of a later version is refused: it may mean something we do not know); other
+lines starting with ``#`` and blank lines are skipped. Unknown columns are refused rather than
+silently ignored, so a misspelt ``time_us`` is not lost.
+
+Reading streams (:func:`iter_csv`); every fault is a
+:class:`~tensorarena.trace.model.MalformedTraceError` with its line and column. Writing is atomic
+(:mod:`tensorarena.trace._atomic`), either all at once (:func:`write_csv`) or event by event
+(:class:`CsvWriter`, the sink a long recording writes through).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
+from types import TracebackType
+from typing import IO
+
+from tensorarena.trace._atomic import atomic_text
+from tensorarena.trace._text import Source, int_cell, open_lines, source_name
+from tensorarena.trace.model import ALLOC, FREE, Event, LiveSet, MalformedTraceError
+
+__all__ = ["COLUMNS", "FORMAT_VERSION", "CsvWriter", "iter_csv", "write_csv"]
+
+#: The version this module writes and the newest it reads.
+FORMAT_VERSION = 1
+#: Every column, in the order they are written.
+COLUMNS = ("op", "id", "size", "stream", "time_us", "tag")
+_REQUIRED = ("op", "id", "size")
+_VERSION_LINE = f"# tensorarena trace, version {FORMAT_VERSION}\n"
+_VERSION_RE = re.compile(r"^#\s*tensorarena trace, version (\d+)\s*$")
+
+
+def _header(lines: Iterator[str], name: str) -> tuple[dict[str, int], int]:
+    """Skip the comments before the header; return column → index and the header's line."""
+    for number, text in enumerate(lines, 1):
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            match = _VERSION_RE.match(stripped)
+            if match and int(match.group(1)) > FORMAT_VERSION:
+                raise MalformedTraceError(
+                    f"{name}: trace format version {match.group(1)}; this tensorarena reads up "
+                    f"to version {FORMAT_VERSION} (upgrade it)", line=number)
+            continue
+        cells = [cell.strip().lower().lstrip("\ufeff") for cell in next(csv.reader([text]))]
+        for cell in cells:
+            if cell not in COLUMNS:
+                raise MalformedTraceError(
+                    f"{name}: unknown column {cell!r}; a trace has {','.join(_REQUIRED)} and "
+                    f"optionally {','.join(COLUMNS[3:])}", line=number, column=cell)
+        for required in _REQUIRED:
+            if required not in cells:
+                raise MalformedTraceError(
+                    f"{name}: missing column {required!r}; the header is {stripped!r} (the "
+                    f"minimal header is {','.join(_REQUIRED)})", line=number, column=required)
+        if len(set(cells)) != len(cells):
+            raise MalformedTraceError(f"{name}: a column appears twice in {stripped!r}",
+                                      line=number)
+        return {cell: index for index, cell in enumerate(cells)}, number
+    raise MalformedTraceError(f"{name}: empty file, expected the header op,id,size", line=1)
+
+
+def iter_csv(source: Source, *, live: LiveSet | None = None) -> Iterator[Event]:
+    """Stream the checked events of a trace in our CSV format.
+
+    ``live`` (optional) is the :class:`LiveSet` the events are checked against; pass your own to
+    read the summary (peak live bytes...) once the stream is exhausted.
+    """
+    live = LiveSet() if live is None else live
+    name = source_name(source)
+    with open_lines(source) as lines:
+        columns, offset = _header(lines, name)
+        width = len(columns)
+        i_op, i_id, i_size = columns["op"], columns["id"], columns["size"]
+        i_stream = columns.get("stream")
+        i_time = columns.get("time_us")
+        i_tag = columns.get("tag")
+        reader = csv.reader(lines)
+        check = live.check
+        while True:
+            try:
+                row = next(reader, None)
+            except csv.Error as exc:
+                raise MalformedTraceError(f"{name}: {exc}", line=offset + reader.line_num) from None
+            if row is None:
+                return
+            line = offset + reader.line_num
+            if len(row) != width or row[0][:1] == "#":
+                if not row or row[0][:1] == "#" or (len(row) == 1 and not row[0].strip()):
+                    continue
+                raise MalformedTraceError(
+                    f"{name}: {len(row)} fields, the header has {width}", line=line)
+            op = row[i_op].strip()
+            if op != ALLOC and op != FREE:
+                raise MalformedTraceError(
+                    f"op {op!r:.20} is neither 'a' (allocate) nor 'f' (free)", line=line,
+                    column="op")
+            ident = int_cell(row[i_id], line=line, column="id")
+            if ident < 0:
+                raise MalformedTraceError(f"id {ident} is negative", line=line, column="id")
+            text = row[i_size]
+            nbytes = int_cell(text, line=line, column="size") if (op == ALLOC or text.strip()) \
+                else 0
+            stream = 0
+            if i_stream is not None and row[i_stream].strip():
+                stream = int_cell(row[i_stream], line=line, column="stream")
+            time_us = None
+            if i_time is not None and row[i_time].strip():
+                time_us = int_cell(row[i_time], line=line, column="time_us")
+            tag = row[i_tag] if i_tag is not None else ""
+            yield check(Event(op, ident, nbytes, stream, time_us, tag), line)
+
+
+def _row(event: Event) -> tuple[object, ...]:
+    op, ident, nbytes, stream, time_us, tag = event
+    return op, ident, nbytes, stream, "" if time_us is None else time_us, tag
+
+
+def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
+              columns: Iterable[str] | None = None) -> None:
+    """Write ``events`` to ``path`` atomically, in our CSV format.
+
+    ``columns`` defaults to the minimal ``op,id,size`` plus each optional column that some
+    event uses (which needs a second pass over ``events``: give a sequence, or name the columns
+    to stream an iterator).
+    """
+    if columns is None:
+        events = list(events)
+        used = {"stream": any(e.stream for e in events),
+                "time_us": any(e.time_us is not None for e in events),
+                "tag": any(e.tag for e in events)}
+        chosen = [c for c in COLUMNS if c in _REQUIRED or used[c]]
+    else:
+        chosen = list(columns)
+        unknown = [c for c in chosen if c not in COLUMNS]
+        if unknown or any(c not in chosen for c in _REQUIRED):
+            raise MalformedTraceError(f"columns must include {_REQUIRED} and come from {COLUMNS}"
+                                      f", got {chosen}")
+    indices = [COLUMNS.index(c) for c in chosen]
+    with atomic_text(path) as handle:
+        handle.write(_VERSION_LINE)
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(chosen)
+        if len(indices) == len(COLUMNS):
+            writer.writerows(_row(e) for e in events)
+        else:
+            writer.writerows([_row(e)[i] for i in indices] for e in events)
+
+
+class CsvWriter:
+    """Writes events one at a time to a temporary file that becomes ``path`` on :meth:`close`
+    (or on leaving ``with``), with every column. If the ``with`` block raises, or
+    :meth:`abort` is called, the temporary file is removed and ``path`` is not touched.
+
+    It is a callable sink: ``Logging(pool, sink=...)`` (via
+    :func:`tensorarena.trace.TraceRecorder`) or any recorder may call it per event.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._stack = ExitStack()
+        self._handle: IO[str] = self._stack.enter_context(atomic_text(path))
+        self._handle.write(_VERSION_LINE)
+        self._writer = csv.writer(self._handle, lineterminator="\n")
+        self._writer.writerow(COLUMNS)
+        self.path = path
+        self.events = 0
+
+    def __call__(self, event: Event) -> None:
+        """Write one event."""
+        self._writer.writerow(_row(event))
+        self.events += 1
+
+    write = __call__
+
+    def close(self) -> None:
+        """Finish the file and give it its final name."""
+        self._stack.close()
+
+    def abort(self) -> None:
+        """Drop the file: nothing appears under the final name."""
+        self._stack.__exit__(MalformedTraceError, MalformedTraceError("aborted"), None)
+
+    def __enter__(self) -> CsvWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stack.__exit__(exc_type, exc, tb)
