@@ -6,6 +6,10 @@ height within the time limit (for C, D and J the capacity is above the lower bou
 found is checked by the independent validator before it is counted.
 
     .venv/bin/python bench/exact_challenging.py [--data DIR] [--time-limit S] [--only A,C]
+        [--off nogoods,section_inference]
+
+``--off`` turns techniques of the solver off (names of ``SolverParams``' switches), to measure
+what each one buys.
 
 The data folder is ``--data DIR`` or ``$TENSORARENA_DATA``, as for ``tensorarena bench plan``:
 the folder holding ``minimalloc/challenging/`` (or that folder itself). Without it the run is
@@ -25,6 +29,7 @@ import time
 from tensorarena.bench.plan import DATA_ENV, data_folder
 from tensorarena.planning.csv_io import capacity_from_name, read_problem
 from tensorarena.planning.exact import solve_exact
+from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.validate import validate
 
 #: minimalloc's times on the suite, in milliseconds (paper, "challenging suite" table).
@@ -46,7 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--optimise", action="store_true", help="minimise the height instead of fitting"
     )
+    parser.add_argument(
+        "--off", default="",
+        help=f"techniques to turn off, comma-separated: {', '.join(SolverParams.switches())}",
+    )
     args = parser.parse_args(argv)
+    off = [name.strip() for name in args.off.split(",") if name.strip()]
+    unknown = sorted(set(off) - set(SolverParams.switches()))
+    if unknown:
+        parser.error(f"unknown techniques {unknown}; known: {', '.join(SolverParams.switches())}")
+    params = SolverParams(**dict.fromkeys(off, False))
 
     data = data_folder(args.data)
     if data is None:
@@ -66,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     mode = "optimise" if args.optimise else "decision"
     print(
-        f"exact planner, {mode} version, time limit {args.time_limit:g} s per instance; "
+        f"exact planner, {mode} version, time limit {args.time_limit:g} s per instance"
+        f"{'; off: ' + ', '.join(off) if off else ''}; "
         f"Python {platform.python_version()} on {platform.machine()} "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
     )
@@ -83,9 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         capacity = capacity_from_name(path)
         problem = read_problem(path)  # the capacity is passed explicitly where it applies
         if args.optimise or capacity is None:
-            result = solve_exact(problem, time_limit=args.time_limit)
+            result = solve_exact(problem, time_limit=args.time_limit, params=params)
         else:
-            result = solve_exact(problem, capacity=capacity, time_limit=args.time_limit)
+            result = solve_exact(problem, capacity=capacity, time_limit=args.time_limit,
+                                 params=params)
         height = "-"
         if result.plan is not None:
             validate(problem, result.plan, capacity=None if args.optimise else capacity)

@@ -17,6 +17,7 @@ from tensorarena.errors import (
     InvalidSizeError,
 )
 from tensorarena.planning.exact import ExactResult, greedy_plan, solve_exact
+from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
 from tensorarena.planning.exact_sections import build_sections
 from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
@@ -224,7 +225,7 @@ def test_decomposition_changes_no_answer(seed: int) -> None:
     high = greedy_plan(problem).height
     for capacity in range(lower_bound(problem), high + 1):
         split = decide(sections, capacity, deadline=float("inf"))
-        whole = decide(sections, capacity, deadline=float("inf"), decompose=False)
+        whole = decide(sections, capacity, params=SolverParams(dynamic_decomposition=False))
         assert split.status == whole.status
         assert split.status in (FOUND, EXHAUSTED)
         if split.status == FOUND:
@@ -249,7 +250,8 @@ def test_memory_of_failed_states_changes_no_answer(seed: int) -> None:
     sections = build_sections(problem.buffers)
     for capacity in range(lower_bound(problem), greedy_plan(problem).height + 1):
         remembered = decide(sections, capacity, deadline=float("inf"))
-        forgotten = decide(sections, capacity, deadline=float("inf"), remember=False)
+        forgotten = decide(sections, capacity,
+                           params=SolverParams(remember_failures=False, nogoods=False))
         assert remembered.status == forgotten.status
         assert remembered.nodes <= forgotten.nodes
 
@@ -260,7 +262,7 @@ def test_bounded_memory_and_scattered_floors_change_no_answer(
 ) -> None:
     # Large problems take two other paths: floors by one scatter instead of the section table,
     # and a nogood memory that starts afresh when full. Force both on small problems.
-    import tensorarena.planning.exact_search as exact_search
+    import tensorarena.planning.exact_node as exact_search
 
     rng = random.Random(6000 + seed)
     buffers = []

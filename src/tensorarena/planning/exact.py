@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tensorarena.errors import InvalidPlanError
+from tensorarena.errors import InvalidArgumentError, InvalidPlanError
 from tensorarena.planning._options import (
     check_capacity,
     check_gap,
@@ -35,7 +35,8 @@ from tensorarena.planning._options import (
     check_time_limit,
 )
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
-from tensorarena.planning.exact_search import EXHAUSTED, FOUND, decide
+from tensorarena.planning.exact_params import SolverParams
+from tensorarena.planning.exact_search import EXHAUSTED, FOUND, Solver
 from tensorarena.planning.exact_sections import Sections, build_sections
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem
 from tensorarena.planning.progress import ProgressCallback, Reporter
@@ -76,6 +77,7 @@ def solve_exact(
     node_limit: int | None = None,
     gap: float = 0.0,
     progress: ProgressCallback | None = None,
+    params: SolverParams | None = None,
 ) -> ExactResult:
     """Branch and bound over canonical plans, minimalloc-style.
 
@@ -88,7 +90,8 @@ def solve_exact(
     answer on any machine. A search stopped by either limit returns what it found, unproven.
     ``gap`` stops the optimisation version at a plan within that relative gap of the best
     bound proven (0: search on until the plan is proven optimal); ``progress`` is called with a
-    :class:`~tensorarena.planning.progress.Progress` as the search goes.
+    :class:`~tensorarena.planning.progress.Progress` as the search goes. ``params`` turns the
+    search's techniques on and off (:class:`~tensorarena.planning.exact_params.SolverParams`).
 
     Raises :class:`~tensorarena.errors.InvalidArgumentError` for a bad time or node limit (or a
     ``problem`` that is not a :class:`Problem`), :class:`~tensorarena.errors.InvalidSizeError`
@@ -102,13 +105,16 @@ def solve_exact(
     gap = check_gap(gap)
     check_progress(progress)
     check_int64(problem)
+    if params is not None and not isinstance(params, SolverParams):
+        raise InvalidArgumentError(f"params must be a SolverParams, got {type(params).__name__}")
+    solver = Solver(params)
     # The clock starts before the seed is checked: validating a large plan takes a while.
     started = time.perf_counter()
     deadline = time.monotonic() + seconds
     if initial is not None:
         _check_initial(problem, initial)
     report = Reporter(progress, started, height=None if initial is None else initial.height)
-    limits = _Limits(started, deadline, nodes, gap, report)
+    limits = _Limits(started, deadline, nodes, gap, report, solver)
     sections = build_sections(problem.buffers)
     if capacity is not None:
         return _decision(problem, sections, capacity, initial, limits)
@@ -158,6 +164,7 @@ class _Limits:
     nodes: int | None
     gap: float
     report: Reporter
+    solver: Solver
 
     def nodes_left(self, spent: int) -> int | None:
         return None if self.nodes is None else self.nodes - spent
@@ -204,8 +211,8 @@ def _decision(
     if floor > capacity:
         return result(None, True, 0)
     limits.report.update("exact", bound=floor)
-    found = decide(sections, capacity, deadline=limits.deadline, node_limit=limits.nodes,
-                   on_tick=limits.ticker(0))
+    found = limits.solver.solve(sections, capacity, deadline=limits.deadline,
+                                node_limit=limits.nodes, on_tick=limits.ticker(0))
     if found.status == FOUND:
         assert found.offsets is not None
         offsets = _full_offsets(problem, sections, found.offsets.tolist())
@@ -252,8 +259,8 @@ def _optimise(
         else:
             probe, share = (try_low + top) // 2 // granule * granule, 0.5
         first = False
-        found = decide(sections, probe, deadline=time.monotonic() + remaining * share,
-                       node_limit=nodes_left, on_tick=limits.ticker(nodes))
+        found = limits.solver.solve(sections, probe, deadline=time.monotonic() + remaining * share,
+                                    node_limit=nodes_left, on_tick=limits.ticker(nodes))
         nodes += found.nodes
         if found.status == FOUND:
             assert found.offsets is not None
