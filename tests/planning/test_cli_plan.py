@@ -15,7 +15,7 @@ from tensorarena.planning.validate import validate
 
 DATA = Path(__file__).parent / "data"
 KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds",
-        "validate_seconds", "bound"}
+        "validate_seconds", "bound", "impossible"}
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:

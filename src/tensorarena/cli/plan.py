@@ -1,19 +1,27 @@
-"""``tensorarena plan PROBLEM.csv``: plan offsets for a minimalloc CSV and report the result.
+"""``tensorarena plan PROBLEM``: plan offsets for a minimalloc CSV (or a model) and report it.
 
 A contract other tools rely on. With ``--json`` stdout holds exactly one JSON object::
 
     {"buffers": n, "lower_bound": int, "bound": int, "height": int, "ratio": float,
-     "optimal": bool, "feasible": bool, "planner": str, "seconds": float,
+     "optimal": bool, "feasible": bool, "impossible": bool, "planner": str, "seconds": float,
      "validate_seconds": float}
 
-``feasible`` means the plan fits ``--capacity`` (always true without one); ``optimal`` means
-proven, which includes a height equal to the lower bound. ``lower_bound`` is the peak of live
-bytes and ``ratio`` is the height over it; ``bound`` is the best lower bound the planner knows
-(alignment padding counted, raised by every capacity the exact search proved infeasible).
-``seconds`` is the planning alone; ``validate_seconds`` the independent check that follows.
-Exit status: 0 for a valid plan that fits; 1 when none was found that fits within the time limit
-(the best height is still printed); 2 for bad input (malformed CSV, with line and column on
-stderr; unreadable file; bad option), always as a one-line message, never a traceback.
+plus ``"offsets": {id: offset}`` with ``--offsets``. ``feasible`` means the plan fits
+``--capacity`` (always true without one); ``impossible`` that no plan can fit it (proven: the
+bound is above it, or the exact search exhausted every plan); ``optimal`` means proven, which
+includes a height equal to the bound. ``lower_bound`` is the peak of live bytes and ``ratio`` is
+the height over it; ``bound`` is the best lower bound the planner knows (alignment padding
+counted, raised by every capacity the exact search proved infeasible). ``seconds`` is the
+planning alone; ``validate_seconds`` the independent check that follows. Exit status: 0 for a
+valid plan that fits; 1 when none was found that fits within the time limit (the best height is
+still printed); 2 for bad input (malformed CSV, with line and column on stderr; unreadable file;
+bad option), always as a one-line message, never a traceback.
+
+PROBLEM is a minimalloc CSV, ``-`` for CSV on stdin, an ONNX model (``.onnx``, with
+``--input-shape NAME=D,D`` for dynamic inputs) or a saved ``torch.export`` program (``.pt2``).
+minimalloc's own command line works too: ``--input=F --output=F --capacity=N --timeout=10s``,
+its solver switches (``--section_inference=false``, ``--nocheck_dominance``, ...),
+``--preordering_heuristics=WAT,TAW`` and ``--validate`` (we always validate).
 
 With ``--capacity`` the planner answers "does it fit?" and stops at the first plan that fits;
 ``--minimize`` lowers it further. Without, it stops at a plan within ``--gap`` of the bound. On a
@@ -49,7 +57,9 @@ _DECIMAL = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt])b\s*$", re.IGNORECAS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the ``plan`` command's arguments."""
+    """Add the ``plan`` command's arguments (ours, and minimalloc's beside them)."""
+    from tensorarena.planning.exact_params import SolverParams
+    from tensorarena.planning.exact_sections import PREORDERS
     from tensorarena.planning.planners import DEFAULT_GAP, DEFAULT_TIME_LIMIT, PLANNERS
 
     parser.epilog = (
@@ -58,7 +68,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "time limit (the best height is still reported); 2 bad input or option."
     )
 
-    parser.add_argument("problem", metavar="PROBLEM.csv", help="minimalloc CSV problem file")
+    parser.add_argument("problem", metavar="PROBLEM", nargs="?",
+                        help="minimalloc CSV problem file (- for stdin), an ONNX model (.onnx) "
+                             "or a saved torch.export program (.pt2)")
+    parser.add_argument("--input", metavar="FILE", help="the problem, as minimalloc names it")
     parser.add_argument(
         "--planner", default="auto", choices=list(PLANNERS),
         help="planner to run (default: auto = portfolio, then exact search if above the bound)",
@@ -71,18 +84,77 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
                         help=f"limit for the exact search (default {DEFAULT_TIME_LIMIT:g}; "
                              "inf: none)")
+    parser.add_argument("--timeout", metavar="DURATION",
+                        help="minimalloc's time limit: 10s, 500ms, 2m, inf (overrides "
+                             "--time-limit)")
     parser.add_argument("--gap", type=float, default=DEFAULT_GAP, metavar="FRACTION",
                         help="stop at a plan within this relative gap of the lower bound "
                              f"(default {DEFAULT_GAP:g}; 0: prove optimality)")
     parser.add_argument("--minimize", action="store_true",
                         help="with --capacity: keep lowering the plan after it fits (default: "
                              "stop at the first plan that fits)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
+                        help="pin a graph input's shape (repeatable), e.g. ids=8,128")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress on stderr (shown only on a terminal anyway)")
-    parser.add_argument("--out", metavar="SOLUTION.csv",
-                        help="write the plan as a minimalloc solution CSV (only when it fits)")
+    parser.add_argument("--out", "--output", dest="out", metavar="SOLUTION.csv",
+                        help="write the plan as a minimalloc solution CSV (only when it fits; "
+                             "- for stdout, without --json)")
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object on stdout")
+    parser.add_argument("--offsets", action="store_true",
+                        help="with --json: include every buffer's offset ({id: offset})")
+    parser.add_argument("--validate", action="store_true",
+                        help="minimalloc's flag; accepted: every plan is validated anyway")
+    solver = parser.add_argument_group(
+        "exact solver techniques (minimalloc's flags: --NAME=false or --noNAME turns one off)")
+    for name in SolverParams.switches():
+        solver.add_argument(f"--{name}", type=_boolean, nargs="?", const=True, default=None,
+                            metavar="BOOL")
+        solver.add_argument(f"--no{name}", dest=name, action="store_const", const=False,
+                            help=argparse.SUPPRESS)
+    solver.add_argument("--preordering_heuristics", metavar="H,H,...",
+                        help=f"static preorders, letters of WATZL (default {','.join(PREORDERS)})")
+
+
+def _boolean(text: str) -> bool:
+    """absl's spellings of a boolean flag's value."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "t", "1", "yes", "y"):
+        return True
+    if lowered in ("false", "f", "0", "no", "n"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r} (write --flag=false)")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(h|m|s|ms|us|ns)?\s*$")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, None: 1.0}
+
+
+def _duration(text: str) -> float:
+    """minimalloc's ``--timeout`` (an absl duration: ``10s``, ``500ms``, ``2m``, ``inf``)."""
+    from tensorarena.errors import InvalidArgumentError
+
+    if text.strip().lower() in ("inf", "infinite"):
+        return float("inf")
+    match = _DURATION.match(text)
+    if match is None:
+        raise InvalidArgumentError(
+            f"--timeout must be a duration such as 10s, 500ms, 2m or inf, got {text!r}"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _solver_params(args: argparse.Namespace) -> Any:
+    """The :class:`SolverParams` the switches ask for, or None when none was given."""
+    from tensorarena.planning.exact_params import SolverParams
+
+    given = {name: getattr(args, name) for name in SolverParams.switches()
+             if getattr(args, name) is not None}
+    if args.preordering_heuristics is not None:
+        given["preorders"] = tuple(h.strip() for h in args.preordering_heuristics.split(",")
+                                   if h.strip())
+    return SolverParams(**given) if given else None
 
 
 def _fail(message: str) -> int:
@@ -166,40 +238,54 @@ def _unit_slip(text: str | None, capacity: int, bound: int, named: int | None) -
 def run(args: argparse.Namespace) -> int:
     """Run the command; return the exit status (0 fits, 1 no fit found, 2 bad input)."""
     from tensorarena.planning._options import check_gap, check_time_limit
-    from tensorarena.planning.csv_io import capacity_from_name, read_problem, write_solution
+    from tensorarena.planning.csv_io import capacity_from_name, write_solution
+    from tensorarena.planning.graph_problem import GraphProblem
     from tensorarena.planning.planners import PlanDoesNotFitError, plan
+    from tensorarena.planning.sources import load_problem, parse_input_shape
     from tensorarena.planning.validate import validate
 
+    source = args.input if args.input is not None else args.problem
     try:
+        if args.input is not None and args.problem is not None and args.input != args.problem:
+            raise TensorArenaError(f"two problems given: {args.problem} and --input={args.input}")
+        if source is None:
+            raise TensorArenaError("no problem given: tensorarena plan PROBLEM (or --input=FILE)")
         capacity = (None if args.capacity is None
                     else parse_size(args.capacity, name="--capacity", allow_zero=True))
         alignment = None
         if args.alignment is not None:
             alignment = check_alignment(parse_size(args.alignment, name="--alignment"),
                                         name="--alignment")
-        check_time_limit(args.time_limit, name="--time-limit")
+        time_limit = check_time_limit(args.time_limit, name="--time-limit")
+        if args.timeout is not None:
+            time_limit = _duration(args.timeout)
         check_gap(args.gap, name="--gap")
+        params = _solver_params(args)
+        shapes = dict(parse_input_shape(text) for text in args.input_shape)
+        if args.out == "-" and args.json:
+            raise TensorArenaError("--output - and --json both want stdout: choose one")
     except TensorArenaError as exc:
         return _fail(str(exc))
     try:
         # The capacity goes to plan() rather than into the problem, so that the validator below
         # checks the geometry alone and a plan that misses the capacity can still be reported.
         # A Path, so that a file name is never read as CSV text.
-        problem = read_problem(Path(args.problem))
+        loaded = load_problem(source if source == "-" else Path(source), input_shapes=shapes)
     except TensorArenaError as exc:
         message = str(exc)
-        return _fail(message if args.problem in message else f"{args.problem}: {message}")
+        return _fail(message if source in message else f"{source}: {message}")
+    problem = loaded.problem if isinstance(loaded, GraphProblem) else loaded
 
     start = time.perf_counter()
-    fits = True
+    fits, impossible = True, False
     label = f"{len(problem)} buffers with {args.planner}"
     try:
         with _ProgressLine(label, not args.quiet) as progress:
-            result = plan(problem, args.planner, capacity=capacity, time_limit=args.time_limit,
+            result = plan(problem, args.planner, capacity=capacity, time_limit=time_limit,
                           alignment=alignment, gap=args.gap, minimize=args.minimize,
-                          progress=progress)
+                          progress=progress, params=params)
     except PlanDoesNotFitError as exc:
-        result, fits = exc.plan, False
+        result, fits, impossible = exc.plan, False, exc.proven
     except TensorArenaError as exc:
         return _fail(str(exc))
     seconds = time.perf_counter() - start
@@ -212,58 +298,76 @@ def run(args: argparse.Namespace) -> int:
         return 1
     validate_seconds = time.perf_counter() - start
 
-    bound = problem.lower_bound()
+    peak = problem.lower_bound()
+    bound = peak if result.statistics is None else max(peak, result.statistics.bound)
     height = result.height
-    ratio = height / bound if bound else (1.0 if height == 0 else float("inf"))
-    summary = {
+    ratio = height / peak if peak else (1.0 if height == 0 else float("inf"))
+    summary: dict[str, Any] = {
         "buffers": len(problem),
-        "lower_bound": bound,
+        "lower_bound": peak,
+        "bound": bound,
         "height": height,
         "ratio": ratio,
-        "optimal": bool(result.optimal or height == bound),
+        "optimal": bool(result.optimal or height <= bound),
         "feasible": fits,
+        "impossible": impossible,
         "planner": result.planner,
         "seconds": seconds,
         "validate_seconds": validate_seconds,
-        "bound": bound if result.statistics is None else max(bound, result.statistics.bound),
     }
+    if args.offsets:
+        summary["offsets"] = result.as_dict()
     if args.out is not None and fits:
         try:
-            write_solution(result, args.out)
+            write_solution(result, sys.stdout if args.out == "-" else args.out)
         except OSError as exc:
             return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
     if args.json:
         print(json.dumps(summary))
-    else:
-        _print_summary(args, summary, capacity, result.statistics)
+    elif args.out != "-":
+        _print_summary(source, args.out, summary, capacity, result.statistics)
     if not fits and capacity is not None:
-        slip = _unit_slip(args.capacity, capacity, bound, capacity_from_name(args.problem))
+        named = capacity_from_name(source) if source != "-" else None
+        slip = _unit_slip(args.capacity, capacity, peak, named)
         if slip:
             print(f"tensorarena plan: note: {slip}", file=sys.stderr)
     return 0 if fits else 1
 
 
-def _print_summary(args: argparse.Namespace, summary: dict[str, Any], capacity: int | None,
-                   statistics: PlanStatistics | None) -> None:
+def _print_summary(source: str, out: str | None, summary: dict[str, Any],
+                   capacity: int | None, statistics: PlanStatistics | None) -> None:
     height = summary["height"]
+    bound = summary["bound"]
     lines = [
-        f"problem      {args.problem} ({summary['buffers']} buffers)",
+        f"problem      {source} ({summary['buffers']} buffers)",
         f"planner      {summary['planner']}",
-        f"lower bound  {summary['lower_bound']} ({format_size(summary['lower_bound'])})",
+        f"lower bound  {summary['lower_bound']} ({format_size(summary['lower_bound'])})"
+        + (f"; {bound} with alignment padding and proofs" if bound > summary["lower_bound"]
+           else ""),
         f"height       {height} ({format_size(height)}), {summary['ratio']:.4f} x lower bound"
         + (", optimal" if summary["optimal"] else ""),
     ]
     if capacity is not None:
-        verdict = "fits" if summary["feasible"] else "DOES NOT FIT (best plan found shown)"
+        if summary["feasible"]:
+            verdict = "fits"
+        elif bound > capacity:
+            verdict = (f"DOES NOT FIT: proven impossible, no plan is below {bound} bytes "
+                       "(the best plan found is shown)")
+        elif summary["impossible"]:
+            verdict = ("DOES NOT FIT: proven impossible, the exact search tried every plan "
+                       "(the best plan found is shown)")
+        else:
+            verdict = ("DOES NOT FIT: no plan found that fits within the time limit, not "
+                       "proven impossible (the best plan found is shown)")
         lines.append(f"capacity     {capacity} ({format_size(capacity)}): {verdict}")
     lines.append(f"time         {summary['seconds']:.3f} s planning, "
                  f"{summary['validate_seconds']:.3f} s validating")
     if statistics is not None and statistics.exact_skipped:
         lines.append("note         exact search skipped: too many overlapping pairs for the time "
-                     "limit (raise --time-limit)")
+                     "limit (raise --time-limit, or --planner exact to search anyway)")
     elif statistics is not None and statistics.nodes:
         lines.append(f"search       {statistics.nodes} nodes")
-    if args.out is not None:
-        written = args.out if summary["feasible"] else "not written (the plan does not fit)"
+    if out is not None:
+        written = out if summary["feasible"] else "not written (the plan does not fit)"
         lines.append(f"solution     {written}")
     print("\n".join(lines))

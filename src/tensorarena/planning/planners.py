@@ -47,6 +47,7 @@ from tensorarena.planning._options import (
 )
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.exact import solve_exact
+from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.sizes import Size, check_alignment
@@ -84,6 +85,7 @@ class PlanOptions:
     gap: float = DEFAULT_GAP  #: relative gap to the bound that is good enough
     minimize: bool = False  #: with a capacity, lower the plan after it fits
     progress: ProgressCallback | None = None  #: where :class:`Progress` reports go
+    params: SolverParams | None = None  #: the exact search's techniques (None: all on)
 
     @property
     def decision(self) -> bool:
@@ -116,7 +118,8 @@ def _exact(problem: Problem, options: PlanOptions, *, capacity: int | None, time
                       nodes=spent + progress.nodes, tick=progress.stage == "exact")
 
     result = solve_exact(searched, capacity=capacity, time_limit=time_limit, initial=seed,
-                         gap=options.gap, progress=forward if report else None)
+                         gap=options.gap, progress=forward if report else None,
+                         params=options.params)
     report.nodes = spent + result.nodes
     found = result.plan
     if found is None:
@@ -256,6 +259,7 @@ def plan(
     gap: float = DEFAULT_GAP,
     minimize: bool = False,
     progress: ProgressCallback | None = None,
+    params: SolverParams | None = None,
 ) -> Plan:
     """Plan offsets for ``problem`` with the named planner (see the module docstring).
 
@@ -266,7 +270,9 @@ def plan(
     buffer's alignment to at least this power of two. ``time_limit`` bounds the exact search,
     in seconds (``inf``: no limit). ``gap`` is the relative distance to the lower bound at
     which a plan is good enough (default 1e-4; 0 asks for a proof of optimality). ``progress``
-    is called with a :class:`~tensorarena.planning.progress.Progress` as planning goes. The
+    is called with a :class:`~tensorarena.planning.progress.Progress` as planning goes.
+    ``params`` (:class:`~tensorarena.planning.exact_params.SolverParams`) switches the exact
+    search's techniques on and off. The
     plan's ``statistics`` say how long it all took, the nodes the exact search visited and the
     best lower bound known (``bound``).
 
@@ -285,6 +291,8 @@ def plan(
     if not isinstance(minimize, bool):
         raise InvalidArgumentError(f"minimize must be a bool, got {minimize!r}")
     check_progress(progress)
+    if params is not None and not isinstance(params, SolverParams):
+        raise InvalidArgumentError(f"params must be a SolverParams, got {type(params).__name__}")
     options = PlanOptions(
         capacity=problem.capacity if capacity is None else check_capacity(capacity),
         time_limit=check_time_limit(time_limit),
@@ -292,6 +300,7 @@ def plan(
         gap=check_gap(gap),
         minimize=minimize,
         progress=progress,
+        params=params,
     )
     start = time.perf_counter()
     result = PLANNERS[planner](problem, options)
