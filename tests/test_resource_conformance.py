@@ -22,7 +22,14 @@ import pytest
 from _fake_cuda import FakeCudart
 from _upstreams import BufferMemory
 from tensorarena import Arena, MemoryKind
-from tensorarena.adaptors import Counting, Limiting, StreamOrdered, ThreadCached, ThreadSafe
+from tensorarena.adaptors import (
+    Counting,
+    Limiting,
+    Logging,
+    StreamOrdered,
+    ThreadCached,
+    ThreadSafe,
+)
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
@@ -38,6 +45,7 @@ from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.memory.virtual import VirtualMemory
 from tensorarena.streams import CpuStream
+from tensorarena.trace import PyTorchLike
 
 # --- the resources under test: one line each --------------------------------------------------
 
@@ -69,6 +77,8 @@ RESOURCES = [
     pytest.param(lambda: Counting(Pool(VirtualMemory())), id="counting-pool"),
     pytest.param(lambda: Counting(HostMemory()), id="counting-host"),
     pytest.param(lambda: Limiting(Pool(HostMemory()), "64MiB"), id="limiting-pool"),
+    pytest.param(lambda: Logging(Pool(HostMemory())), id="logging-pool"),
+    pytest.param(lambda: PyTorchLike(HostMemory()), id="pytorch-like-host"),
     pytest.param(lambda: CudaMemory(runtime=CudaRuntime(FakeCudart())), id="cuda-fake"),
     pytest.param(lambda: ManagedMemory(runtime=CudaRuntime(FakeCudart())), id="managed-fake"),
     pytest.param(lambda: Pool(CudaMemory(1, runtime=CudaRuntime(FakeCudart()))), id="pool-cuda"),

@@ -63,7 +63,10 @@ def test_the_writer_adds_only_the_columns_the_events_use(tmp_path: Path) -> None
         ("op,id,size\na,0,10,5\n", 2, None, "4 fields"),
         ("op,id,size\na,0,10\n\nf,1,10\n", 4, "id", "not live"),
         ("op,id,size\na,0,10\nf,0,12\n", 3, "size", "allocated with 10"),
-        ("op,id,size\na,0," + "9" * 50 + "\n", 2, "size", "digits"),
+        ("op,id,size\na,0," + "9" * 50 + "\n", 2, "size", "positive byte count"),
+        ("op,id,size\na,0,1" + "0" * 5000 + "\n", 2, "size", "digits"),
+        ("op,id,size,stream\na,0,1,s\n", 2, "stream", "not an integer"),
+        ("op,id,size,time_us\na,0,1,now\n", 2, "time_us", "not an integer"),
         ("# tensorarena trace, version 9\nop,id,size\n", 1, None, "version 9"),
     ],
 )

@@ -30,6 +30,8 @@ from tensorarena.trace.model import (
     summarize,
 )
 from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
+from tensorarena.trace.recorder import EventRecorder, trace_from_log
+from tensorarena.trace.replay import ReplayResult, replay, statistics_of
 from tensorarena.trace.rmm_format import iter_rmm, write_rmm
 from tensorarena.trace.snapshot import (
     SnapshotAction,
@@ -47,9 +49,11 @@ __all__ = [
     "BlockState",
     "CsvWriter",
     "Event",
+    "EventRecorder",
     "LiveSet",
     "MalformedTraceError",
     "PyTorchLike",
+    "ReplayResult",
     "SegmentState",
     "SnapshotAction",
     "Trace",
@@ -62,9 +66,12 @@ __all__ = [
     "iter_rmm",
     "read_snapshot",
     "read_trace",
+    "replay",
     "snapshot_events",
     "snapshot_of",
+    "statistics_of",
     "summarize",
+    "trace_from_log",
     "write_csv",
     "write_rmm",
     "write_snapshot",

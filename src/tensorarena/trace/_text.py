@@ -1,9 +1,9 @@
 """Reading text traces line by line, with the line number of every fault.
 
 The CSV readers (ours and RMM's) stream: a trace of a million lines is never held in memory, so a
-replay uses memory in proportion to what is live, not to the file. Files are read in binary and
-decoded one line at a time, so that a bad byte is reported on its own line (a text stream decodes
-a whole block ahead and fails on the line where the block starts). A source is a path, a text
+replay uses memory in proportion to what is live, not to the file. A bad byte is reported on its
+own line (a text stream decodes a whole block ahead and fails where the block starts, so the line
+is found by reading again, one line at a time). A source is a path, a text
 with at least one line break (handy in tests and notebooks), or an open file.
 """
 
@@ -49,17 +49,36 @@ def _decoded(raw_lines: Iterator[bytes]) -> Iterator[str]:
                                       line=number) from None
 
 
+def _bad_line(path: Path) -> MalformedTraceError:
+    """The error for the first line of ``path`` that is not UTF-8 (found by reading again)."""
+    with path.open("rb") as handle:
+        try:
+            for _ in _decoded(iter(handle)):
+                pass
+        except MalformedTraceError as error:
+            return error
+    return MalformedTraceError(f"{path}: not UTF-8 text")  # pragma: no cover - it decoded
+
+
 @contextlib.contextmanager
 def open_lines(source: Source) -> Iterator[Iterator[str]]:
-    """The lines of ``source``, decoded one at a time; a file opened here is closed after."""
+    """The lines of ``source``, decoded; a file opened here is closed after.
+
+    A file is read as UTF-8 text by the C decoder (the fast path: most of a replay's reading
+    time is here); if it holds a bad byte, the error names the line, found by reading the file
+    again one line at a time.
+    """
     if is_path(source):
         path = Path(source)  # type: ignore[arg-type]
         try:
-            handle = path.open("rb")
+            handle = path.open("r", encoding="utf-8", newline="")
         except OSError as exc:
             raise MalformedTraceError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
         with handle:
-            yield _decoded(iter(handle))
+            try:
+                yield handle
+            except UnicodeDecodeError:
+                raise _bad_line(path) from None
         return
     if isinstance(source, str):
         yield iter(io.StringIO(source, newline=""))

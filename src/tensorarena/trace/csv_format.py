@@ -108,25 +108,40 @@ def iter_csv(source: Source, *, live: LiveSet | None = None) -> Iterator[Event]:
                     continue
                 raise MalformedTraceError(
                     f"{name}: {len(row)} fields, the header has {width}", line=line)
-            op = row[i_op].strip()
+            op = row[i_op]
             if op != ALLOC and op != FREE:
-                raise MalformedTraceError(
-                    f"op {op!r:.20} is neither 'a' (allocate) nor 'f' (free)", line=line,
-                    column="op")
-            ident = int_cell(row[i_id], line=line, column="id")
+                op = op.strip()
+                if op != ALLOC and op != FREE:
+                    raise MalformedTraceError(
+                        f"op {op!r:.20} is neither 'a' (allocate) nor 'f' (free)", line=line,
+                        column="op")
+            try:  # the common case first; _cells says what is wrong with the others
+                ident = int(row[i_id])
+                nbytes = int(row[i_size]) if op == ALLOC or row[i_size] else 0
+                stream = int(row[i_stream]) if i_stream is not None and row[i_stream] else 0
+                time_us = int(row[i_time]) if i_time is not None and row[i_time] else None
+            except ValueError:
+                ident, nbytes, stream, time_us = _cells(row, op, line, i_id, i_size, i_stream,
+                                                        i_time)
             if ident < 0:
                 raise MalformedTraceError(f"id {ident} is negative", line=line, column="id")
-            text = row[i_size]
-            nbytes = int_cell(text, line=line, column="size") if (op == ALLOC or text.strip()) \
-                else 0
-            stream = 0
-            if i_stream is not None and row[i_stream].strip():
-                stream = int_cell(row[i_stream], line=line, column="stream")
-            time_us = None
-            if i_time is not None and row[i_time].strip():
-                time_us = int_cell(row[i_time], line=line, column="time_us")
             tag = row[i_tag] if i_tag is not None else ""
             yield check(Event(op, ident, nbytes, stream, time_us, tag), line)
+
+
+def _cells(row: list[str], op: str, line: int, i_id: int, i_size: int, i_stream: int | None,
+           i_time: int | None) -> tuple[int, int, int, int | None]:
+    """The numbers of a row that ``int()`` refused, each checked with its column's name."""
+    ident = int_cell(row[i_id], line=line, column="id")
+    text = row[i_size]
+    nbytes = int_cell(text, line=line, column="size") if op == ALLOC or text.strip() else 0
+    stream = 0
+    if i_stream is not None and row[i_stream].strip():
+        stream = int_cell(row[i_stream], line=line, column="stream")
+    time_us = None
+    if i_time is not None and row[i_time].strip():
+        time_us = int_cell(row[i_time], line=line, column="time_us")
+    return ident, nbytes, stream, time_us
 
 
 def _row(event: Event) -> tuple[object, ...]:

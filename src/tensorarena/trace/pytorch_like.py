@@ -31,10 +31,12 @@ It is a simulation for the bookkeeping, not PyTorch's speed: its time per operat
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tensorarena.errors import InvalidAddressError, InvalidAlignmentError, SizeMismatchError
+from tensorarena.errors import DoubleFreeError, InvalidAddressError, SizeMismatchError
+from tensorarena.memory._live import RECENT_FREES
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -127,6 +129,7 @@ class PyTorchLike:
         self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
         self._free_blocks: dict[int, _Block] = {}
         self._live: dict[int, _Block] = {}
+        self._recent_frees: OrderedDict[int, None] = OrderedDict()  # to name a double free
         self._segments: dict[int, _Block] = {}  # base -> first block
         self._requested = self._peak_requested = self._total_requested = 0
         self._allocated = self._peak_allocated = self._total_allocated = 0
@@ -149,34 +152,36 @@ class PyTorchLike:
 
     def allocate(self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT,
                  stream: Stream = None) -> int:
-        """A block of ``round_size(nbytes)`` bytes from the pool PyTorch would use."""
+        """A block of ``round_size(nbytes)`` bytes from the pool PyTorch would use.
+
+        PyTorch's blocks are 512-byte aligned and its API takes no alignment; a larger one
+        (which PyTorch never sees) is served from a block ``alignment - 512`` bytes larger whose
+        leading part is split off as a free block.
+        """
         nbytes = check_nbytes(nbytes)
-        if check_alignment(alignment) > MIN_BLOCK:
-            raise InvalidAlignmentError(
-                f"PyTorch's caching allocator aligns blocks to {MIN_BLOCK} bytes; "
-                f"alignment {alignment} is not available")
+        alignment = check_alignment(alignment)
         stream = _stream_key(stream)
         size = round_size(nbytes)
-        small = size <= SMALL_SIZE
+        pad = max(alignment - MIN_BLOCK, 0)
+        small = size + pad <= SMALL_SIZE
         keys = self._free[small]
-        index = bisect.bisect_left(keys, (stream, size, 0))
+        index = bisect.bisect_left(keys, (stream, size + pad, 0))
         if index < len(keys) and keys[index][0] == stream:
             block = self._free_blocks.pop(keys.pop(index)[2])
             self._free_bytes -= block.size
         else:
-            block = self._new_segment(size, stream, small, nbytes)
+            block = self._new_segment(size + pad, stream, small)
+        lead = -block.address % alignment
+        if lead:  # only for alignments above 512: split off the head, which stays free
+            head, block = block, self._split(block, lead)
+            self._insert_free(head)
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
-            rest = _Block(block.address + size, remaining, block.segment, stream, small)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
-            self._insert_free(rest)
+            self._insert_free(self._split(block, size))
         block.allocated = True
         block.requested = nbytes
         self._live[block.address] = block
+        self._recent_frees.pop(block.address, None)
         self._count_allocation(nbytes, block.size)
         if self._on_action is not None:
             self._on_action("alloc", block.address, nbytes, stream)
@@ -187,6 +192,8 @@ class PyTorchLike:
         address = check_address(address)
         block = self._live.get(address)
         if block is None:
+            if address in self._recent_frees:
+                raise DoubleFreeError(f"block {address:#x} was already freed", address=address)
             raise InvalidAddressError(
                 f"address {address:#x} is not a live block of this allocator", address=address)
         nbytes = check_nbytes(nbytes)
@@ -195,6 +202,9 @@ class PyTorchLike:
                 f"block {address:#x} was allocated with {block.requested} bytes, freed with "
                 f"{nbytes}", address=address, given=nbytes, allocated=block.requested)
         del self._live[address]
+        self._recent_frees[address] = None
+        if len(self._recent_frees) > RECENT_FREES:
+            self._recent_frees.popitem(last=False)
         self._requested -= block.requested
         self._allocated -= block.size
         if self._on_action is not None:
@@ -218,9 +228,21 @@ class PyTorchLike:
             block = before
         self._insert_free(block)
 
+    @staticmethod
+    def _split(block: _Block, at: int) -> _Block:
+        """Cut ``block`` after its first ``at`` bytes; return the new second part."""
+        rest = _Block(block.address + at, block.size - at, block.segment, block.stream,
+                      block.small)
+        rest.prev, rest.next = block, block.next
+        if block.next is not None:
+            block.next.prev = rest
+        block.next = rest
+        block.size = at
+        return rest
+
     # --- segments ----------------------------------------------------------------------------
 
-    def _new_segment(self, size: int, stream: int, small: bool, nbytes: int) -> _Block:
+    def _new_segment(self, size: int, stream: int, small: bool) -> _Block:
         wanted = segment_size(size)
         try:
             base = self._upstream.allocate(wanted, MIN_BLOCK, None)
@@ -301,6 +323,14 @@ class PyTorchLike:
                 head = head.next
             result.append(SegmentState(base, total, first.stream, first.small, tuple(blocks)))
         return tuple(result)
+
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value."""
+        self._peak_requested = self._requested
+        self._peak_allocated = self._allocated
+        self._peak_reserved = self._reserved
+        self._peak_blocks = len(self._live)
+        self._peak_segments = len(self._segments)
 
     def statistics(self) -> MemoryStatistics:
         """A frozen snapshot in the vocabulary of :mod:`tensorarena.stats`."""

@@ -1,0 +1,101 @@
+"""Configurations by name, the smallest fixed arena, the system allocators, the recommendation."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from _traces import random_trace
+
+from tensorarena.errors import InvalidArgumentError
+from tensorarena.trace.configs import configuration, smallest_fixed_arena
+from tensorarena.trace.recommend import recommend
+from tensorarena.trace.system import (
+    SYSTEM_ALLOCATORS,
+    SystemAllocatorUnavailable,
+    replay_system,
+    system_allocator_library,
+)
+
+
+def test_names_parse_to_configurations() -> None:
+    config = configuration("best_fit", growth="doubling")
+    assert (config.kind, config.strategy, config.growth, config.thread_cached) == (
+        "pool", "best_fit", "doubling", False)
+    cached = configuration("thread_cached/tlsf/same_as_requested")
+    assert cached.thread_cached and cached.growth == "same_as_requested"
+    assert configuration("pytorch_like").kind == "pytorch_like"
+    assert configuration("glibc").kind == "system"
+    assert "Doubling" in config.code() and "ThreadCached(" in cached.code()
+
+
+@pytest.mark.parametrize("name", ["worst_fit", "best_fit/sometimes", "a/b/c", ""])
+def test_unknown_names_list_the_known_ones(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="best_fit"):
+        configuration(name)
+    with pytest.raises(InvalidArgumentError, match="doubling"):
+        configuration("best_fit", growth="tripling")
+
+
+def test_the_smallest_fixed_arena_serves_the_trace_and_a_smaller_one_does_not() -> None:
+    trace = random_trace(400, seed=1, max_bytes=1 << 16)
+    config = configuration("best_fit/fixed")
+    capacity, result = smallest_fixed_arena(trace, config)
+    assert result.failures == 0 and result.peak_reserved_bytes == capacity
+    assert capacity >= trace.summary().peak_live_bytes
+    from dataclasses import replace
+
+    from tensorarena.trace import replay
+
+    smaller = replace(config, initial_size=int(capacity * 0.99) // 256 * 256)
+    assert replay(trace, smaller.make()).failures > 0
+    assert configuration("best_fit/fixed").run(trace).failures == 0
+
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+@linux
+def test_glibc_replays_in_a_child_with_every_page_touched() -> None:
+    trace = random_trace(300, seed=2, max_bytes=4 << 20)
+    result = replay_system(trace, "glibc")
+    assert result.events == len(trace) and result.failures == 0
+    assert result.peak_live_bytes == trace.summary().peak_live_bytes
+    # Touched pages are resident: the peak resident growth covers most of the peak live bytes.
+    assert result.peak_reserved_bytes is not None
+    assert result.peak_reserved_bytes > 0.5 * result.peak_live_bytes
+    assert result.fragmentation is None and result.upstream_allocs is None
+
+
+@pytest.mark.parametrize("name", ["jemalloc", "mimalloc"])
+def test_other_allocators_run_or_say_what_to_install(name: str) -> None:
+    try:
+        system_allocator_library(name)
+    except SystemAllocatorUnavailable as reason:
+        assert "apt-get install" in str(reason) or "Linux" in str(reason)
+        pytest.skip(str(reason))
+    result = replay_system(random_trace(200, seed=3), name)
+    assert result.failures == 0 and result.peak_reserved_bytes is not None
+
+
+def test_an_unknown_allocator_is_unavailable() -> None:
+    with pytest.raises(SystemAllocatorUnavailable, match="unknown"):
+        system_allocator_library("tcmalloc")
+    assert set(SYSTEM_ALLOCATORS) == {"glibc", "jemalloc", "mimalloc"}
+
+
+def test_recommend_ranks_footprint_first_and_never_recommends_a_baseline() -> None:
+    trace = random_trace(300, seed=6, max_bytes=1 << 20)
+    seen: list[str] = []
+    advice = recommend(trace, strategies=["best_fit", "buddy"],
+                       growths=["doubling", "fixed"], baselines=["pytorch_like"],
+                       report=seen.append)
+    assert advice.best is not None and advice.best.configuration.kind == "pool"
+    names = [r.configuration.name for r in advice.ranking]
+    assert any(n.startswith("thread_cached/") for n in names) and "pytorch_like" in names
+    assert len(seen) == len(names)
+    usable = [r for r in advice.ranking if r.usable]
+    assert advice.best.footprint <= min(r.footprint for r in usable) * (1 + advice.tolerance)
+    data = advice.as_dict()
+    assert data["recommended"]["configuration"] == advice.best.configuration.name
+    assert "Pool(upstream" in data["recommended"]["code"]
