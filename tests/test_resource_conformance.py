@@ -24,11 +24,14 @@ from _upstreams import BufferMemory
 from tensorarena import Arena, MemoryKind
 from tensorarena.adaptors import (
     Counting,
+    Guarded,
     Limiting,
     Logging,
+    Poisoning,
     StreamOrdered,
     ThreadCached,
     ThreadSafe,
+    Tracking,
 )
 from tensorarena.errors import (
     DoubleFreeError,
@@ -77,6 +80,14 @@ RESOURCES = [
     pytest.param(lambda: Counting(Pool(VirtualMemory())), id="counting-pool"),
     pytest.param(lambda: Counting(HostMemory()), id="counting-host"),
     pytest.param(lambda: Limiting(Pool(HostMemory()), "64MiB"), id="limiting-pool"),
+    pytest.param(lambda: Tracking(Pool(HostMemory()), stack_depth=4), id="tracking-pool"),
+    pytest.param(lambda: Guarded(Pool(HostMemory())), id="guarded-pool"),
+    pytest.param(lambda: Guarded(Pool(HostMemory()), guard_pages=True), id="guarded-pages-pool"),
+    pytest.param(lambda: Poisoning(Pool(HostMemory())), id="poisoning-pool"),
+    pytest.param(
+        lambda: Poisoning(Pool(BufferMemory()), quarantine="64KiB", fill_new=0xCD),
+        id="poisoning-small-quarantine",
+    ),
     pytest.param(lambda: Logging(Pool(HostMemory())), id="logging-pool"),
     pytest.param(lambda: PyTorchLike(HostMemory()), id="pytorch-like-host"),
     pytest.param(lambda: CudaMemory(runtime=CudaRuntime(FakeCudart())), id="cuda-fake"),

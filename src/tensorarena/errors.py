@@ -25,6 +25,9 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── StreamClosedError                             work submitted to a stream after its close()
     ├── CudaError                 (also RuntimeError) a CUDA runtime call returned an error status
     ├── InvariantError            (also AssertionError) internal state found corrupt by a check
+    ├── MemoryCorruptionError                         bytes written where no live block is
+    │   ├── BufferOverflowError                       a red zone around a live block was written
+    │   └── UseAfterFreeError                         a freed (poisoned) block was written
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
     ├── InfeasibleError                               no plan fits the requested capacity
@@ -35,6 +38,9 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── NumaBindError             (also OSError)      the kernel refused to bind memory to a node
     ├── MissingDependencyError    (also ImportError)  an optional extra is not installed
     └── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
+
+    TensorArenaWarning            (also UserWarning)
+    └── LeakWarning                                   allocations still live at interpreter exit
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from typing import Any
 
 __all__ = [
     "AsyncWorkError",
+    "BufferOverflowError",
     "ConcurrentUseError",
     "CudaError",
     "DeviceMismatchError",
@@ -57,6 +64,8 @@ __all__ = [
     "InvalidResourceError",
     "InvalidSizeError",
     "InvariantError",
+    "LeakWarning",
+    "MemoryCorruptionError",
     "MissingDependencyError",
     "NotHostAccessibleError",
     "NumaBindError",
@@ -75,6 +84,7 @@ __all__ = [
     "UnknownNumaNodeError",
     "UnknownPlannerError",
     "UnknownStrategyError",
+    "UseAfterFreeError",
 ]
 
 
@@ -84,6 +94,11 @@ class TensorArenaError(Exception):
 
 class TensorArenaWarning(UserWarning):
     """Base class of every warning issued by tensorarena."""
+
+
+class LeakWarning(TensorArenaWarning):
+    """Allocations were still live when the interpreter exited (a ``Tracking`` adaptor made
+    with ``report_at_exit=True``); the message is its leak report, grouped by site."""
 
 
 class InvalidArgumentError(TensorArenaError, ValueError):
@@ -276,6 +291,57 @@ class InvariantError(TensorArenaError, AssertionError):
     Not a user error: a bug in tensorarena, or memory corrupted from outside. Raised by explicit
     checks, so it does not vanish under ``python -O`` as ``assert`` would.
     """
+
+
+class MemoryCorruptionError(TensorArenaError):
+    """A debugging adaptor found bytes written where the program had no live block: a red zone
+    around a block (:class:`BufferOverflowError`) or a freed block (:class:`UseAfterFreeError`).
+
+    Like every error here, raised before the call that found it changed anything: the damaged
+    pattern is written back (so each corruption is reported once) and the call can be repeated
+    to carry it out (a free then frees). ``address`` and ``nbytes`` name the block as its user
+    saw it, ``offset`` the first corrupted byte relative to the block's start (negative before
+    it), ``corrupted`` how many bytes differ from the recorded ``pattern``, and ``site`` where
+    the block was allocated (a formatted stack; empty when stacks were off).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        address: int,
+        nbytes: int,
+        offset: int,
+        corrupted: int,
+        pattern: int,
+        site: str = "",
+    ) -> None:
+        self.address = address
+        self.nbytes = nbytes
+        self.offset = offset
+        self.corrupted = corrupted
+        self.pattern = pattern
+        self.site = site
+        super().__init__(message)
+
+
+class BufferOverflowError(MemoryCorruptionError):
+    """A canary byte next to a live block was overwritten. ``side`` is ``"overflow"`` (written
+    past the end: ``offset >= nbytes``) or ``"underflow"`` (before the start: ``offset < 0``)."""
+
+    def __init__(self, message: str, *, side: str, **fields: Any) -> None:
+        self.side = side
+        super().__init__(message, **fields)
+
+
+class UseAfterFreeError(MemoryCorruptionError):
+    """A freed block's poison was overwritten while it waited in quarantine: something wrote
+    through a pointer (an array, a view) after the block was freed. ``freed_at`` is where it
+    was freed; ``site`` where it was allocated."""
+
+    def __init__(self, message: str, *, freed_at: str = "", **fields: Any) -> None:
+        self.freed_at = freed_at
+        super().__init__(message, **fields)
 
 
 class InvalidProblemError(TensorArenaError, ValueError):
