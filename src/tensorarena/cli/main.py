@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("tensorarena.cli.validate", "check a solution CSV against its problem CSV"),
     "demo": ("tensorarena.cli.demo", "run a model eagerly and in one planned arena; report"),
     "replay": ("tensorarena.cli.replay", "replay an allocation trace on every strategy; compare"),
+    "trace": ("tensorarena.cli.trace", "record, convert and describe allocation traces"),
 }
 
 #: benchmark → (module, one-line help)

@@ -7,6 +7,14 @@ RMM's logging CSV, and PyTorch's memory-snapshot pickle (read through an unpickl
 run code; written so that PyTorch's viewer opens it — :func:`write_snapshot` and
 :func:`build_snapshot` are the writer other layers reuse).
 
+The :class:`~tensorarena.adaptors.Logging` adaptor records any resource (:class:`EventRecorder`
+turns its records into events); :func:`record_torch` records real PyTorch programs, and three
+traces it made from ``transformers`` models ship with the package (:func:`shipped_traces`).
+:func:`replay` drives any resource through a trace and reports footprint, fragmentation and time
+(:class:`ReplayResult`); :class:`PyTorchLike` is PyTorch's caching-allocator policy as a
+resource; :mod:`tensorarena.trace.configs` names the configurations the command line compares
+and :mod:`tensorarena.trace.recommend` ranks them.
+
 ``import tensorarena.trace`` needs only NumPy; the torch recorder imports torch when used.
 """
 
@@ -41,11 +49,14 @@ from tensorarena.trace.snapshot import (
     snapshot_of,
     write_snapshot,
 )
+from tensorarena.trace.torch_recorder import TorchRecording, record_script, record_torch
+from tensorarena.trace.workloads import WORKLOADS, shipped_traces
 
 __all__ = [
     "ALLOC",
     "FORMATS",
     "FREE",
+    "WORKLOADS",
     "BlockState",
     "CsvWriter",
     "Event",
@@ -56,6 +67,7 @@ __all__ = [
     "ReplayResult",
     "SegmentState",
     "SnapshotAction",
+    "TorchRecording",
     "Trace",
     "TraceSummary",
     "UnsafePickleError",
@@ -66,7 +78,10 @@ __all__ = [
     "iter_rmm",
     "read_snapshot",
     "read_trace",
+    "record_script",
+    "record_torch",
     "replay",
+    "shipped_traces",
     "snapshot_events",
     "snapshot_of",
     "statistics_of",
