@@ -1,23 +1,30 @@
-"""Planning problems from ONNX models, with shapes from ONNX shape inference.
+"""Planning problems from ONNX models, with concrete shapes for every tensor.
 
-One buffer per node output, sized from its inferred shape and element type. Time is the node's
-position in topological order (the order of ``graph.node`` when it is already topological, as the
-standard requires; otherwise a stable topological sort). Graph inputs, initializers and the outputs
-of ``Constant`` nodes are not planned: their bytes are part of the model (runtimes fold constants
-into initializers) and are reported with their sizes. Initializers are reported as parameters:
-ONNX does not tell weights from other constants. Graph outputs live to the end.
+One buffer per node output, sized from its shape and element type. Time is the node's position
+in topological order (the order of ``graph.node`` when it is already topological, as the standard
+requires; otherwise a stable topological sort). Graph inputs, initializers, the outputs of
+``Constant`` nodes and whatever shape arithmetic folds to a constant are not planned: their bytes
+are part of the model (runtimes fold constants into initializers) and are reported with their
+sizes. Initializers are reported as parameters: ONNX does not tell weights from other constants.
+Graph outputs live to the end. An output nothing reads (an optional output such as a training
+``Dropout``'s mask) lives for its node's step only, and one whose size cannot be known is left
+out: nobody needs its bytes.
 
-ONNX has no views: every output is fresh storage by default. Runtimes such as ONNX Runtime let
-the outputs of ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and ``Identity`` share their
-data input's bytes; ``alias_reshapes=True`` models that (those outputs then alias their input and
-extend its lifetime, as views do in the PyTorch front end).
+ONNX has no views, but runtimes give the outputs of ``Reshape``, ``Flatten``, ``Squeeze``,
+``Unsqueeze`` and ``Identity`` their data input's bytes (ONNX Runtime's ``Alias(0, 0)``
+kernels). ``alias_reshapes=True``, the default, models that, so that our plans are comparable
+with ONNX Runtime's: those outputs alias their input and extend its lifetime, as views do in the
+PyTorch front end. ``alias_reshapes=False`` gives every output fresh storage.
 
 Tensors used inside the subgraphs of ``If``/``Loop``/``Scan`` count as used by that node; the
 subgraphs' own temporaries are not planned.
 
-A tensor whose shape or element type inference cannot pin down (a symbolic dimension such as
-``batch``, an unknown rank, a string tensor) raises :class:`InvalidProblemError` naming it;
-``input_shapes`` pins the graph inputs' symbolic dimensions so that inference can finish.
+Shapes come from :mod:`~tensorarena.planning.onnx_shapes`: ONNX shape inference with data
+propagation, stale exporter hints dropped, constant shape arithmetic folded, and, as a last resort
+for models whose inputs are all static, one run of the reference evaluator. ``input_shapes`` pins
+the graph inputs' symbolic dimensions (``batch``, ``seq``) so that all of this can finish; a
+tensor whose size still cannot be pinned down raises :class:`InvalidProblemError` naming it and
+the node that makes it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from tensorarena._optional import require
 from tensorarena.errors import InvalidProblemError
 from tensorarena.planning.graph_problem import GraphProblem, Liveness
+from tensorarena.planning.onnx_shapes import FOLDED, infer_concrete_shapes, run_for_shapes
 
 if TYPE_CHECKING:
     import onnx
@@ -44,7 +52,7 @@ def problem_from_onnx(
     model_or_path: onnx.ModelProto | str | os.PathLike[str],
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    alias_reshapes: bool = False,
+    alias_reshapes: bool = True,
     alignment: int = 64,
     name: str = "",
 ) -> GraphProblem:
@@ -52,9 +60,11 @@ def problem_from_onnx(
 
     ``input_shapes`` maps graph input names to concrete shapes, replacing symbolic dimensions
     before shape inference. The model passed in is not modified. Every buffer gets ``alignment``.
-    ``alias_reshapes`` lets shape-only ops share their input's storage (see the module doc).
+    ``alias_reshapes`` (default True, as ONNX Runtime does) lets shape-only ops share their
+    input's storage (see the module doc).
     """
     onnx = _onnx()
+    path: str | None = None
     if isinstance(model_or_path, (str, os.PathLike)):
         from google.protobuf.message import DecodeError  # onnx's own dependency
 
@@ -84,11 +94,58 @@ def problem_from_onnx(
             copy.CopyFrom(node)
         del model.graph.node[:]
         model.graph.node.extend(copies)
+    model = infer_concrete_shapes(onnx, model, pinned=bool(input_shapes))
+    measured = _measure_unknown(onnx, model, path)
+    return _walk(model.graph, alias_reshapes=alias_reshapes, alignment=alignment, name=name,
+                 measured=measured)
+
+
+def _measure_unknown(onnx: Any, model: Any, path: str | os.PathLike[str] | None) -> dict[str, int]:
+    """Sizes measured by running the model, for needed tensors inference left unknown."""
+    graph = model.graph
+    types = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
+    used = _consumed(graph)
+    unknown: set[str] = set()
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            continue
+        for out in node.output:
+            if out and out in used and not _sized(types.get(out), out):
+                unknown.add(out)
+    if not unknown or not _inputs_static(graph):
+        return {}
+    return run_for_shapes(onnx, model, path, unknown)
+
+
+def _inputs_static(graph: Any) -> bool:
+    initializers = {init.name for init in graph.initializer}
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            return False
+        if not all(d.HasField("dim_value") for d in tensor_type.shape.dim):
+            return False
+    return True
+
+
+def _sized(type_proto: Any, tensor: str) -> bool:
+    if type_proto is None:
+        return False
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as exc:  # onnx raises its own C++-bound error types
-        raise InvalidProblemError(f"ONNX shape inference failed: {exc}") from exc
-    return _walk(model.graph, alias_reshapes=alias_reshapes, alignment=alignment, name=name)
+        _nbytes(type_proto, tensor)
+    except InvalidProblemError:
+        return False
+    return True
+
+
+def _consumed(graph: Any) -> set[str]:
+    """Names some node reads (subgraphs included) or the graph returns."""
+    used = {out.name for out in graph.output}
+    for node in graph.node:
+        used.update(_used_names(node))
+    return used
 
 
 def _pin_inputs(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
@@ -123,7 +180,8 @@ _SHAPE_ONLY_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Iden
 
 
 def _walk(
-    graph: onnx.GraphProto, *, alias_reshapes: bool, alignment: int, name: str
+    graph: onnx.GraphProto, *, alias_reshapes: bool, alignment: int, name: str,
+    measured: dict[str, int],
 ) -> GraphProblem:
     types: dict[str, Any] = {}
     for value in (*graph.input, *graph.value_info, *graph.output):
@@ -131,7 +189,7 @@ def _walk(
     live = Liveness()
     for init in graph.initializer:
         nbytes = _packed(_product(init.dims), _bits(init.data_type, init.name))
-        live.external(init.name, nbytes, "parameter")
+        live.external(init.name, nbytes, "constant" if init.doc_string == FOLDED else "parameter")
     for sparse in graph.sparse_initializer:
         live.external(sparse.values.name, _nbytes_of_sparse(sparse), "parameter")
     for value in graph.input:
@@ -139,6 +197,7 @@ def _walk(
             live.external(value.name, _nbytes(types[value.name], value.name), "input")
     nodes = list(graph.node)  # already in topological order
     steps = len(nodes)
+    consumed = _consumed(graph)
     for step, node in enumerate(nodes):
         for used in _used_names(node):
             if used in live:
@@ -146,13 +205,21 @@ def _walk(
         for out in node.output:
             if not out:
                 continue  # an omitted optional output
-            if out not in types:
+            try:
+                nbytes = measured[out] if out in measured else _nbytes(types[out], out)
+            except KeyError:
+                if out not in consumed:
+                    continue  # nobody reads it: it needs no bytes of ours
                 raise InvalidProblemError(
-                    f"tensor {out!r} (output of {node.op_type} node {node.name!r}) has no "
-                    "inferred type: shape inference could not determine it",
+                    f"tensor {out!r} (output of {_describe(node)}) has no inferred type: shape "
+                    "inference could not determine it",
                     column=out,
-                )
-            nbytes = _nbytes(types[out], out)
+                ) from None
+            except InvalidProblemError as exc:
+                if out not in consumed:
+                    continue
+                raise InvalidProblemError(f"{exc} (output of {_describe(node)})",
+                                          column=out) from None
             standard = node.domain in ("", "ai.onnx")
             shape_only = alias_reshapes and standard and node.op_type in _SHAPE_ONLY_OPS
             if shape_only and node.input and node.input[0] in live:
@@ -164,6 +231,10 @@ def _walk(
                 live.produce(out, step, nbytes)
     live.output((out.name for out in graph.output if out.name in live), steps)
     return live.build(steps=steps, name=name, alignment=alignment)
+
+
+def _describe(node: Any) -> str:
+    return f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
 
 
 def _topological(graph: onnx.GraphProto) -> list[Any]:
@@ -239,7 +310,8 @@ def _nbytes(type_proto: Any, tensor: str) -> int:
         elif dim.HasField("dim_param") and not dim.dim_param.startswith("unk__"):
             raise InvalidProblemError(
                 f"tensor {tensor!r} has a symbolic dimension {dim.dim_param!r} (axis {i}): pin "
-                "it with input_shapes={input name: shape}",
+                "it with input_shapes={input name: shape} (--input-shape NAME=D,D,... on the "
+                "command line)",
                 column=tensor,
             )
         else:  # no value, or a placeholder ("unk__0") that shape inference made up
@@ -259,9 +331,9 @@ def _packed(count: int, bits: int) -> int:
 def _bits(elem_type: int, tensor: str) -> int:
     onnx = _onnx()
     if elem_type in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING):
-        kind = "unknown" if elem_type == onnx.TensorProto.UNDEFINED else "string"
+        kind = "an unknown" if elem_type == onnx.TensorProto.UNDEFINED else "a string"
         raise InvalidProblemError(
-            f"tensor {tensor!r} has an {kind} element type, so its size is unknown",
+            f"tensor {tensor!r} has {kind} element type, so its size is unknown",
             column=tensor,
         )
     four_bit = {getattr(onnx.TensorProto, t, -1) for t in ("INT4", "UINT4", "FLOAT4E2M1")}
