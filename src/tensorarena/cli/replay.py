@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["configure", "run"]
 
 #: Above this size a trace file is streamed for every configuration instead of read once.
-_STREAM_ABOVE = 64 << 20
+_STREAM_ABOVE = 4 << 20
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
