@@ -109,7 +109,7 @@ def _configurations(traces: dict[str, Trace], quick: bool) -> dict[str, dict[str
 
 
 def _best(traces: dict[str, Trace], quick: bool) -> dict[str, dict[str, Any]]:
-    best = {}
+    best: dict[str, dict[str, Any]] = {}
     for name, trace in traces.items():
         advice = recommend(trace, baselines=(),
                            strategies=("best_fit", "first_fit") if quick else None)
