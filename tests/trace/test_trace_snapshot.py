@@ -174,3 +174,34 @@ def test_build_snapshot_takes_any_allocator_history() -> None:
     assert data["device_traces"][2][1]["frames"] == [{"filename": "<tag>", "line": 0,
                                                       "name": "x"}]
     assert data["device_traces"][:2] == [[], []] and data["segments"][0]["device"] == 2
+
+
+def test_a_live_pool_and_its_logged_history_make_a_snapshot(tmp_path: Path) -> None:
+    viz = pytest.importorskip("torch.cuda._memory_viz")
+    from tensorarena.adaptors import Logging
+    from tensorarena.memory import Pool, SameAsRequested, VirtualMemory
+    from tensorarena.trace import actions_from_log, pool_segments
+
+    upstream = Logging(VirtualMemory())
+    pool = Pool(upstream, strategy="best_fit", growth=SameAsRequested(), initial_size=0)
+    logged = Logging(pool)
+    blocks = [logged.allocate(n) for n in (1000, 5000, 3 << 20, 777)]
+    logged.deallocate(blocks[1], 5000)
+    segments = pool_segments(pool)
+    assert len(segments) == len(pool.arenas)
+    for segment in segments:
+        assert sum(b.size for b in segment.blocks) == segment.total_size
+    active = sorted(b.requested for s in segments for b in s.blocks if b.allocated)
+    assert active == [777, 1000, 3 << 20]
+    history = actions_from_log(logged.records) + actions_from_log(upstream.records,
+                                                                  segments=True)
+    write_snapshot(pool, tmp_path / "empty-history.pickle")
+    write_snapshot(snapshot_of(pool, history=history), tmp_path / "pool.pickle")
+    with open(tmp_path / "pool.pickle", "rb") as handle:
+        data = pickle.load(handle)
+    actions = [e["action"] for e in data["device_traces"][0]]
+    assert actions.count("segment_alloc") == 4 and actions.count("alloc") == 4
+    assert actions.index("segment_alloc") < actions.index("alloc")
+    viz.segsum(data)
+    viz.trace_plot(data)
+    assert read_trace(tmp_path / "pool.pickle").summary().live_at_end_blocks == 3

@@ -43,7 +43,9 @@ from tensorarena.trace.replay import ReplayResult, replay, statistics_of
 from tensorarena.trace.rmm_format import iter_rmm, write_rmm
 from tensorarena.trace.snapshot import (
     SnapshotAction,
+    actions_from_log,
     build_snapshot,
+    pool_segments,
     read_snapshot,
     snapshot_events,
     snapshot_of,
@@ -71,11 +73,13 @@ __all__ = [
     "Trace",
     "TraceSummary",
     "UnsafePickleError",
+    "actions_from_log",
     "build_snapshot",
     "detect_format",
     "iter_csv",
     "iter_events",
     "iter_rmm",
+    "pool_segments",
     "read_snapshot",
     "read_trace",
     "record_script",

@@ -19,10 +19,12 @@ Writing (:func:`write_snapshot`, :func:`snapshot_of`, :func:`build_snapshot`) ma
 PyTorch's tools open — ``torch.cuda._memory_viz`` (``trace_plot``, ``segment_plot``, ``segsum``,
 ``trace``) and the page pytorch.org/memory_viz. A trace has no addresses of its own, so
 :func:`snapshot_of` replays it on :class:`~tensorarena.trace.PyTorchLike` and records its
-actions: the viewer then shows the trace as PyTorch's allocator would have placed it. Anything
-else that knows its actions and segments (a pool under logging adaptors, say) builds a snapshot
-with :func:`build_snapshot` directly. Files are pickled with protocol 4: the viewer's JavaScript
-unpickler reads protocols 2 to 4 only.
+actions: the viewer then shows the trace as PyTorch's allocator would have placed it. A live
+:class:`~tensorarena.memory.Pool` gives its arenas and blocks as they are
+(:func:`pool_segments`), with the history of Logging adaptors around it and its upstream if
+there are any (:func:`actions_from_log`); anything else that knows its actions and segments
+builds a snapshot with :func:`build_snapshot` directly. Files are pickled with protocol 4: the
+viewer's JavaScript unpickler reads protocols 2 to 4 only.
 """
 
 from __future__ import annotations
@@ -34,16 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tensorarena.adaptors.logging import LogRecord
+from tensorarena.memory.pool import Pool
 from tensorarena.trace._atomic import atomic_binary
 from tensorarena.trace._pickle import load_plain
 from tensorarena.trace._text import is_path
 from tensorarena.trace.model import ALLOC, FREE, Event, MalformedTraceError, Trace
-from tensorarena.trace.pytorch_like import PyTorchLike, SegmentState
+from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
 
 __all__ = [
     "SNAPSHOT_PROTOCOL",
     "SnapshotAction",
+    "actions_from_log",
     "build_snapshot",
+    "pool_segments",
     "read_snapshot",
     "snapshot_events",
     "snapshot_of",
@@ -125,9 +131,58 @@ def build_snapshot(actions: Iterable[SnapshotAction], segments: Iterable[Segment
             "device_traces": [[] for _ in range(device)] + [trace]}
 
 
-def snapshot_of(events: Iterable[Event], *, device: int = 0) -> dict[str, Any]:
-    """The snapshot of a trace (a :class:`~tensorarena.trace.Trace` or checked events) as
-    PyTorch's caching allocator would have served it (replayed on :class:`PyTorchLike`)."""
+def pool_segments(pool: Pool) -> tuple[SegmentState, ...]:
+    """A :class:`~tensorarena.memory.Pool`'s state as snapshot segments: each arena a segment,
+    each live block an active block (its size the request rounded up to 256 bytes, within the
+    room before the next block), the gaps between them inactive."""
+    live = sorted(pool.live_blocks().items())
+    segments = []
+    index = 0
+    for arena in sorted(pool.arenas, key=lambda a: a.base):
+        end = arena.base + arena.capacity
+        cursor = arena.base
+        blocks: list[BlockState] = []
+        while index < len(live) and live[index][0] < end:
+            address, requested = live[index]
+            index += 1
+            following = live[index][0] if index < len(live) and live[index][0] < end else end
+            if address > cursor:
+                blocks.append(BlockState(cursor, address - cursor, 0, False))
+            size = min(-(-requested // 256) * 256, following - address)
+            blocks.append(BlockState(address, size, requested, True))
+            cursor = address + size
+        if cursor < end:
+            blocks.append(BlockState(cursor, end - cursor, 0, False))
+        segments.append(SegmentState(arena.base, arena.capacity, 0, False, tuple(blocks)))
+    return tuple(segments)
+
+
+def actions_from_log(records: Iterable[LogRecord], *, segments: bool = False
+                     ) -> list[SnapshotAction]:
+    """Snapshot actions from a :class:`~tensorarena.adaptors.Logging` adaptor's records:
+    ``alloc``/``free`` (or, with ``segments=True``, for a log of a pool's upstream,
+    ``segment_alloc``/``segment_free``), and ``oom`` for refused allocations. Times become
+    microseconds of ``time.perf_counter_ns``; merge two logs by sorting on ``time_us``."""
+    names = {"allocate": "segment_alloc" if segments else "alloc",
+             "free": "segment_free" if segments else "free", "allocate_failure": "oom"}
+    return [SnapshotAction(names[r.action], r.address, r.nbytes,
+                           r.stream if type(r.stream) is int else 0, r.time_ns // 1000)
+            for r in records if r.action in names]
+
+
+def snapshot_of(source: Iterable[Event] | Pool, *, device: int = 0,
+                history: Iterable[SnapshotAction] = ()) -> dict[str, Any]:
+    """A snapshot dict of a trace, or of a live pool.
+
+    A trace (a :class:`~tensorarena.trace.Trace` or checked events) is replayed on
+    :class:`PyTorchLike`, so the snapshot shows it as PyTorch's caching allocator would have
+    served it. A :class:`~tensorarena.memory.Pool` gives its current arenas and blocks
+    (:func:`pool_segments`) and, as its history, the ``history`` actions if any (built with
+    :func:`actions_from_log` from Logging adaptors around the pool and its upstream).
+    """
+    if isinstance(source, Pool):
+        return build_snapshot(sorted(history, key=lambda a: a.time_us or 0),
+                              pool_segments(source), device=device)
     actions: list[SnapshotAction] = []
     current: list[Event] = []
 
@@ -138,7 +193,7 @@ def snapshot_of(events: Iterable[Event], *, device: int = 0) -> dict[str, Any]:
 
     allocator = PyTorchLike(on_action=record)
     addresses: dict[int, int] = {}
-    for event in events:
+    for event in source:
         current[:] = [event]
         op, ident, nbytes, stream = event[0], event[1], event[2], event[3]
         if op == ALLOC:
@@ -150,13 +205,13 @@ def snapshot_of(events: Iterable[Event], *, device: int = 0) -> dict[str, Any]:
     return build_snapshot(actions, allocator.segments(), device=device)
 
 
-def write_snapshot(source: Iterable[Event] | Mapping[str, Any],
+def write_snapshot(source: Iterable[Event] | Pool | Mapping[str, Any],
                    path: str | os.PathLike[str], *, device: int = 0) -> None:
     """Write a PyTorch memory snapshot pickle to ``path``, atomically.
 
-    ``source`` is a trace (or checked events), replayed through :func:`snapshot_of`, or a
-    snapshot dict already built (:func:`build_snapshot`). Open the file at
-    pytorch.org/memory_viz, or with ``python -m torch.cuda._memory_viz trace_plot FILE``.
+    ``source`` is a trace (or checked events) or a live pool, made into a snapshot by
+    :func:`snapshot_of`, or a snapshot dict already built (:func:`build_snapshot`). Open the file
+    at pytorch.org/memory_viz, or with ``python -m torch.cuda._memory_viz trace_plot FILE``.
     """
     snapshot = dict(source) if isinstance(source, Mapping) else snapshot_of(source,
                                                                             device=device)
