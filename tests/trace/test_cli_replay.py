@@ -119,3 +119,20 @@ def test_a_crafted_pickle_is_refused_by_the_command_too(
     assert main(["replay", "evil.pickle"]) == 2
     assert "refused to load" in capsys.readouterr().err
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_large_file_is_streamed_and_fixed_finds_its_smallest_arena(
+        trace_file: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorarena.cli import replay as command
+
+    in_memory = _json(capsys, str(trace_file), "--strategy", "best_fit,first_fit")
+    monkeypatch.setattr(command, "_STREAM_ABOVE", 0)
+    streamed = _json(capsys, str(trace_file), "--strategy", "best_fit,first_fit")
+    assert streamed["trace"] == in_memory["trace"]
+    for name in ("best_fit", "first_fit"):
+        assert streamed["results"][name]["peak_reserved"] == \
+            in_memory["results"][name]["peak_reserved"]
+    fixed = _json(capsys, str(trace_file), "--growth", "fixed")["results"]["best_fit"]
+    assert fixed["failures"] == 0 and fixed["upstream_allocs"] == 1
+    assert fixed["footprint_ratio"] <= in_memory["results"]["best_fit"]["footprint_ratio"]
