@@ -83,7 +83,14 @@ from tensorarena.memory import (
     use_device,
 )
 from tensorarena.memory_kind import MemoryKind
-from tensorarena.report import memory_stats, memory_summary, reset_peak_stats
+from tensorarena.report import (
+    dump_snapshot,
+    memory_snapshot,
+    memory_stats,
+    memory_summary,
+    record_memory_history,
+    reset_peak_stats,
+)
 from tensorarena.sizes import format_size, parse_size
 from tensorarena.stats import ArenaStatistics, Count, MemoryStatistics
 from tensorarena.streams import CpuStream
@@ -158,12 +165,15 @@ __all__ = [
     "default_resource",
     "device_empty",
     "device_pool",
+    "dump_snapshot",
     "empty",
     "format_size",
+    "memory_snapshot",
     "memory_stats",
     "memory_summary",
     "parse_size",
     "pinned_pool",
+    "record_memory_history",
     "reset_peak_stats",
     "scope",
     "set_debug_level",

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tensorarena as ta
+from _source import line_of
 from _upstreams import BufferMemory
 from tensorarena.adaptors import Guarded, GuardedStatistics
 from tensorarena.errors import (
@@ -32,12 +33,6 @@ from tensorarena.memory.virtual import VirtualMemory
 HERE = __file__.rsplit("/", 1)[-1]
 
 
-def _line_of(text: str) -> int:
-    with open(__file__, encoding="utf-8") as source:
-        for number, line in enumerate(source, 1):
-            if text in line and "_line_of" not in line:
-                return number
-    raise AssertionError(text)
 
 
 def _poke(address: int, value: int = 0) -> None:
@@ -59,7 +54,7 @@ def test_one_byte_past_the_end_is_caught_on_free(alignment: int, nbytes: int) ->
     assert isinstance(error, MemoryCorruptionError) and isinstance(error, ta.TensorArenaError)
     assert (error.side, error.offset, error.corrupted) == ("overflow", nbytes, 1)
     assert (error.address, error.nbytes, error.pattern) == (address, nbytes, 0xFD)
-    assert f"{HERE}:{_line_of('# ALLOCATED HERE')} in test_one_byte_past" in str(error)
+    assert f"{HERE}:{line_of(__file__, '# ALLOCATED HERE')} in test_one_byte_past" in str(error)
     assert "1 byte(s) past its end" in str(error)
     assert guarded.live_blocks() == {address: nbytes} and len(pool) == 1  # nothing changed
     guarded.deallocate(address, nbytes)  # reported once: the canary was written back

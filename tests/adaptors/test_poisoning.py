@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tensorarena as ta
+from _source import line_of
 from _upstreams import BufferMemory
 from tensorarena.adaptors import Guarded, Poisoning, PoisoningStatistics, Tracking
 from tensorarena.errors import (
@@ -30,12 +31,6 @@ from tensorarena.memory.virtual import VirtualMemory
 HERE = __file__.rsplit("/", 1)[-1]
 
 
-def _line_of(text: str) -> int:
-    with open(__file__, encoding="utf-8") as source:
-        for number, line in enumerate(source, 1):
-            if text in line and "_line_of" not in line:
-                return number
-    raise AssertionError(text)
 
 
 def test_a_write_after_free_is_reported_with_the_site_that_freed_it() -> None:
@@ -51,9 +46,10 @@ def test_a_write_after_free_is_reported_with_the_site_that_freed_it() -> None:
     error = caught.value
     assert (error.address, error.nbytes, error.offset, error.corrupted) == (address, 256, 100, 3)
     name = "test_a_write_after_free_is_reported_with_the_site_that_freed_it"
-    assert re.search(rf"freed at \S*{HERE}:{_line_of('# FREED')} in {name}", str(error))
-    assert re.search(rf"allocated at \S*{HERE}:{_line_of('# ALLOCATED')} in {name}", str(error))
-    assert f"{HERE}:{_line_of('# FREED')}" in error.freed_at
+    assert re.search(rf"freed at \S*{HERE}:{line_of(__file__, '# FREED')} in {name}", str(error))
+    allocated = line_of(__file__, "# ALLOCATED")
+    assert re.search(rf"allocated at \S*{HERE}:{allocated} in {name}", str(error))
+    assert f"{HERE}:{line_of(__file__, '# FREED')}" in error.freed_at
     assert poisoning.corruptions == [error]
     assert poisoning.check() == 1  # reported once, then poisoned again
 
@@ -103,7 +99,7 @@ def test_a_freed_array_written_through_a_kept_pointer_is_caught() -> None:
     with pytest.raises(UseAfterFreeError) as caught:
         poisoning.check()
     assert caught.value.offset == 8 and caught.value.corrupted == 4
-    assert f"{HERE}:{_line_of('# ARRAY FREED')}" in caught.value.freed_at
+    assert f"{HERE}:{line_of(__file__, '# ARRAY FREED')}" in caught.value.freed_at
 
 
 def test_double_free_names_where_it_was_freed_and_bad_frees_change_nothing() -> None:
@@ -112,7 +108,8 @@ def test_double_free_names_where_it_was_freed_and_bad_frees_change_nothing() -> 
     other = poisoning.allocate(32)
     poisoning.deallocate(address, 64)  # FIRST FREE
     before = (poisoning.statistics(), poisoning.live_blocks())
-    with pytest.raises(DoubleFreeError, match=rf"already freed at \S*{HERE}:{_line_of('# FIRST')}"):
+    first = line_of(__file__, "# FIRST")
+    with pytest.raises(DoubleFreeError, match=rf"already freed at \S*{HERE}:{first}"):
         poisoning.deallocate(address, 64)
     with pytest.raises(SizeMismatchError):
         poisoning.deallocate(other, 33)
@@ -241,7 +238,7 @@ def test_a_leaked_array_among_clean_ones_is_the_only_report() -> None:
         del array
     report = tracking.report()
     assert report.blocks == 1 and len(report.sites) == 1
-    assert report.sites[0].stack[0][1] == _line_of("ta.zeros((step % 13")
+    assert report.sites[0].stack[0][1] == line_of(__file__, "ta.zeros((step % 13")
     kept.clear()
     poisoning.check()
     assert not tracking.report()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tensorarena as ta
+from _source import line_of
 from _upstreams import BufferMemory
 from tensorarena.adaptors import Limiting, Tracking
 from tensorarena.errors import (
@@ -24,13 +25,6 @@ from tensorarena.memory.pool import Pool
 HERE = __file__.rsplit("/", 1)[-1]
 
 
-def _line_of(text: str) -> int:
-    """The line of this file that contains ``text`` (for asserting reported sites)."""
-    with open(__file__, encoding="utf-8") as source:
-        for number, line in enumerate(source, 1):
-            if text in line and "_line_of" not in line:
-                return number
-    raise AssertionError(text)
 
 
 def _leaky(tracker: Tracking, nbytes: int) -> int:
@@ -45,7 +39,7 @@ def test_outstanding_lists_live_allocations_oldest_first_with_their_site() -> No
     tracker.deallocate(second, 200)
     items = tracker.outstanding()
     assert [(i.address, i.nbytes, i.sequence) for i in items] == [(first, 100, 0), (third, 300, 2)]
-    assert items[0].site == f"{_short(__file__)}:{_line_of('# LEAK SITE')} in _leaky"
+    assert items[0].site == f"{_short(__file__)}:{line_of(__file__, '# LEAK SITE')} in _leaky"
     assert items[0].stack[1][2].startswith("test_outstanding_lists_live_allocations")
     assert len(items[0].stack) == 3 and items[1].stack[0][2].startswith("test_outstanding")
     assert tracker.live_blocks() == {first: 100, third: 300}
@@ -71,11 +65,11 @@ def test_report_groups_by_site_largest_first() -> None:
     report = tracker.report()
     assert report and report.blocks == 4 and report.nbytes == 8000
     assert [(s.blocks, s.nbytes) for s in report.sites] == [(1, 5000), (3, 3000)]
-    assert report.sites[0].site.endswith(f":{_line_of('# ONE BIG')} in "
+    assert report.sites[0].site.endswith(f":{line_of(__file__, '# ONE BIG')} in "
                                          "test_report_groups_by_site_largest_first")
     text = str(report)
     assert "4 outstanding allocation(s)" in text and "from 2 site(s)" in text
-    assert f"{HERE}:{_line_of('# LEAK SITE')} in _leaky" in text
+    assert f"{HERE}:{line_of(__file__, '# LEAK SITE')} in _leaky" in text
     assert text.index("4.88 KiB") < text.index("2.93 KiB")  # most bytes first
 
 
@@ -105,9 +99,8 @@ def test_a_leaked_array_is_reported_at_the_line_that_made_it() -> None:
         del temporary
     report = tracker.report()
     assert report.blocks == 3 and report.nbytes == 3 * 1024
-    assert report.sites[0].site.endswith(
-        f":{_line_of('# ARRAY LEAK')} in test_a_leaked_array_is_reported_at_the_line_that_made_it"
-    )
+    name = "test_a_leaked_array_is_reported_at_the_line_that_made_it"
+    assert report.sites[0].site.endswith(f":{line_of(__file__, '# ARRAY LEAK')} in {name}")
     kept.clear()
     assert not tracker.report()
 
@@ -200,7 +193,7 @@ def test_an_oom_lists_the_top_sites_reserved_allocated_and_fragmentation() -> No
     assert error.is_fragmentation and error.requested == 300_000  # numbers and class kept
     text = str(error)
     assert "4 outstanding allocation(s)" in text
-    assert f"{HERE}:{_line_of('# OOM SITE')}" in text
+    assert f"{HERE}:{line_of(__file__, '# OOM SITE')}" in text
     stats = pool.statistics()
     assert "Pool below: reserved 1 MiB, allocated 391 KiB" in text
     assert f"fragmentation {stats.fragmentation:.1%}" in text and stats.fragmentation > 0.5

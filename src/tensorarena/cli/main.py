@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("tensorarena.cli.plan", "plan offsets for a problem CSV (static memory planning)"),
     "validate": ("tensorarena.cli.validate", "check a solution CSV against its problem CSV"),
     "demo": ("tensorarena.cli.demo", "run a model eagerly and in one planned arena; report"),
+    "viz": ("tensorarena.cli.viz", "a memory timeline of a trace or snapshot, as HTML/PNG"),
     "replay": ("tensorarena.cli.replay", "replay an allocation trace on every strategy; compare"),
     "trace": ("tensorarena.cli.trace", "record, convert and describe allocation traces"),
 }

@@ -1,0 +1,108 @@
+"""The viz page in a real headless browser (Debian's Chromium over the DevTools protocol): it
+renders with no JavaScript error, its charts have a size, the screenshot is not blank, and a
+page made from 10^6 events loads and answers a zoom quickly.
+
+Skipped, saying how to get it, where Chromium is not installed (``apt-get install chromium``;
+``TENSORARENA_CHROMIUM`` may name another binary) or plotly is missing (the ``viz`` extra).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _browser import Browser, chromium
+from _events import random_events
+
+from tensorarena.report import timeline_from_events
+from tensorarena.trace import Event
+
+pytest.importorskip("plotly", reason="the HTML timeline needs the viz extra (plotly)")
+BROWSER = chromium()
+pytestmark = pytest.mark.skipif(
+    BROWSER is None,
+    reason="no Chromium to test the page in: install Debian's package (apt-get install "
+    "chromium) or set TENSORARENA_CHROMIUM to a Chromium binary",
+)
+
+_SIZES = """JSON.stringify(['timeline', 'layout', 'sites'].map(id => {
+    const element = document.getElementById(id);
+    const box = element.getBoundingClientRect();
+    return [box.width, box.height, element.querySelectorAll('.main-svg').length];
+}))"""
+
+_ZOOM = """(async () => {
+    const start = performance.now();
+    for (const id of ['timeline', 'layout']) {
+        const range = document.getElementById(id).layout.xaxis.range;
+        await Plotly.relayout(id, {'xaxis.range': [range[0], (range[0] + range[1]) / 2]});
+    }
+    return performance.now() - start;
+})()"""
+
+
+def _not_blank(png: bytes) -> tuple[float, int]:
+    """(fraction of pixels that are not the background, distinct colours) of a screenshot."""
+    image = pytest.importorskip("PIL.Image", reason="reading the screenshot needs Pillow")
+    pixels = np.asarray(image.open(io.BytesIO(png)).convert("RGB")).reshape(-1, 3)
+    background = np.all(pixels == pixels[0], axis=1)
+    return float(1 - background.mean()), len(np.unique(pixels[::7], axis=0))
+
+
+def _page(tmp_path: Path, events: list[Event], name: str) -> Path:
+    from tensorarena.report.viz import write_html
+
+    path = tmp_path / f"{name}.html"
+    write_html(timeline_from_events(events, name=name), path)
+    return path
+
+
+def test_the_page_renders_without_errors(tmp_path: Path) -> None:
+    assert BROWSER is not None
+    page = _page(tmp_path, random_events(1500), "small")
+    with Browser(BROWSER) as browser:
+        browser.open(page)
+        sizes = browser.evaluate(_SIZES)
+        shot = browser.screenshot()
+        errors = list(browser.errors)
+    assert errors == []
+    for width, height, svgs in json.loads(sizes):
+        assert width > 500 and height > 200 and svgs >= 1
+    drawn, colours = _not_blank(shot)
+    assert drawn > 0.05 and colours > 20
+    (tmp_path / "small.png").write_bytes(shot)
+
+
+@pytest.mark.slow
+def test_a_million_events_stay_responsive(tmp_path: Path) -> None:
+    assert BROWSER is not None
+    page = _page(tmp_path, random_events(1_000_000, seed=3), "million")
+    assert page.stat().st_size < 12_000_000  # aggregated: not a point per event
+    with Browser(BROWSER) as browser:
+        seconds = browser.open(page)
+        sizes = json.loads(browser.evaluate(_SIZES))
+        zoom_ms = browser.evaluate(_ZOOM)
+        errors = list(browser.errors)
+        drawn, _ = _not_blank(browser.screenshot())
+    assert errors == []
+    assert all(width > 500 and height > 200 for width, height, _ in sizes)
+    assert seconds < 20, f"the page took {seconds:.1f} s to load"
+    assert zoom_ms < 2000, f"a zoom took {zoom_ms:.0f} ms"
+    assert drawn > 0.05
+
+
+def test_the_harness_sees_a_planted_javascript_error(tmp_path: Path) -> None:
+    """A control: the checks above would catch a page that throws or logs an error."""
+    assert BROWSER is not None
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><div id='x'>x</div><script>console.error('planted');"
+                    "undefinedFunction();</script></body></html>")
+    with Browser(BROWSER) as browser:
+        browser.open(page)
+        browser.evaluate("1")
+        errors = list(browser.errors)
+    assert any("planted" in e for e in errors)
+    assert any("undefinedFunction" in e for e in errors)
