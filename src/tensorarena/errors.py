@@ -9,7 +9,8 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     │   ├── UnknownArchitectureError                  a model-zoo architecture name we do not have
     │   ├── UnknownPlannerError                       a planner name no planner answers to
     │   ├── InvalidDtypeError     (also TypeError)    a dtype raw memory cannot hold
-    │   └── InvalidResourceError  (also TypeError)    an object that is not a memory resource
+    │   ├── InvalidResourceError  (also TypeError)    an object that is not a memory resource
+    │   └── ShapeNotCoveredError                      an input shape a planned program cannot serve
     ├── InvalidSizeError          (also ValueError)   bad byte count or size string
     ├── InvalidAlignmentError     (also ValueError)   alignment not a positive power of two
     ├── OutOfMemoryError          (also MemoryError)  no room: exhaustion, fragmentation or a limit
@@ -37,7 +38,9 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── UnknownNumaNodeError      (also ValueError)   a NUMA node or CPU the topology lacks
     ├── NumaBindError             (also OSError)      the kernel refused to bind memory to a node
     ├── MissingDependencyError    (also ImportError)  an optional extra is not installed
-    └── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
+    ├── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
+    ├── ExportFailedError                             torch.export could not capture a model
+    └── PlanVerificationError                         a planned program's outputs differ from eager
 
     TensorArenaWarning            (also UserWarning)
     └── LeakWarning                                   allocations still live at interpreter exit
@@ -54,6 +57,7 @@ __all__ = [
     "CudaError",
     "DeviceMismatchError",
     "DoubleFreeError",
+    "ExportFailedError",
     "InfeasibleError",
     "InvalidAddressError",
     "InvalidAlignmentError",
@@ -71,9 +75,11 @@ __all__ = [
     "NumaBindError",
     "OutOfMemoryError",
     "PlanDoesNotFitError",
+    "PlanVerificationError",
     "ResourceClosedError",
     "ResourceInUseError",
     "ScopeEscapeError",
+    "ShapeNotCoveredError",
     "ShimUnavailableError",
     "SizeMismatchError",
     "StreamClosedError",
@@ -454,3 +460,26 @@ class PlanDoesNotFitError(InfeasibleError):
             f"{how} in capacity {capacity}: the best plan ({planner}) needs {height} "
             f"bytes, the lower bound is {lower_bound}"
         )
+
+
+class ShapeNotCoveredError(InvalidArgumentError):
+    """An input whose shape (or dtype) a planned program does not cover: a static dimension
+    with another size, a dynamic one outside its range or above the declared maximum. ``dim``
+    names it (``"input_ids.shape[1]"``), ``got`` is the size given, ``expected`` what was
+    allowed."""
+
+    def __init__(self, message: str, *, dim: str, got: Any, expected: Any) -> None:
+        self.dim = dim
+        self.got = got
+        self.expected = expected
+        super().__init__(message)
+
+
+class ExportFailedError(TensorArenaError):
+    """``torch.export`` could not capture the model; the message says what to try and the
+    ``__cause__`` is torch's own error."""
+
+
+class PlanVerificationError(TensorArenaError):
+    """A planned program's verification found outputs that differ from the unplanned graph's,
+    or a slot whose layout an op changed: a lifetime computed too short, or an unsafe alias."""

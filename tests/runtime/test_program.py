@@ -9,6 +9,7 @@ from _resources import CountingMemory
 
 torch = pytest.importorskip("torch")
 
+import tensorarena  # noqa: E402
 from tensorarena.errors import ConcurrentUseError  # noqa: E402
 from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
 from tensorarena.planning.problem import Buffer, Problem  # noqa: E402
@@ -101,6 +102,18 @@ def test_a_static_program_rejects_another_shape_naming_the_dimension() -> None:
         program(torch.randn(4, 8, dtype=torch.float64))
     with pytest.raises(ShapeNotCoveredError, match="3 dimensions"):
         program(torch.randn(4, 8, 1))
+    with pytest.raises(tensorarena.InvalidArgumentError):  # one tree, caught from the top level
+        program(torch.randn(5, 8))
+
+
+def test_runtime_errors_live_in_the_one_tree_and_keep_their_old_import_paths() -> None:
+    from tensorarena.runtime import program as program_module
+    from tensorarena.runtime import shapes
+
+    assert tensorarena.ExportFailedError is ExportFailedError is program_module.ExportFailedError
+    assert tensorarena.PlanVerificationError is PlanVerificationError
+    assert tensorarena.ShapeNotCoveredError is ShapeNotCoveredError is shapes.ShapeNotCoveredError
+    assert ShapeNotCoveredError.__module__ == "tensorarena.errors"
 
 
 def test_verify_passes_a_correct_plan() -> None:

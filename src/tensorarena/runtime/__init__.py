@@ -5,16 +5,17 @@ planned intermediate written into its slot of one arena (a :class:`Workspace` ov
 memory); :class:`TrainingStep` plans forward, loss and gradients as one program;
 :func:`register_backend` makes ``torch.compile(model, backend="tensorarena")`` work;
 :func:`materialize` is the bridge for runtimes of one's own (one block, a tensor per buffer).
-torch is imported only when one of these is used.
+torch is imported only when one of these is used. Its errors live in :mod:`tensorarena.errors`
+and are re-exported here.
 """
 
+from tensorarena.errors import ExportFailedError, PlanVerificationError, ShapeNotCoveredError
 from tensorarena.runtime.backend import Backend, register_backend
 from tensorarena.runtime.lowering import PATHS, NodePath
 from tensorarena.runtime.materialize import Materialized, materialize
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
-from tensorarena.runtime.program import ExportFailedError, PlannedProgram, PlanVerificationError
+from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.report import ExecutionReport
-from tensorarena.runtime.shapes import ShapeNotCoveredError
 from tensorarena.runtime.training import TrainingStep
 from tensorarena.runtime.workspace import Workspace, WorkspaceStatistics
 

@@ -36,7 +36,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.errors import InvalidArgumentError, TensorArenaError
+from tensorarena.errors import (
+    ExportFailedError,
+    InvalidArgumentError,
+    PlanVerificationError,
+)
 from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
@@ -66,16 +70,6 @@ __all__ = ["ExportFailedError", "PlanVerificationError", "PlannedProgram"]
 
 #: Seconds the exact search may spend on one shape's plan by default.
 DEFAULT_TIME_LIMIT = 2.0
-
-
-class PlanVerificationError(TensorArenaError):
-    """:meth:`PlannedProgram.verify` found outputs that differ from the unplanned graph's, or a
-    slot whose layout an op changed: a lifetime computed too short, or an unsafe alias."""
-
-
-class ExportFailedError(TensorArenaError):
-    """``torch.export`` could not capture the model; the message says what to try and the
-    ``__cause__`` is torch's own error."""
 
 
 @dataclass

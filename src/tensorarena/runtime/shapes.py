@@ -16,25 +16,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.errors import InvalidArgumentError
+from tensorarena.errors import InvalidArgumentError, ShapeNotCoveredError
 from tensorarena.planning._torch_graph import _meta_value, evaluate
 
 if TYPE_CHECKING:
     import torch.fx
 
 __all__ = ["ShapeBinder", "ShapeNotCoveredError", "dim_label"]
-
-
-class ShapeNotCoveredError(InvalidArgumentError):
-    """An input whose shape (or dtype) the program does not cover: a static dimension with
-    another size, a dynamic one outside its range or above the declared maximum. ``dim`` names
-    it (``"input_ids.shape[1]"``), ``got`` is the size given, ``expected`` what was allowed."""
-
-    def __init__(self, message: str, *, dim: str, got: Any, expected: Any) -> None:
-        self.dim = dim
-        self.got = got
-        self.expected = expected
-        super().__init__(message)
 
 
 def dim_label(name: str, dim: int) -> str:
