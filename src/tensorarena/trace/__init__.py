@@ -13,7 +13,7 @@ traces it made from ``transformers`` models ship with the package (:func:`shippe
 :func:`replay` drives any resource through a trace and reports footprint, fragmentation and time
 (:class:`ReplayResult`); :class:`PyTorchLike` is PyTorch's caching-allocator policy as a
 resource; :mod:`tensorarena.trace.configs` names the configurations the command line compares
-and :mod:`tensorarena.trace.recommend` ranks them.
+and :func:`recommend` ranks them on a trace.
 
 ``import tensorarena.trace`` needs only NumPy; the torch recorder imports torch when used.
 """
@@ -38,6 +38,7 @@ from tensorarena.trace.model import (
     summarize,
 )
 from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
+from tensorarena.trace.recommend import Recommendation, recommend
 from tensorarena.trace.recorder import EventRecorder, trace_from_log
 from tensorarena.trace.replay import ReplayResult, replay, statistics_of
 from tensorarena.trace.rmm_format import iter_rmm, write_rmm
@@ -66,6 +67,7 @@ __all__ = [
     "LiveSet",
     "MalformedTraceError",
     "PyTorchLike",
+    "Recommendation",
     "ReplayResult",
     "SegmentState",
     "SnapshotAction",
@@ -82,6 +84,7 @@ __all__ = [
     "pool_segments",
     "read_snapshot",
     "read_trace",
+    "recommend",
     "record_script",
     "record_torch",
     "replay",

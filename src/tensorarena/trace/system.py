@@ -99,6 +99,9 @@ def replay_system(source: Trace | Source | Iterable[Event], name: str, *,
         env = dict(os.environ)
         if preload:
             env["LD_PRELOAD"] = library
+        if name == "mimalloc":  # purge freed pages at once, not after a delay (mimalloc >= 2.1;
+            env.setdefault("MIMALLOC_PURGE_DELAY", "0")  # older releases read RESET_DELAY)
+            env.setdefault("MIMALLOC_RESET_DELAY", "0")
         command = [sys.executable, "-m", "tensorarena.trace.system", library, path]
         try:
             done = subprocess.run(command, capture_output=True, text=True, env=env,
@@ -125,6 +128,23 @@ def _status_kib(field: str) -> int:
     raise OSError(f"no {field} in /proc/self/status")
 
 
+def _give_back_free_pages(lib: ctypes.CDLL) -> None:
+    """Ask the allocator to return its free pages to the kernel, so that the replay starts from
+    no resident free memory: pages the interpreter freed before it would otherwise serve the
+    trace without showing in the resident set (a small trace then looked smaller than its live
+    bytes). glibc: ``malloc_trim``; jemalloc: purge every arena; mimalloc: ``mi_collect``."""
+    if hasattr(lib, "mi_collect"):
+        lib.mi_collect.argtypes = [ctypes.c_bool]
+        lib.mi_collect(True)
+    elif hasattr(lib, "mallctl"):
+        lib.mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_size_t]
+        lib.mallctl(b"arena.4096.purge", None, None, None, 0)  # 4096: MALLCTL_ARENAS_ALL
+    if hasattr(lib, "malloc_trim"):  # glibc's heap also serves the interpreter under a preload
+        lib.malloc_trim.argtypes = [ctypes.c_size_t]
+        lib.malloc_trim(0)
+
+
 def _child(library: str, path: str) -> dict[str, object]:
     import numpy as np
 
@@ -140,6 +160,7 @@ def _child(library: str, path: str) -> dict[str, object]:
     events = list(iter_events(path))  # held, so that reading is not timed or counted
     live: dict[int, int] = {}
     failed: set[int] = set()
+    _give_back_free_pages(lib)
     with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
         handle.write("5")  # reset the high-water mark of the resident set
     before = _status_kib("VmRSS")
