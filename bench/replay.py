@@ -1,7 +1,7 @@
 """Replay every shipped trace on every strategy and baseline; replay throughput and streaming.
 
 Same as ``tensorarena bench replay`` (options: ``--json``, ``--quick``); the numbers are recorded
-in ``bench/results_trace.md`` (to be merged into ``bench/RESULTS.md``).
+in ``bench/RESULTS.md`` (section "Allocation traces").
 """
 
 import sys
