@@ -13,6 +13,7 @@ import tensorarena  # noqa: E402
 from tensorarena.errors import ConcurrentUseError  # noqa: E402
 from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
 from tensorarena.planning.problem import Buffer, Problem  # noqa: E402
+from tensorarena.report import timeline_from_snapshot  # noqa: E402
 from tensorarena.runtime import (  # noqa: E402
     ExportFailedError,
     PlannedProgram,
@@ -265,3 +266,35 @@ def test_auto_keeps_short_lived_results_of_ops_without_out_variant_dynamic() -> 
     layer_norm = next(n for n in program.report().nodes if n.node == "layer_norm")
     assert layer_norm.path == "dynamic" and "short-lived" in layer_norm.reason
     program.verify(x)
+
+
+def test_the_recorded_call_shows_every_slot_in_the_arena_and_torchs_own_blocks() -> None:
+    program, model, x = block_program()
+    program(x)
+    out, snapshot = program.record_memory(x)
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
+    arena = program.workspace.memory
+    start, end = arena.data_ptr(), arena.data_ptr() + arena.numel()
+    actions = snapshot["device_traces"][0]
+    slots = [a for a in actions if a["action"] == "alloc" and a["frames"][0]["name"]
+             .startswith("arena: ")]
+    plan = program._last.plan  # type: ignore[union-attr]
+    assert len(slots) == len(plan.problem)  # every planned buffer, at its offset
+    offsets = sorted(a["addr"] - start for a in slots)
+    assert offsets == sorted(plan.offsets)
+    assert all(start <= a["addr"] and a["addr"] + a["size"] <= end for a in slots)
+    times = [a["time_us"] for a in actions]
+    assert times == sorted(times) and times[0] == 0
+    sites = {a["frames"][0]["name"] for a in actions if a["action"] == "alloc"}
+    assert "arena: aten.linear.default" in sites
+    assert any(s.startswith("copy: ") for s in sites)  # layer_norm's own result, then copied
+    assert any(s.startswith("dynamic: ") for s in sites)  # the output, fresh for the caller
+
+    timeline = timeline_from_snapshot(snapshot, name="block")
+    _, trace = program.trace_allocations(x)
+    assert timeline.reserved is not None
+    # Reserved = the arena + what torch held: the planned peak, as bench exec computes it.
+    assert int(timeline.reserved.max()) == program.workspace.nbytes + trace.peak_bytes
+    # What is live at the end is the outputs handed to the caller, nothing of the arena.
+    assert int(timeline.live[-1]) == sum(t.untyped_storage().nbytes() for t in out)

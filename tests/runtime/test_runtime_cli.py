@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,13 +33,34 @@ def test_bench_exec_json_has_the_numbers_of_each_model(capsys: pytest.CaptureFix
 
 
 @pytest.mark.torch
-def test_demo_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_the_report_and_writes_the_memory_timeline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("transformers")
+    pytest.importorskip("plotly")
+    monkeypatch.chdir(tmp_path)
     assert main(["demo", "--repeats", "2"]) == 0
     captured = capsys.readouterr()
+    page = (tmp_path / "tensorarena-demo.html").read_text(encoding="utf-8")
+    assert "Memory timeline: gpt2 (tiny, inference), one planned call" in page
+    assert "arena: aten.addmm.default" in page  # the planned slots, by the op that writes them
+    assert "<script src=" not in page  # self-contained: plotly inlined, nothing to fetch
+    assert "wrote tensorarena-demo.html" in captured.err
     assert "gpt2 (tiny, inference)" in captured.out
     for line in ("lower bound", "planned arena", "eager peak", "no reuse", "latency",
                  "correctness"):
         assert line in captured.out
     assert "(equal); poisoned check passed" in captured.out
     assert "exporting (torch.export) and planning ..." in captured.err  # progress
+
+
+def test_demo_without_plotly_names_the_extra_and_carries_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tensorarena.cli import demo
+
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly now raises ImportError
+    assert demo._html_path("page.html") is None
+    assert "pip install 'tensorarena[viz]'; carrying on" in capsys.readouterr().err
+    assert demo._html_path(None) is None  # --no-html: nothing asked, nothing said
+    assert capsys.readouterr().err == ""

@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, TextIO
 
 __all__ = ["ModelResult", "configure", "main", "measure_model", "run"]
@@ -62,10 +62,14 @@ class ModelResult:
     build_seconds: float = 0.0
     repeats: int = 0
     verified: bool = False
+    #: one recorded planned call as a PyTorch memory snapshot (``record_memory=True``; not JSON)
+    memory_snapshot: dict[str, Any] | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data for JSON."""
-        return asdict(self)
+        """Plain data for JSON (without the snapshot)."""
+        data = asdict(replace(self, memory_snapshot=None))
+        del data["memory_snapshot"]
+        return data
 
 
 class Progress:
@@ -126,9 +130,12 @@ def measure_model(
     repeats: int = 30,
     unplaceable: Literal["auto", "copy", "dynamic"] = "copy",
     verify: bool = True,
+    record_memory: bool = False,
     progress: Progress | None = None,
 ) -> ModelResult:
-    """Build ``name``, run it eagerly and planned, and measure both (module docstring)."""
+    """Build ``name``, run it eagerly and planned, and measure both (module docstring).
+    ``record_memory`` also records one planned call's memory
+    (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`) into ``memory_snapshot``."""
     import torch
 
     from tensorarena.planning.models import build_model
@@ -182,6 +189,11 @@ def measure_model(
         _, eager_trace = trace_allocations(eager_call)
         torch.manual_seed(0)
         _, planned_trace = program.trace_allocations(*args, **kwargs)
+    snapshot = None
+    if record_memory:
+        with progress.step("recording one planned call's memory"):
+            torch.manual_seed(0)
+            _, snapshot = program.record_memory(*args, **kwargs)
     with progress.step(f"timing {repeats} calls each, interleaved"):
         eager_ms, planned_ms = _median_ms(eager_call, planned_call, repeats)
     report = program.report()
@@ -206,6 +218,7 @@ def measure_model(
         build_seconds=build_seconds,
         repeats=repeats,
         verified=verified,
+        memory_snapshot=snapshot,
     )
 
 

@@ -6,6 +6,12 @@ dead buffer poisoned), measured (peak memory with the profiler, latency as the m
 interleaved calls) and summed up in a short report. Each step prints as it starts, with its time
 when done. ``--model NAME`` picks another architecture, ``--training`` a training step (forward,
 loss and every gradient as one planned program), ``--size base`` the published size.
+
+It also records one planned call (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`:
+every planned buffer at its place in the arena, the dynamic pool, torch's own allocations) and
+writes it as a self-contained HTML memory timeline, ``tensorarena-demo.html`` in the current
+directory unless ``--html PATH`` or ``--no-html`` says otherwise. The page needs plotly (the
+``viz`` extra); without it the demo says so and carries on.
 """
 
 from __future__ import annotations
@@ -14,8 +20,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-__all__ = ["configure", "main", "run"]
+__all__ = ["DEFAULT_HTML", "configure", "main", "run"]
+
+#: Where the memory timeline goes unless ``--html``/``--no-html`` say otherwise.
+DEFAULT_HTML = "tensorarena-demo.html"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,12 +41,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="tiny (two layers, seconds; default) or base (published size)")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls each (default 30)")
     parser.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    parser.add_argument("--html", default=DEFAULT_HTML, metavar="PATH",
+                        help=f"write the planned call's memory timeline here (default "
+                             f"{DEFAULT_HTML})")
+    parser.add_argument("--no-html", dest="html", action="store_const", const=None,
+                        help="do not record or write the memory timeline")
 
 
 def _size(nbytes: int) -> str:
     from tensorarena.sizes import format_size
 
     return format_size(nbytes)
+
+
+def _html_path(path: str | None) -> Path | None:
+    """The page to write, or None (``--no-html``, or plotly missing: said once, then on)."""
+    if path is None:
+        return None
+    from tensorarena._optional import require
+    from tensorarena.errors import MissingDependencyError
+
+    try:
+        require("plotly", extra="viz", feature="the HTML memory timeline")
+    except MissingDependencyError as exc:
+        print(f"tensorarena demo: {exc}; carrying on without it", file=sys.stderr)
+        return None
+    return Path(path)
+
+
+def _write_timeline(snapshot: dict[str, Any], path: Path, name: str) -> None:
+    from tensorarena.report.timeline import timeline_from_snapshot
+    from tensorarena.report.viz import write_html
+
+    timeline = timeline_from_snapshot(snapshot, name=name)
+    write_html(timeline, path)
+    print(f"wrote {path}: the memory timeline of one planned call ({timeline.blocks:,} "
+          "blocks: the arena's slots, the dynamic pool, torch's allocations)", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,9 +89,14 @@ def run(args: argparse.Namespace) -> int:
     mode = "training step" if args.training else "inference"
     print(f"tensorarena demo: {args.model} ({args.size}, {mode}), random weights, CPU",
           file=sys.stderr)
+    html = _html_path(args.html)
     result = measure_model(args.model, size=args.size, training=args.training,
-                           repeats=args.repeats, progress=Progress(sys.stderr))
+                           repeats=args.repeats, record_memory=html is not None,
+                           progress=Progress(sys.stderr))
     correct = result.max_abs_err == 0 or result.max_abs_err < 1e-5
+    if html is not None and result.memory_snapshot is not None:
+        _write_timeline(result.memory_snapshot, html, f"{args.model} ({args.size}, {mode}), "
+                        "one planned call")
     if args.json:
         print(json.dumps({"model": args.model, "size": args.size, "mode": mode,
                           **result.as_dict()}, indent=2))

@@ -21,7 +21,7 @@ from typing import Any
 
 from tensorarena.runtime.materialize import _torch
 
-__all__ = ["AllocatorTrace", "trace_allocations"]
+__all__ = ["AllocatorTrace", "Profiled", "profile", "trace_allocations"]
 
 ANNOTATION_PREFIX = "tensorarena:"
 #: Allocations of at most this many bytes are counted as wrapped scalars.
@@ -56,38 +56,58 @@ class AllocatorTrace:
         return self.scalars_by_path.get("out", 0) + self.scalars_by_path.get("copy", 0)
 
 
-def trace_allocations(
-    fn: Callable[..., Any], *args: Any, **kwargs: Any
-) -> tuple[Any, AllocatorTrace]:
-    """Call ``fn(*args, **kwargs)`` under the profiler; return its result and the trace."""
+@dataclass(frozen=True)
+class Profiled:
+    """What the profiler saw of one call: every allocator event as ``(time_ns, nbytes, total,
+    path, node, address)`` in time order (``nbytes`` negative for a free; ``path`` and ``node``
+    from the innermost annotated node around it, ``"outside"`` and ``""`` otherwise), and the
+    ``(start_ns, end_ns)`` of every annotated node by node name."""
+
+    events: list[tuple[int, int, int, str, str, int]]
+    nodes: dict[str, tuple[int, int]]
+
+
+def profile(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Profiled]:
+    """Call ``fn(*args, **kwargs)`` under the profiler with memory profiling; return its result
+    and the allocator events and node ranges (:class:`Profiled`)."""
     torch = _torch()
     from torch._C._profiler import _EventType
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         result = fn(*args, **kwargs)
-    events: list[tuple[int, int, int, str]] = []  # (time, size, running total, path)
+    events: list[tuple[int, int, int, str, str, int]] = []
+    nodes: dict[str, tuple[int, int]] = {}
 
-    def walk(node: Any, path: str) -> None:
-        if node.tag == _EventType.Allocation:
-            fields = node.extra_fields
-            events.append((node.start_time_ns, int(fields.alloc_size),
-                           int(fields.total_allocated), path))
+    def walk(event: Any, path: str, node: str) -> None:
+        if event.tag == _EventType.Allocation:
+            fields = event.extra_fields
+            events.append((event.start_time_ns, int(fields.alloc_size),
+                           int(fields.total_allocated), path, node, int(fields.ptr)))
             return
-        name = str(node.name)
+        name = str(event.name)
         if name.startswith(ANNOTATION_PREFIX):
-            path = name.split(":")[1]
-        for child in node.children:
-            walk(child, path)
+            _, path, node = name.split(":", 2)
+            nodes[node] = (event.start_time_ns, event.end_time_ns)
+        for child in event.children:
+            walk(child, path, node)
 
     for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root, "outside")
+        walk(root, "outside", "")
     events.sort()
+    return result, Profiled(events, nodes)
+
+
+def trace_allocations(
+    fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> tuple[Any, AllocatorTrace]:
+    """Call ``fn(*args, **kwargs)`` under the profiler; return its result and the trace."""
+    result, profiled = profile(fn, *args, **kwargs)
     by_path: dict[str, int] = {}
     scalars: dict[str, int] = {}
     allocations = frees = allocated = peak = 0
     start = None
-    for _, size, total, path in events:
+    for _, size, total, path, _, _ in profiled.events:
         if start is None:
             start = total - size  # the level before the first event
         peak = max(peak, total - start)

@@ -427,19 +427,31 @@ class PlannedProgram:
         did meanwhile, charged to node paths (:mod:`~tensorarena.runtime.measure`). The arena is
         tensorarena memory and never shows; run a call first so the shape is planned."""
         inputs = self._signature.flatten(args, kwargs)
-
-        def run() -> Any:
-            with self.workspace.use(), self._no_grad():
-                bindings = self._binder.bind(inputs)
-                current = self._specialization(bindings)
-                self._bindings = bindings
-                annotated = generate(self._graph, self._gm, current.graph, current.lowering,
-                                     current.plan.as_dict(), self.workspace.memory,
-                                     annotate=True, pool_tensor=self._pool_tensor)
-                return annotated.run(inputs)
-
-        flat, trace = trace_allocations(run)
+        flat, trace = trace_allocations(self._run_annotated, inputs)
         return self._signature.unflatten(flat, inputs), trace
+
+    def record_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Run once and return the result and the call's memory as a PyTorch memory snapshot
+        (``dict``): every planned buffer at its place in the arena over its lifetime, the
+        dynamic pool's blocks and torch's own allocations (:mod:`~tensorarena.runtime.recording`;
+        ``tensorarena.report.timeline_from_snapshot`` draws it, ``torch.cuda._memory_viz``
+        reads it). Profiled: not for timing."""
+        from tensorarena.runtime.recording import record_call
+
+        return record_call(self, args, kwargs)
+
+    def _run_annotated(self, inputs: list[Any],
+                       pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
+                       ) -> Any:
+        """One call of code whose nodes are profiler ranges ``tensorarena:<path>:<node>``."""
+        with self.workspace.use(), self._no_grad():
+            bindings = self._binder.bind(inputs)
+            current = self._specialization(bindings)
+            self._bindings = bindings
+            annotated = generate(self._graph, self._gm, current.graph, current.lowering,
+                                 current.plan.as_dict(), self.workspace.memory, annotate=True,
+                                 pool_tensor=pool_tensor or self._pool_tensor)
+            return annotated.run(inputs)
 
     @property
     def source(self) -> str:

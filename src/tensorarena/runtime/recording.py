@@ -1,0 +1,127 @@
+"""One planned call's memory as a PyTorch memory snapshot: the arena's slots, the pool, torch's own.
+
+:func:`record_call` runs a :class:`~tensorarena.runtime.PlannedProgram` once under the profiler
+(:func:`~tensorarena.runtime.measure.profile`, every node a named range) and writes what held
+memory during the call in the format of ``torch.cuda.memory._snapshot()`` (``segments`` and one
+device trace of ``alloc``/``free_completed``/``segment_alloc`` actions with ``time_us`` and
+``frames``), so that :func:`tensorarena.report.timeline_from_snapshot` (``tensorarena viz``,
+``tensorarena demo``) and PyTorch's own ``memory_viz`` can draw it:
+
+* the **arena** is one segment held for the whole call; every planned buffer is a block in it at
+  ``arena + offset``, from the start of the node that writes it to the end of its last reader
+  (the plan's half-open lifetime turned into the profiler's times). The picture is the plan;
+* the **dynamic pool** (buffers of growing dimensions) gives one block per buffer at the
+  address the pool handed out, over the same lifetime;
+* **torch's allocator** gives one segment and block per allocation the profiler saw (results
+  left out of the plan, the call's outputs, the temporaries of ops without an out variant,
+  wrapped scalars), freed where the profiler saw it freed; blocks still live at the end are the
+  outputs handed to the caller. The CPU allocator caches nothing, so what it holds is what it
+  reserved: the reserved curve is the planned peak (arena + pool + torch).
+
+Sites name the path and the op (``arena: aten.addmm.default``, ``copy: aten.native_layer_norm
+.default``), which the timeline's "top sites" chart ranks. Times are microseconds from the start
+of the call. Frees of memory allocated before the call (the previous call's outputs, dropped by
+the caller meanwhile) are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.runtime.measure import profile
+
+if TYPE_CHECKING:
+    import torch
+
+    from tensorarena.runtime.program import PlannedProgram
+
+__all__ = ["record_call"]
+
+_FREE_FIRST = {"free_completed": 0, "segment_alloc": 1, "alloc": 2}
+
+
+def _frames(site: str) -> list[dict[str, Any]]:
+    # PyTorch's snapshot frames; "<tag>" marks a name that is a label rather than a function.
+    return [{"filename": "<tag>", "line": 0, "name": site}]
+
+
+def _action(kind: str, address: int, nbytes: int, time_ns: int, site: str) -> dict[str, Any]:
+    return {"action": kind, "addr": address, "size": nbytes, "stream": 0, "time_us": time_ns,
+            "frames": _frames(site)}
+
+
+def record_call(program: PlannedProgram, args: Sequence[Any],
+                kwargs: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Run ``program(*args, **kwargs)`` once, recorded; return its result and the snapshot
+    (module docstring). The shape must be planned already or is planned by this call."""
+    signature = program._signature
+    inputs = signature.flatten(tuple(args), dict(kwargs))
+    pooled: dict[str, tuple[int, int]] = {}  # buffer -> (address, nbytes) from the pool
+
+    def pool_tensor(name: str) -> Callable[[], torch.Tensor]:
+        allocate = program._pool_tensor(name)
+
+        def recorded() -> torch.Tensor:
+            tensor = allocate()
+            pooled[name] = (tensor.data_ptr(), tensor.untyped_storage().nbytes())
+            return tensor
+
+        return recorded
+
+    flat, profiled = profile(program._run_annotated, inputs, pool_tensor)
+    current = program._last
+    assert current is not None  # the call above specialised the program
+    nodes = [node.name for node in program._graph.nodes]
+    ops = {name: path.op for name, path in current.lowering.paths.items()}
+    times = profiled.nodes
+    origin = min([start for start, _ in times.values()] +
+                 [e[0] for e in profiled.events], default=0)
+    # Every node index gets a (start, end): unannotated nodes (placeholders, attributes, the
+    # output) take the end of the node before them.
+    spans: list[tuple[int, int]] = []
+    last = origin
+    for name in nodes:
+        start, end = times.get(name, (last, last))
+        spans.append((start, end))
+        last = end
+    memory = program.workspace.memory
+    arena, arena_bytes = memory.data_ptr(), memory.numel()
+    actions: list[dict[str, Any]] = [_action("segment_alloc", arena, arena_bytes, origin,
+                                             "arena")]
+    offsets = current.plan.as_dict()
+    for buffer in current.graph.problem.buffers:
+        if buffer.id in offsets:
+            address, kind = arena + offsets[buffer.id], "arena"
+        elif buffer.id in pooled:
+            address, kind = pooled[buffer.id][0], "pool"
+        else:
+            continue
+        op = ops.get(nodes[buffer.start], nodes[buffer.start])
+        site = f"{kind}: {op}"
+        actions.append(_action("alloc", address, buffer.nbytes, spans[buffer.start][0], site))
+        actions.append(_action("free_completed", address, buffer.nbytes,
+                               spans[buffer.end - 1][1], site))
+    live: dict[int, int] = {}  # torch's blocks allocated during the call: address -> nbytes
+    for time_ns, nbytes, _, path, node, address in profiled.events:
+        if nbytes > 0:
+            site = f"{path}: {ops.get(node, node)}" if node else "torch, outside any node"
+            actions.append(_action("segment_alloc", address, nbytes, time_ns, site))
+            actions.append(_action("alloc", address, nbytes, time_ns, site))
+            live[address] = nbytes
+        elif address in live:
+            size = live.pop(address)
+            actions.append(_action("free_completed", address, size, time_ns, ""))
+            actions.append(_action("segment_free", address, size, time_ns, ""))
+    actions.sort(key=lambda a: (a["time_us"], _FREE_FIRST.get(a["action"], 0)))
+    for action in actions:
+        action["time_us"] = (action["time_us"] - origin) // 1000
+    segments = [{"device": 0, "address": arena, "total_size": arena_bytes, "stream": 0,
+                 "segment_type": "large", "blocks": []}]
+    segments += [{"device": 0, "address": address, "total_size": nbytes, "stream": 0,
+                  "segment_type": "small",
+                  "blocks": [{"address": address, "size": nbytes, "requested_size": nbytes,
+                              "state": "active_allocated", "frames": []}]}
+                 for address, nbytes in live.items()]
+    snapshot = {"segments": segments, "device_traces": [actions]}
+    return signature.unflatten(flat, inputs), snapshot
