@@ -130,11 +130,13 @@ def measure_model(
     repeats: int = 30,
     unplaceable: Literal["auto", "copy", "dynamic"] = "copy",
     verify: bool = True,
+    reorder: bool = False,
     record_memory: bool = False,
     progress: Progress | None = None,
 ) -> ModelResult:
     """Build ``name``, run it eagerly and planned, and measure both (module docstring).
-    ``record_memory`` also records one planned call's memory
+    ``reorder`` runs the planned program in the order :func:`tensorarena.planning.reorder`
+    picks; ``record_memory`` also records one planned call's memory
     (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`) into ``memory_snapshot``."""
     import torch
 
@@ -149,7 +151,7 @@ def measure_model(
     if training:
         model.train()
         with progress.step("tracing the training step (make_fx) and planning it"):
-            step = TrainingStep(model, args, kwargs, unplaceable=unplaceable)
+            step = TrainingStep(model, args, kwargs, unplaceable=unplaceable, reorder=reorder)
             program = step.program
             planned_call: Callable[[], Any] = lambda: step(*args, **kwargs)  # noqa: E731
             torch.manual_seed(0)
@@ -166,7 +168,8 @@ def measure_model(
     else:
         model.eval()
         with progress.step("exporting (torch.export) and planning"):
-            program = PlannedProgram.from_module(model, args, kwargs, unplaceable=unplaceable)
+            program = PlannedProgram.from_module(model, args, kwargs, unplaceable=unplaceable,
+                                                 reorder=reorder)
             planned_call = lambda: program(*args, **kwargs)  # noqa: E731
             planned_out = planned_call()
 
@@ -240,6 +243,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (default: torch's). On a shared machine "
                              "use 1: a parallel op waits for its slowest thread, and one thread "
                              "descheduled by another process stalls it for milliseconds")
+    parser.add_argument("--reorder", action="store_true",
+                        help="run each planned graph in the order tensorarena.planning.reorder "
+                             "picks (memory-aware operator reordering)")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no poisoned check")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -283,7 +289,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"bench exec: {mode}, size {args.size}, {os.cpu_count()} CPUs, "
               f"{torch.get_num_threads()} torch threads, "
-              f"median of {repeats} calls, unplaceable={args.unplaceable}")
+              f"median of {repeats} calls, unplaceable={args.unplaceable}"
+              + (", reordered" if args.reorder else ""))
     results: dict[str, ModelResult] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -292,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             results[name] = measure_model(
                 name, size=args.size, training=args.training, repeats=repeats,
-                unplaceable=args.unplaceable, verify=not args.quick, progress=Progress(stream),
+                unplaceable=args.unplaceable, verify=not args.quick, reorder=args.reorder,
+                progress=Progress(stream),
             )
         except Exception as exc:  # one architecture that fails here must not hide the others
             skipped[name] = f"{type(exc).__name__}: {exc}"
@@ -305,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
             "mode": mode,
             "size": args.size,
             "unplaceable": args.unplaceable,
+            "reorder": args.reorder,
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         }, indent=2))

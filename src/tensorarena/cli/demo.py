@@ -5,7 +5,8 @@ downloaded). It is traced, planned, checked (outputs against eager, then once mo
 dead buffer poisoned), measured (peak memory with the profiler, latency as the median of
 interleaved calls) and summed up in a short report. Each step prints as it starts, with its time
 when done. ``--model NAME`` picks another architecture, ``--training`` a training step (forward,
-loss and every gradient as one planned program), ``--size base`` the published size.
+loss and every gradient as one planned program), ``--size base`` the published size,
+``--reorder`` runs the nodes in the order :func:`tensorarena.planning.reorder` picks.
 
 It also records one planned call (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`:
 every planned buffer at its place in the arena, the dynamic pool, torch's own allocations) and
@@ -39,6 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a training step (forward, loss, every gradient) instead of inference")
     parser.add_argument("--size", choices=("tiny", "base"), default="tiny",
                         help="tiny (two layers, seconds; default) or base (published size)")
+    parser.add_argument("--reorder", action="store_true",
+                        help="run the planned graph in the order tensorarena.planning.reorder "
+                             "picks (memory-aware operator reordering)")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls each (default 30)")
     parser.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     parser.add_argument("--html", default=DEFAULT_HTML, metavar="PATH",
@@ -91,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     html = _html_path(args.html)
     result = measure_model(args.model, size=args.size, training=args.training,
-                           repeats=args.repeats, record_memory=html is not None,
+                           repeats=args.repeats, reorder=args.reorder,
+                           record_memory=html is not None,
                            progress=Progress(sys.stderr))
     correct = result.max_abs_err == 0 or result.max_abs_err < 1e-5
     if html is not None and result.memory_snapshot is not None:

@@ -106,9 +106,16 @@ class PlannedProgram:
         put it, outside the plan; ``"auto"``: dynamic when read for at most a few steps (its
         copy would be read once or twice), copied otherwise. None wins on every model: see
         ``tensorarena bench exec --unplaceable``;
+    ``reorder``
+        run the nodes in the order :func:`tensorarena.planning.reorder` chooses (memory-aware
+        operator reordering: lower peaks of live bytes, so smaller arenas), searched for up to
+        ``time_limit`` seconds on the example shapes before anything else; the order chosen is
+        :attr:`schedule`. Every order it returns keeps data dependencies, in-place accesses and
+        random ops in their original order, so outputs are those of the graph as given
+        (default off);
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
-        default on);
+        default on; decided after reordering, on the order that runs);
     ``poison``
         overwrite each buffer when its lifetime ends (a debugging mode; see :meth:`verify`);
     ``max_plans``, ``max_shapes``, ``growing``
@@ -132,6 +139,7 @@ class PlannedProgram:
         planner: str = "auto",
         time_limit: float = DEFAULT_TIME_LIMIT,
         unplaceable: Unplaceable = "copy",
+        reorder: bool = False,
         inplace: bool = True,
         poison: bool = False,
         max_plans: int = 8,
@@ -148,9 +156,13 @@ class PlannedProgram:
             raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
         self.name = name
         self._gm, self._graph = gm, gm.graph
+        #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
+        self.schedule: Any = None
+        if reorder:
+            self._gm, self._graph, self.schedule = _reordered(gm, problem_of, time_limit)
         self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
         if inplace:
-            self._gm, self._graph = _copy(gm)
+            self._gm, self._graph = _copy(self._gm)
             before = problem_of(self._graph, hints(self._graph))
             self.inplace_nodes = tuple(rewrite_inplace(self._graph, before))
         self._problem_of = functools.partial(problem_of, self._graph)
@@ -474,6 +486,26 @@ def _copy(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, torch.fx.Grap
     output = graph.graph_copy(gm.graph, {})
     graph.output(output)
     return _with_graph(gm, graph), graph
+
+
+def _reordered(
+    gm: torch.fx.GraphModule,
+    problem_of: Callable[[torch.fx.Graph, Mapping[Any, int]], GraphProblem],
+    time_limit: float,
+) -> tuple[torch.fx.GraphModule, torch.fx.Graph, Any]:
+    """``gm`` with its nodes in the order :func:`tensorarena.planning.reorder` picks for the
+    graph's own planning problem (at the example shapes), and that schedule."""
+    from tensorarena.planning.op_graph import op_graph_from_fx, reordered_graph
+    from tensorarena.planning.reorder import reorder
+    from tensorarena.runtime.materialize import BLOCK_ALIGNMENT
+
+    graph = gm.graph
+    ops = op_graph_from_fx(graph, problem_of(graph, hints(graph)))
+    schedule = reorder(ops, time_limit=time_limit, plan_time_limit=time_limit,
+                       alignment=BLOCK_ALIGNMENT).schedule
+    new = reordered_graph(graph, schedule.order)
+    new._codegen = graph._codegen  # inputs and outputs (un)flatten as before
+    return _with_graph(gm, new), new, schedule
 
 
 def _with_graph(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
