@@ -38,6 +38,7 @@ from tensorarena.errors import (
     InvalidSizeError,
     InvariantError,
     LeakWarning,
+    MalformedTraceError,
     MemoryCorruptionError,
     MissingDependencyError,
     NotHostAccessibleError,
@@ -59,6 +60,7 @@ from tensorarena.errors import (
     UnknownNumaNodeError,
     UnknownPlannerError,
     UnknownStrategyError,
+    UnsafePickleError,
     UseAfterFreeError,
 )
 from tensorarena.interop import (
@@ -128,6 +130,7 @@ __all__ = [
     "LeakWarning",
     "Limiting",
     "LockedHostMemory",
+    "MalformedTraceError",
     "MemoryCorruptionError",
     "MemoryKind",
     "MemoryResource",
@@ -162,6 +165,7 @@ __all__ = [
     "UnknownNumaNodeError",
     "UnknownPlannerError",
     "UnknownStrategyError",
+    "UnsafePickleError",
     "UseAfterFreeError",
     "VirtualMemory",
     "__version__",

@@ -30,6 +30,8 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     │   ├── BufferOverflowError                       a red zone around a live block was written
     │   └── UseAfterFreeError                         a freed (poisoned) block was written
     ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
+    ├── MalformedTraceError       (also ValueError)   a trace file or event sequence that is wrong
+    │   └── UnsafePickleError                         a snapshot pickle that asks to run code
     ├── InvalidPlanError                              a plan that breaks the problem's constraints
     ├── InfeasibleError                               no plan fits the requested capacity
     │   └── PlanDoesNotFitError                       the best plan found is over the capacity
@@ -69,6 +71,7 @@ __all__ = [
     "InvalidSizeError",
     "InvariantError",
     "LeakWarning",
+    "MalformedTraceError",
     "MemoryCorruptionError",
     "MissingDependencyError",
     "NotHostAccessibleError",
@@ -90,6 +93,7 @@ __all__ = [
     "UnknownNumaNodeError",
     "UnknownPlannerError",
     "UnknownStrategyError",
+    "UnsafePickleError",
     "UseAfterFreeError",
 ]
 
@@ -359,10 +363,33 @@ class InvalidProblemError(TensorArenaError, ValueError):
     def __init__(self, message: str, *, line: int | None = None, column: str | None = None) -> None:
         self.line = line
         self.column = column
-        where = ""
-        if line is not None:
-            where = f"line {line}" + (f", column {column!r}" if column else "") + ": "
-        super().__init__(where + message)
+        super().__init__(_located(message, line, column))
+
+
+def _located(message: str, line: int | None, column: str | None) -> str:
+    """``message`` prefixed with ``line N, column 'name': `` where the fault has a place."""
+    if line is None:
+        return message
+    return f"line {line}" + (f", column {column!r}" if column else "") + ": " + message
+
+
+class MalformedTraceError(TensorArenaError, ValueError):
+    """A trace that cannot be read or does not make sense: a bad file, a bad field, a free of an
+    allocation that is not live, a pickle that asks to run code.
+
+    ``line`` (1-based, in the file; for events given in memory, the 1-based event number) and
+    ``column`` (the field's name) locate the fault where there is one.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: str | None = None) -> None:
+        self.line = line
+        self.column = column
+        super().__init__(_located(message, line, column))
+
+
+class UnsafePickleError(MalformedTraceError):
+    """A pickle that asks for a Python object other than plain data (a class, a function):
+    not a memory snapshot, or crafted to run code. Nothing from it was run."""
 
 
 class InvalidPlanError(TensorArenaError):

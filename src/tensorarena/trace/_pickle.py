@@ -16,14 +16,9 @@ import io
 import pickle
 from typing import IO, Any
 
-from tensorarena.trace.model import MalformedTraceError
+from tensorarena.errors import MalformedTraceError, UnsafePickleError
 
 __all__ = ["UnsafePickleError", "load_plain"]
-
-
-class UnsafePickleError(MalformedTraceError):
-    """A pickle that asks for a Python object other than plain data (a class, a function):
-    not a memory snapshot, or crafted to run code. Nothing from it was run."""
 
 
 class _PlainUnpickler(pickle.Unpickler):

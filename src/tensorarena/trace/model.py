@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from tensorarena.errors import TensorArenaError
+from tensorarena.errors import MalformedTraceError
 from tensorarena.sizes import MAX_SIZE
 
 __all__ = [
@@ -43,23 +43,6 @@ __all__ = [
 ALLOC = "a"
 #: The ``op`` of a free event.
 FREE = "f"
-
-
-class MalformedTraceError(TensorArenaError, ValueError):
-    """A trace that cannot be read or does not make sense: a bad file, a bad field, a free of an
-    allocation that is not live, a pickle that asks to run code.
-
-    ``line`` (1-based, in the file; for events given in memory, the 1-based event number) and
-    ``column`` (the field's name) locate the fault where there is one.
-    """
-
-    def __init__(self, message: str, *, line: int | None = None, column: str | None = None) -> None:
-        self.line = line
-        self.column = column
-        where = ""
-        if line is not None:
-            where = f"line {line}" + (f", column {column!r}" if column else "") + ": "
-        super().__init__(where + message)
 
 
 class Event(NamedTuple):
