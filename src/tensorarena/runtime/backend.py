@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.runtime.device import common_device
 from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.workspace import Workspace
@@ -59,7 +60,8 @@ class Backend:
         from torch._dynamo.backends.common import aot_autograd
 
         workspace = self.workspace or Workspace(
-            self.options.get("resource"), concurrency=self.options.get("concurrency", "serialize")
+            self.options.get("resource"), concurrency=self.options.get("concurrency", "serialize"),
+            device=common_device(example_inputs),
         )
         graph = next(self._counter)
         options = {k: v for k, v in self.options.items() if k not in ("resource", "concurrency")}

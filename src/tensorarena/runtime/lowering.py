@@ -92,12 +92,15 @@ def classify(
     pooled: Iterable[str] = (),
     demoted: Mapping[str, str] | None = None,
     inplace: Iterable[str] = (),
+    elsewhere: Mapping[str, str] | None = None,
 ) -> Lowering:
     """Decide every node's path (see the module docstring) before planning.
 
     ``pooled`` are buffers whose size follows a growing dimension (dynamic pool); ``demoted``
     maps nodes whose out variant failed before to the reason (they take the ``copy`` path);
-    ``inplace`` names the nodes rewritten to run in place (for the report's reason).
+    ``inplace`` names the nodes rewritten to run in place (for the report's reason);
+    ``elsewhere`` maps tensors on another device than the arena to the reason (they stay out of
+    the plan, as the op made them).
     """
     inplace = set(inplace)
     planned = {b.id for b in gp.problem.buffers}
@@ -105,6 +108,7 @@ def classify(
     outputs = set(gp.outputs)
     pooled = set(pooled)
     demoted = demoted or {}
+    elsewhere = elsewhere or {}
     lowering = Lowering()
     for node in graph.nodes:
         if node.op not in ("call_function", "call_method", "call_module"):
@@ -135,6 +139,8 @@ def classify(
         for root in roots:
             if root in outputs:
                 lowering.dynamic[root] = "graph output, handed to the caller"
+            elif root in elsewhere:
+                lowering.dynamic[root] = elsewhere[root]
             elif root in pooled:
                 lowering.dynamic[root] = "size follows a growing dimension"
         variant = out_variant(node.target) if node.op == "call_function" else None

@@ -15,23 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-
 from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.problem import Plan
 from tensorarena.planning.validate import validate
+from tensorarena.runtime.device import BLOCK_ALIGNMENT, CPU, device_block
 
 if TYPE_CHECKING:
     import torch
 
     from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["Materialized", "block", "materialize", "slot", "torch_dtype"]
+__all__ = ["BLOCK_ALIGNMENT", "Materialized", "block", "materialize", "slot", "torch_dtype"]
 
-#: Offsets of planned buffers are multiples of this (the front ends' default buffer alignment).
-BLOCK_ALIGNMENT = 256
 
 
 def _torch() -> Any:
@@ -69,13 +66,13 @@ def torch_dtype(name: str) -> torch.dtype:
     return cast("torch.dtype", dtype)
 
 
-def block(nbytes: int, resource: MemoryResource | None = None) -> torch.Tensor:
-    """A ``torch.uint8`` tensor of ``nbytes`` bytes from ``resource`` (default: tensorarena's
-    default resource); the bytes go back when the tensor and every view of it are gone."""
-    from tensorarena.interop import empty
-
-    memory = empty(nbytes, np.uint8, resource=resource, like="torch", alignment=BLOCK_ALIGNMENT)
-    return cast("torch.Tensor", memory)
+def block(nbytes: int, resource: MemoryResource | None = None, *,
+          device: str = CPU) -> torch.Tensor:
+    """A ``torch.uint8`` tensor of ``nbytes`` bytes on ``device`` (``"cpu"`` or ``"cuda:N"``)
+    from ``resource`` (default: tensorarena's default resource on the CPU, ``device_pool(N)`` on
+    a GPU: :mod:`~tensorarena.runtime.device`); the bytes go back when the tensor and every view
+    of it are gone."""
+    return device_block(nbytes, resource, device)
 
 
 def slot(memory: torch.Tensor, offset: int, spec: TensorSpec) -> torch.Tensor:
@@ -107,9 +104,11 @@ def materialize(
     *,
     resource: MemoryResource | None = None,
     specs: Mapping[str, TensorSpec] | None = None,
+    device: str = CPU,
 ) -> Materialized:
-    """One block of ``plan.height`` bytes from ``resource`` and a tensor per planned buffer at
-    its offset, with the shape, strides and dtype of ``graph.tensors`` (or ``specs``).
+    """One block of ``plan.height`` bytes from ``resource`` on ``device`` (``"cuda:N"`` for
+    device memory; see :func:`block`) and a tensor per planned buffer at its offset, with the
+    shape, strides and dtype of ``graph.tensors`` (or ``specs``).
 
     The plan is checked first by the independent validator (:func:`~tensorarena.planning.validate`)
     against its own problem, whose buffers must all be buffers of ``graph`` with the same sizes;
@@ -130,7 +129,7 @@ def materialize(
                 f"buffer {buffer.id!r} has no shape/dtype (graph problems from the PyTorch "
                 "front end carry them; ONNX ones do not yet)"
             )
-    memory = block(plan.height, resource)
+    memory = block(plan.height, resource, device=device)
     tensors = {
         buffer.id: slot(memory, offset, specs[buffer.id])
         for buffer, offset in zip(plan.problem.buffers, plan.offsets, strict=True)

@@ -45,6 +45,7 @@ from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem, lower_bound
+from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.lowering import (
     Generated,
@@ -92,7 +93,9 @@ class PlannedProgram:
     Use :meth:`from_exported` or :meth:`from_graph_module`. Options (keyword-only):
 
     ``resource``
-        where the arena's block comes from (default: tensorarena's default resource);
+        where the arena's block comes from (default: tensorarena's default resource; for a
+        graph on ``cuda:N``, that device's pool ``device_pool(N)``: the arena lives on the
+        graph's device, :attr:`device`, see :mod:`~tensorarena.runtime.device`);
     ``workspace``
         a :class:`Workspace` to share with other programs that never run at the same time
         (default: one of its own over ``resource``);
@@ -168,7 +171,15 @@ class PlannedProgram:
         self._problem_of = functools.partial(problem_of, self._graph)
         self._signature = signature
         self._reference = reference
-        self.workspace = workspace or Workspace(resource, concurrency=concurrency)
+        #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
+        self.device = graph_device(self._graph)
+        if workspace is not None and workspace.device != self.device:
+            raise InvalidArgumentError(
+                f"the graph runs on {self.device} but the workspace given is on "
+                f"{workspace.device}"
+            )
+        self.workspace = workspace or Workspace(resource, concurrency=concurrency,
+                                                device=self.device)
         self._pool = pool
         self._planner = planner
         self._time_limit = time_limit
@@ -190,6 +201,7 @@ class PlannedProgram:
         self._last: _Specialization | None = None
         self._bindings: Mapping[Any, int] = {}
         self._values = _result_values(self._graph)
+        self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
         self.plans_made = 0  #: how many plans were computed (one per new shape without max_shapes)
 
@@ -321,7 +333,7 @@ class PlannedProgram:
     def _classify(self, graph: GraphProblem) -> Lowering:
         return classify(self._graph, graph, unplaceable=self._unplaceable,
                         pooled=self._pooled(), demoted=self._demoted,
-                        inplace=self.inplace_nodes)
+                        inplace=self.inplace_nodes, elsewhere=self._elsewhere)
 
     def _pooled(self) -> set[str]:
         if not self._growing:
@@ -387,7 +399,7 @@ class PlannedProgram:
 
         def allocate() -> torch.Tensor:
             spec = _spec(value, name, self._bindings)
-            return slot(block(spec.nbytes, self._pool), 0, spec)
+            return slot(block(spec.nbytes, self._pool, device=self.device), 0, spec)
 
         return allocate
 

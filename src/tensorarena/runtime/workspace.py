@@ -1,6 +1,7 @@
 """The memory planned programs run in: one block, grown on demand, used by one call at a time.
 
-A :class:`Workspace` owns a single ``torch.uint8`` block from a tensorarena resource. Every planned
+A :class:`Workspace` owns a single ``torch.uint8`` block from a tensorarena resource, on one
+device (host memory, or a GPU's: :mod:`~tensorarena.runtime.device`). Every planned
 program given the same workspace lays its slots over that block: their intermediates all die
 before a call returns (outputs never live there), so programs that never run at the same time can
 share the bytes. The forward and backward graphs of ``torch.compile`` share one this way, and so
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tensorarena.errors import ConcurrentUseError, InvalidArgumentError
+from tensorarena.runtime.device import CPU
 from tensorarena.runtime.materialize import block
 
 if TYPE_CHECKING:
@@ -51,13 +53,19 @@ class Workspace:
     """One block of memory for the planned intermediates of one or more programs."""
 
     def __init__(
-        self, resource: MemoryResource | None = None, *, concurrency: Concurrency = "serialize"
+        self,
+        resource: MemoryResource | None = None,
+        *,
+        concurrency: Concurrency = "serialize",
+        device: str = CPU,
     ) -> None:
         if concurrency not in ("serialize", "refuse"):
             raise InvalidArgumentError(
                 f"concurrency must be 'serialize' or 'refuse', got {concurrency!r}"
             )
         self.resource = resource
+        #: where the block lives: ``"cpu"`` or ``"cuda:N"`` (:mod:`~tensorarena.runtime.device`)
+        self.device = device
         self.concurrency: Concurrency = concurrency
         self._lock = threading.Lock()
         self._owner: int | None = None  # thread id inside use()
@@ -88,7 +96,7 @@ class Workspace:
         """The block, replaced by one of ``nbytes`` bytes first if it is smaller."""
         memory = self._memory
         if memory is None or nbytes > self._nbytes:
-            memory = self._memory = block(nbytes, self.resource)
+            memory = self._memory = block(nbytes, self.resource, device=self.device)
             self._nbytes = nbytes
             self._generation += 1
             self._grows += 1
@@ -123,6 +131,7 @@ class Workspace:
 
     def __repr__(self) -> str:
         return (
-            f"Workspace(nbytes={self._nbytes}, generation={self._generation}, "
+            f"Workspace(nbytes={self._nbytes}, device={self.device!r}, "
+            f"generation={self._generation}, "
             f"concurrency={self.concurrency!r}, busy={self._owner is not None})"
         )
