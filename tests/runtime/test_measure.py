@@ -49,3 +49,39 @@ def test_planned_intermediates_take_nothing_from_torchs_allocator() -> None:
     assert planned.by_path == {"dynamic": 1}  # the output only
     assert planned.planned_allocations == 0
     assert planned.peak_bytes < eager.peak_bytes
+
+
+class Scalars(torch.nn.Module):
+    """Python numbers in Tensor positions (mul, add, ne, lt), a factory (arange) and ``&``:
+    each made ATen allocate at every call before numbers were hoisted and out variants
+    widened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x) * 0.125 + 1.0
+        mask = (ids != 0) & (ids < 7)
+        h = h + torch.arange(32, dtype=torch.float32)
+        return (h * 3).sum(), mask.sum()
+
+
+def test_numbers_factories_and_dunders_take_nothing_from_torchs_allocator() -> None:
+    from tensorarena.runtime.ops import out_variant
+
+    aten = torch.ops.aten
+    assert out_variant(aten.arange.default).dropped >= {"dtype", "device"}  # type: ignore[union-attr]
+    assert out_variant(aten.__and__.Tensor).op is aten.bitwise_and.Tensor_out  # type: ignore[union-attr]
+    torch.manual_seed(0)
+    model = Scalars().eval()
+    x, ids = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    program = PlannedProgram.from_module(model, (x, ids))
+    program(x, ids)
+    result, planned = program.trace_allocations(x, ids)
+    with torch.no_grad():
+        torch.testing.assert_close(result, model(x, ids), rtol=0, atol=0)  # bit for bit
+        _, eager = trace_allocations(model, x, ids)
+    assert eager.allocations >= 10  # numbers wrapped at every call, eagerly
+    assert planned.planned_allocations == 0, planned.by_path
+    assert set(planned.by_path) == {"dynamic"}  # the outputs (and the bool sum's cast) only

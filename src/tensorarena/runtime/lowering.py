@@ -41,6 +41,7 @@ from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.torch_frontend import _element_names
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.ops import out_variant
+from tensorarena.runtime.scalars import hoisted
 
 if TYPE_CHECKING:
     import torch
@@ -326,9 +327,15 @@ def _statement(
     if target is operator.getitem and len(node.args) == 2 and isinstance(node.args[1], int):
         lines.append(f"    v{i} = {writer.expr(node.args[0], index)}[{node.args[1]}]")
         return
+    call_args, call_kwargs = node.args, node.kwargs
+    rewritten = hoisted(node, _zero_dim) if node.op == "call_function" else None
+    if rewritten is not None and (
+        (out_variant(node.target) is None) == (out_variant(rewritten[0]) is None)
+    ):
+        target, call_args, call_kwargs = rewritten
     args = ", ".join(
-        [writer.expr(a, index) for a in node.args]
-        + [f"{k}={writer.expr(v, index)}" for k, v in node.kwargs.items()]
+        [writer.expr(a, index) for a in call_args]
+        + [f"{k}={writer.expr(v, index)}" for k, v in call_kwargs.items()]
     )
     if node.op == "call_method":
         self_arg, *rest = node.args
@@ -345,8 +352,15 @@ def _statement(
     if path is None or path.path in ("alias", "dynamic", "other"):
         lines.append(f"    v{i} = {call}")
     elif path.path == "out":
-        variant = out_variant(node.target)
+        variant = out_variant(target)
         assert variant is not None  # classify chose "out" because there is one
+        if variant.dropped:  # tensor options the slot already has
+            args = ", ".join(
+                [writer.expr(a, index) for a in call_args]
+                + [f"{k}={writer.expr(v, index)}" for k, v in call_kwargs.items()
+                   if k not in variant.dropped]
+            )
+            sep = ", " if args else ""
         outs = ", ".join(
             f"{kw}={writer.const(slots[str(name)])}"
             for kw, name in zip(variant.outputs, names, strict=True)
@@ -359,13 +373,19 @@ def _statement(
     elif path.path == "copy":
         lines.append(f"    v{i} = {_copy_into(writer, call, names, slots)}")
     elif path.path == "pool":
-        variant = out_variant(node.target)
+        variant = out_variant(target)
         assert variant is not None and pool_tensor is not None
         outs = ", ".join(
             f"{kw}={writer.const(pool_tensor(str(name)))}()"
             for kw, name in zip(variant.outputs, names, strict=True)
         )
         lines.append(f"    v{i} = {writer.const(_raw(variant.op))}({args}{sep}{outs})")
+
+
+def _zero_dim(value: bool | int | float, dtype: str) -> torch.Tensor:
+    import torch
+
+    return torch.tensor(value, dtype=getattr(torch, dtype))
 
 
 def _copy_into(

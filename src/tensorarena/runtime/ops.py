@@ -5,8 +5,14 @@ its overload packet holds another overload with the same arguments, in the same 
 same types, plus keyword-only outputs annotated as written (``Tensor(a!) out``), one per return:
 ``aten::mm.out``, ``aten::add.out`` for ``add.Tensor``, ``add.Scalar_out`` for ``add.Scalar``,
 ``native_layer_norm.out(..., out0, out1, out2)`` for a three-output op. Matching on the whole
-argument list, not on overload names, finds all of these and never pairs ``arange.default`` (which
-takes a dtype) with ``arange.out`` (which does not).
+argument list, not on overload names, finds all of these. Two widenings, each exact:
+
+* a factory's keyword-only tensor options (``dtype``, ``layout``, ``device``, ``pin_memory``) may
+  be missing from its out variant (``arange.default`` → ``arange.out``): the slot written is
+  already of the node's dtype, layout and device, so they are dropped from the call
+  (:attr:`OutVariant.dropped`);
+* the operator dunders ``__and__``/``__or__``/``__xor__`` are ``bitwise_and``/``_or``/``_xor``
+  (ATen implements them so) and take those out variants.
 
 Answers are cached per op overload: a runtime asks once per node when it builds a program.
 """
@@ -26,6 +32,7 @@ class OutVariant:
 
     op: Any  #: the ``torch._ops.OpOverload`` of the out variant
     outputs: tuple[str, ...]  #: keyword names of its outputs, in the order of the op's returns
+    dropped: frozenset[str] = frozenset()  #: keyword arguments of the op to leave out of the call
 
     @property
     def name(self) -> str:
@@ -44,6 +51,12 @@ def out_variant(op: Any) -> OutVariant | None:
         return None
 
 
+#: Keyword-only arguments of factories that the out tensor decides instead.
+_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
+#: Operator dunders and the ops ATen runs for them.
+_SAME_AS = {"__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor"}
+
+
 @functools.cache
 def _out_variant(op: Any) -> OutVariant | None:
     schema = getattr(op, "_schema", None)
@@ -55,14 +68,27 @@ def _out_variant(op: Any) -> OutVariant | None:
     if any(str(ret.type) != "Tensor" for ret in schema.returns):
         return None  # lists and optional results have no fixed slot
     wanted = [_signature(arg) for arg in schema.arguments]
-    for name in packet.overloads():
-        candidate = getattr(packet, name)
-        arguments = candidate._schema.arguments
-        outputs = [arg for arg in arguments if arg.is_out]
-        if len(outputs) != len(schema.returns) or any(str(a.type) != "Tensor" for a in outputs):
-            continue
-        if [_signature(arg) for arg in arguments if not arg.is_out] == wanted:
-            return OutVariant(candidate, tuple(arg.name for arg in outputs))
+    options = frozenset(a.name for a in schema.arguments
+                        if a.kwarg_only and a.name in _TENSOR_OPTIONS)
+    without = [s for s in wanted if s[0] not in options]
+    packets = [packet]
+    if packet.__name__ in _SAME_AS:
+        import torch
+
+        packets.append(getattr(torch.ops.aten, _SAME_AS[packet.__name__]))
+    for owner in packets:
+        for name in owner.overloads():
+            candidate = getattr(owner, name)
+            arguments = candidate._schema.arguments
+            outputs = [arg for arg in arguments if arg.is_out]
+            if len(outputs) != len(schema.returns) or any(str(a.type) != "Tensor"
+                                                          for a in outputs):
+                continue
+            inputs = [_signature(arg) for arg in arguments if not arg.is_out]
+            if inputs == wanted:
+                return OutVariant(candidate, tuple(arg.name for arg in outputs))
+            if options and inputs == without:
+                return OutVariant(candidate, tuple(arg.name for arg in outputs), options)
     return None
 
 

@@ -449,9 +449,10 @@ class PlannedProgram:
     def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
         """Run once with every node annotated and return the result and what torch's allocator
         did meanwhile, charged to node paths (:mod:`~tensorarena.runtime.measure`). The arena is
-        tensorarena memory and never shows; run a call first so the shape is planned."""
+        tensorarena memory and never shows; neither does making the code (the steady state is
+        measured). Run a call first so the shape is planned."""
         inputs = self._signature.flatten(args, kwargs)
-        flat, trace = trace_allocations(self._run_annotated, inputs)
+        flat, trace = trace_allocations(self._annotated_call(inputs))
         return self._signature.unflatten(flat, inputs), trace
 
     def record_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -464,18 +465,24 @@ class PlannedProgram:
 
         return record_call(self, args, kwargs)
 
-    def _run_annotated(self, inputs: list[Any],
-                       pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
-                       ) -> Any:
-        """One call of code whose nodes are profiler ranges ``tensorarena:<path>:<node>``."""
+    def _annotated_call(self, inputs: list[Any],
+                        pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
+                        ) -> Callable[[], Any]:
+        """One call of code whose nodes are profiler ranges ``tensorarena:<path>:<node>``,
+        generated now and run when the returned function is called."""
         with self.workspace.use(), self._no_grad():
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
-            self._bindings = bindings
             annotated = generate(self._graph, self._gm, current.graph, current.lowering,
                                  current.plan.as_dict(), self.workspace.memory, annotate=True,
                                  pool_tensor=pool_tensor or self._pool_tensor)
-            return annotated.run(inputs)
+
+        def run() -> Any:
+            with self.workspace.use(), self._no_grad():
+                self._bindings = bindings
+                return annotated.run(inputs)
+
+        return run
 
     @property
     def source(self) -> str:

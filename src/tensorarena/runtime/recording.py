@@ -69,7 +69,7 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
 
         return recorded
 
-    flat, profiled = profile(program._run_annotated, inputs, pool_tensor)
+    flat, profiled = profile(program._annotated_call(inputs, pool_tensor))
     current = program._last
     assert current is not None  # the call above specialised the program
     nodes = [node.name for node in program._graph.nodes]

@@ -1,0 +1,94 @@
+"""Python numbers given to ATen as tensors, made once per program instead of at every call.
+
+``x * 0.5`` in a graph is ``aten.mul.Tensor(x, 0.5)``: a number where the schema wants a
+``Tensor``. ATen wraps it in a fresh one-element CPU tensor at every call (8 bytes from the
+system allocator) and, when its dtype is not the computation's, converts it (4 bytes more); the
+``.Scalar`` overloads of comparisons (``ne.Scalar(x, 0)``) wrap it the same way inside. Measured
+on tiny GPT-2: 28 of the planned call's allocator calls, every one of them in steady state.
+
+:func:`hoisted` rewrites one node's call once, when the program's code is generated: each such
+number becomes a 0-dim CPU tensor of the dtype of the op's first tensor argument, made here and
+held by the generated code, and a comparison's ``.Scalar`` overload becomes its ``.Tensor`` twin
+(same arguments, the number as a tensor). Results are bit-identical because the rewrite is made
+only where nothing can change: the tensor's dtype is ``float32``, ``float64``, an integer type or
+``bool`` (there ATen computes in that dtype, so the wrapped number was cast to it anyway; for
+``float16``/``bfloat16`` ATen computes a number in ``float``, so those are left alone), and the
+number's kind does not exceed the tensor's (an ``int`` tensor times ``0.5`` promotes to float:
+left alone). A 0-dim CPU tensor is also what kernels accept beside CUDA tensors, so the same
+rewrite serves the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
+
+if TYPE_CHECKING:
+    import torch.fx
+
+__all__ = ["hoisted"]
+
+#: Comparisons whose ``.Scalar`` overload wraps its number; their ``.Tensor`` twin takes it made.
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+_EXACT_FLOATS = ("float32", "float64")
+_INTEGERS = ("int8", "int16", "int32", "int64", "uint8")
+
+
+def _kind_fits(value: object, dtype: str) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return dtype != "bool" and (dtype in _EXACT_FLOATS or dtype in _INTEGERS)
+    if isinstance(value, float):
+        return dtype in _EXACT_FLOATS
+    return False
+
+
+@functools.cache
+def _tensor_twin(op: Any) -> Any:
+    """``ne.Scalar`` → ``ne.Tensor`` (same argument names and order), else None."""
+    packet = op.overloadpacket
+    if packet.__name__ not in _COMPARISONS or op._overloadname != "Scalar":
+        return None
+    twin = getattr(packet, "Tensor", None)
+    if twin is None:
+        return None
+    names = [a.name for a in op._schema.arguments]
+    return twin if [a.name for a in twin._schema.arguments] == names else None
+
+
+def hoisted(node: torch.fx.Node, make: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    """``(target, args, kwargs)`` for ``node`` with its wrapped numbers made once (module
+    docstring), or None when nothing changes. ``make(value, dtype)`` makes the 0-dim tensor."""
+    op: Any = node.target
+    schema = getattr(op, "_schema", None)
+    if schema is None or node.op != "call_function":
+        return None
+    first = next((a for a in node.all_input_nodes if _is_tensor_like(_meta_value(a))), None)
+    if first is None:
+        return None
+    dtype = str(_meta_value(first).dtype).removeprefix("torch.")
+    twin = _tensor_twin(op)
+    target: Any = twin if twin is not None else op
+    positions: Mapping[str, int] = {a.name: k for k, a in enumerate(target._schema.arguments)}
+    types = [str(a.type) for a in target._schema.arguments]
+
+    def replace(name: str, value: Any) -> Any:
+        k = positions.get(name)
+        if k is None or types[k] != "Tensor" or isinstance(value, type(node)):
+            return value
+        if isinstance(value, (bool, int, float)) and _kind_fits(value, dtype):
+            return make(value, dtype)
+        return value
+
+    names = [a.name for a in schema.arguments]
+    args = tuple(replace(names[k], v) if k < len(names) else v for k, v in enumerate(node.args))
+    kwargs = {name: replace(name, v) for name, v in node.kwargs.items()}
+    changed = any(a is not b for a, b in zip(args, node.args, strict=True)) or any(
+        kwargs[k] is not v for k, v in node.kwargs.items())
+    if not changed:
+        return None
+    return target, args, kwargs
