@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena.errors import (
     ExportFailedError,
@@ -113,9 +113,11 @@ class PlannedProgram:
         run the nodes in the order :func:`tensorarena.planning.reorder` chooses (memory-aware
         operator reordering: lower peaks of live bytes, so smaller arenas), searched for up to
         ``time_limit`` seconds on the example shapes before anything else; the order chosen is
-        :attr:`schedule`. Every order it returns keeps data dependencies, in-place accesses and
-        random ops in their original order, so outputs are those of the graph as given
-        (default off);
+        :attr:`schedule`, and it runs (:attr:`reordered`) unless it would raise the lower bound
+        of the buffers planned here (reorder also counts the outputs, which the arena leaves
+        out; ``"always"`` runs it regardless, to compare orders). Every order it returns keeps
+        data dependencies, in-place accesses and random ops in their original order, so outputs
+        are those of the graph as given (default off);
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on; decided after reordering, on the order that runs);
@@ -142,7 +144,7 @@ class PlannedProgram:
         planner: str = "auto",
         time_limit: float = DEFAULT_TIME_LIMIT,
         unplaceable: Unplaceable = "copy",
-        reorder: bool = False,
+        reorder: bool | Literal["always"] = False,
         inplace: bool = True,
         poison: bool = False,
         max_plans: int = 8,
@@ -162,7 +164,10 @@ class PlannedProgram:
         #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
         self.schedule: Any = None
         if reorder:
-            self._gm, self._graph, self.schedule = _reordered(gm, problem_of, time_limit)
+            self._gm, self._graph, self.schedule = _reordered(
+                gm, problem_of, time_limit, always=reorder == "always")
+        #: whether the nodes run in :attr:`schedule`'s order
+        self.reordered = self._graph is not gm.graph
         self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
         if inplace:
             self._gm, self._graph = _copy(self._gm)
@@ -511,20 +516,39 @@ def _reordered(
     gm: torch.fx.GraphModule,
     problem_of: Callable[[torch.fx.Graph, Mapping[Any, int]], GraphProblem],
     time_limit: float,
+    *,
+    always: bool,
 ) -> tuple[torch.fx.GraphModule, torch.fx.Graph, Any]:
     """``gm`` with its nodes in the order :func:`tensorarena.planning.reorder` picks for the
-    graph's own planning problem (at the example shapes), and that schedule."""
+    graph's planning problem (at the example shapes), and that schedule; ``gm`` as it is (and
+    the schedule) when that order would not lower the peak of what *this* runtime plans.
+
+    The two objectives differ: reorder counts the graph's outputs, which live to the end of
+    every order, while the arena leaves them out (they are fresh for the caller). An order that
+    frees activations sooner by producing gradients later can lower the one and raise the
+    other (measured: tiny BERT's training step, 312 708 -> 337 536 bytes of arena)."""
     from tensorarena.planning.op_graph import op_graph_from_fx, reordered_graph
     from tensorarena.planning.reorder import reorder
     from tensorarena.runtime.materialize import BLOCK_ALIGNMENT
 
     graph = gm.graph
-    ops = op_graph_from_fx(graph, problem_of(graph, hints(graph)))
+    sizes = hints(graph)
+    given = problem_of(graph, sizes)
+    ops = op_graph_from_fx(graph, given)
     schedule = reorder(ops, time_limit=time_limit, plan_time_limit=time_limit,
                        alignment=BLOCK_ALIGNMENT).schedule
     new = reordered_graph(graph, schedule.order)
     new._codegen = graph._codegen  # inputs and outputs (un)flatten as before
-    return _with_graph(gm, new), new, schedule
+    module = _with_graph(gm, new)
+    if not always and _arena_bound(problem_of(new, sizes)) > _arena_bound(given):
+        return gm, graph, schedule
+    return module, new, schedule
+
+
+def _arena_bound(graph: GraphProblem) -> int:
+    """The lower bound of the buffers this runtime plans: all but the graph's outputs."""
+    outputs = set(graph.outputs)
+    return lower_bound(Problem(b for b in graph.problem.buffers if b.id not in outputs))
 
 
 def _with_graph(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
