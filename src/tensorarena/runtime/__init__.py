@@ -2,7 +2,9 @@
 
 :class:`PlannedProgram` runs a ``torch.export`` program or an FX graph node by node with every
 planned intermediate written into its slot of one arena (a :class:`Workspace` over tensorarena
-memory); :class:`TrainingStep` plans forward, loss and gradients as one program;
+memory, on the graph's device: host memory, or a GPU's pool for a CUDA graph); its
+``record_memory`` returns one call as a PyTorch memory snapshot; :class:`TrainingStep` plans
+forward, loss and gradients as one program;
 :func:`register_backend` makes ``torch.compile(model, backend="tensorarena")`` work;
 :func:`materialize` is the bridge for runtimes of one's own (one block, a tensor per buffer).
 torch is imported only when one of these is used. Its errors live in :mod:`tensorarena.errors`
