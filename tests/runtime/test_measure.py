@@ -52,9 +52,9 @@ def test_planned_intermediates_take_nothing_from_torchs_allocator() -> None:
 
 
 class Scalars(torch.nn.Module):
-    """Python numbers in Tensor positions (mul, add, ne, lt), a factory (arange) and ``&``:
-    each made ATen allocate at every call before numbers were hoisted and out variants
-    widened."""
+    """Python numbers in Tensor positions (mul, add, ne, lt), a factory (arange), ``&`` and
+    ``mean`` (whose CPU out variant divides by a count it wraps): each made ATen allocate at
+    every call before numbers were made once and out variants widened."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,6 +64,7 @@ class Scalars(torch.nn.Module):
         h = self.proj(x) * 0.125 + 1.0
         mask = (ids != 0) & (ids < 7)
         h = h + torch.arange(32, dtype=torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)  # RMSNorm: mean made a sum
         return (h * 3).sum(), mask.sum()
 
 

@@ -41,7 +41,7 @@ from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.torch_frontend import _element_names
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.ops import out_variant
-from tensorarena.runtime.scalars import hoisted
+from tensorarena.runtime.scalars import hoisted, mean_as_sum
 
 if TYPE_CHECKING:
     import torch
@@ -366,7 +366,13 @@ def _statement(
             for kw, name in zip(variant.outputs, names, strict=True)
         )
         lines.append("    try:")
-        lines.append(f"        v{i} = {writer.const(_raw(variant.op))}({args}{sep}{outs})")
+        summed = mean_as_sum(node)
+        if summed is not None and len(names) == 1:  # mean = sum, then divide by a made count
+            count = _zero_dim(summed[1], str(slots[str(names[0])].dtype).removeprefix("torch."))
+            lines.append(f"        v{i} = {writer.const(_raw(summed[0]))}({args}{sep}{outs})")
+            lines.append(f"        v{i}.div_({writer.const(count)})")
+        else:
+            lines.append(f"        v{i} = {writer.const(_raw(variant.op))}({args}{sep}{outs})")
         lines.append("    except Exception as error:")
         lines.append(f"        _failed[{node.name!r}] = f'{variant.name} failed: {{error}}'")
         lines.append(f"        v{i} = {_copy_into(writer, call, names, slots)}")
