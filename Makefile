@@ -4,9 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # The stamps record which extras are installed; they are remade when what pip reads changes
 # (the version lives in _version.py: the metadata must be rewritten when it moves).
-STAMP_RUN  := $(VENV)/.stamp-run
-STAMP_TEST := $(VENV)/.stamp-test
+# pip compiles the allocation core with mypyc where a C compiler is present (setup.py);
+# TENSORARENA_PURE=1 installs the pure-Python build instead. The stamps name the build, so
+# switching reinstalls, and depend on the compiled sources, so an edit is never shadowed by a
+# stale extension.
+BUILD      := $(if $(filter-out 0,$(TENSORARENA_PURE)),pure,compiled)
+STAMP_RUN  := $(VENV)/.stamp-run-$(BUILD)
+STAMP_TEST := $(VENV)/.stamp-test-$(BUILD)
 VERSION_PY := src/tensorarena/_version.py
+BUILD_DEPS := setup.py $(wildcard src/tensorarena/core/*.py)
 # The test set-up pins torch to the CPU build on disk (see the file); users get only the extra's floor.
 CONSTRAINTS := constraints-test.txt
 
@@ -17,11 +23,13 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # The main job runs a real model, so it needs torch and transformers (at the pinned CPU build).
-$(STAMP_RUN): pyproject.toml $(VERSION_PY) $(CONSTRAINTS) Makefile | $(BIN)/python
+$(STAMP_RUN): pyproject.toml $(VERSION_PY) $(CONSTRAINTS) Makefile $(BUILD_DEPS) | $(BIN)/python
+	rm -f $(VENV)/.stamp-*
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[torch,models,viz]'
 	touch $@
 
-$(STAMP_TEST): pyproject.toml $(VERSION_PY) $(CONSTRAINTS) Makefile | $(BIN)/python
+$(STAMP_TEST): pyproject.toml $(VERSION_PY) $(CONSTRAINTS) Makefile $(BUILD_DEPS) | $(BIN)/python
+	rm -f $(VENV)/.stamp-*
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev,torch,models,onnx,viz,plot]'
 	@# The HTML timeline is tested in a real headless browser; its tests skip, saying so, without one.
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -40,3 +48,4 @@ lint: $(STAMP_TEST)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	find src -name '*.so' -delete

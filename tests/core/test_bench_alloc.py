@@ -13,7 +13,8 @@ from tensorarena.core import STRATEGIES
 def test_quick_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert alloc.main(["--quick", "--json", "--ops", "1500", "--repeats", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"strategies", "python_call_ns", "libc_pair_ns"}
+    assert set(data) == {"build", "strategies", "python_call_ns", "libc_pair_ns"}
+    assert data["build"] in ("compiled", "pure")
     assert list(data["strategies"]) == list(STRATEGIES)
     for name, result in data["strategies"].items():
         assert set(result) == {"ns_per_pair", "footprint_ratio", "fragmentation"}, name

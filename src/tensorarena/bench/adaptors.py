@@ -29,6 +29,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from tensorarena._version import build
 from tensorarena.adaptors import Counting, Guarded, Poisoning, Tracking
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         document = {
+            "build": build(),
             "stacks": results,
             "operations": operations,
             "repeats": repeats,
@@ -160,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(
         f"ns per deallocate+allocate pair, {operations} pairs, best of {repeats}, "
-        f"Pool(HostMemory(), {args.strategy}), window {WINDOW}, sizes 64 B-16 KiB"
+        f"Pool(HostMemory(), {args.strategy}), window {WINDOW}, sizes 64 B-16 KiB; "
+        f"{build()} build"
     )
     print(f"{'stack':<36} {'ns/pair':>9} {'overhead':>9} {'ratio':>6}")
     for name, row in results.items():

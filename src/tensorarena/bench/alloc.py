@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from time import process_time_ns
 from typing import ClassVar
 
+from tensorarena._version import build
 from tensorarena.core import STRATEGIES, Arena
 from tensorarena.errors import OutOfMemoryError
 
@@ -372,6 +373,7 @@ def _as_json(
             "fragmentation": round(result.fragmentation, 4),
         }
     return {
+        "build": build(),
         "strategies": strategies,
         "python_call_ns": round(call_ns, 1),
         "libc_pair_ns": None if libc_ns is None else round(libc_ns, 1),
@@ -387,7 +389,8 @@ def _print_table(
 ) -> None:
     print(
         f"bench alloc: {len(workload.fill)} blocks filled, then {len(workload.steady)} mixed "
-        f"operations (sizes 256 B - 64 MiB, ~{TARGET_LIVE} live); median of {repeats} repeats"
+        f"operations (sizes 256 B - 64 MiB, ~{TARGET_LIVE} live); median of {repeats} repeats; "
+        f"{build()} build"
     )
     header = (
         f"{'strategy':<16}{'ns/pair':>10}{'x libc':>9}{'x call':>9}{'footprint':>11}{'frag':>8}"

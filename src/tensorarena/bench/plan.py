@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tensorarena._version import build
+
 __all__ = ["DATA_ENV", "SUITES", "Row", "configure", "data_folder", "main", "run"]
 
 SUITES = ("pisarchyk", "minimalloc", "idealloc", "models")
@@ -255,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     data = data_folder(args.data)
     suites: list[Suite] = []
     if not args.json:
-        print(f"bench plan: {os.cpu_count()} CPUs, load average {_load()}, "
+        print(f"bench plan: {build()} build, {os.cpu_count()} CPUs, load average {_load()}, "
               f"time limit {args.time_limit:g} s, data {data or 'none (' + _DATA_HINT + ')'}")
     for name in args.suite or SUITES:
         title, runner = _RUNNERS[name]
@@ -275,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             _print_suite(suite)
     if args.json:
         print(json.dumps({
+            "build": build(),
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count(), "load_average": _load()},
             "time_limit": args.time_limit,

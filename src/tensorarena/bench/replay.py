@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tensorarena._version import build
 from tensorarena.core.registry import STRATEGIES
 from tensorarena.sizes import format_size
 from tensorarena.trace import Trace, read_trace, shipped_traces
@@ -193,6 +194,7 @@ def measure(*, quick: bool = False) -> dict[str, Any]:
 
 
 def _print(document: dict[str, Any]) -> None:
+    print(f"bench replay: {document['build']} build")
     for trace_name, entry in document["configurations"].items():
         print(f"\n{trace_name}: {entry['events']} events, peak live "
               f"{format_size(entry['peak_live'])}")
@@ -236,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     document = measure(quick=args.quick)
     document["seconds"] = round(time.perf_counter() - began, 1)
+    document["build"] = build()
     if args.json:
         print(json.dumps(document, indent=1))
     else:

@@ -33,6 +33,7 @@ from time import perf_counter
 
 import numpy as np
 
+from tensorarena._version import build
 from tensorarena.memory_kind import MemoryKind
 
 __all__ = ["SIZES", "configure", "main", "measure", "measure_owners", "run"]
@@ -234,13 +235,16 @@ def run(args: argparse.Namespace) -> int:
     by_name = {name: results[nbytes] for name, nbytes in SIZES.items()}
     owners = measure_owners(quick=args.quick) if getattr(args, "owners", False) else None
     if args.json:
-        document: dict[str, object] = dict(by_name["64MiB"])
+        document: dict[str, object] = {"build": build(), **by_name["64MiB"]}
         document["sizes"] = by_name
         if owners is not None:
             document["owners"] = owners
         print(json.dumps(document, indent=2))
         return 0
-    print("alloc + first touch (1 byte / 4 KiB page) + free, median of batch means")
+    print(
+        "alloc + first touch (1 byte / 4 KiB page) + free, median of batch means; "
+        f"{build()} build"
+    )
     print(f"{'size':>8}  {'np.empty µs':>12}  {'tensorarena µs':>15}  {'speedup':>8}")
     for name, row in by_name.items():
         print(

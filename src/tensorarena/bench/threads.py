@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from tensorarena._version import build as active_build
 from tensorarena.adaptors import ThreadCached, ThreadSafe
 from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         threads, operations=operations, repeats=repeats, strategy=args.strategy, seed=args.seed
     )
     document = {
+        "build": active_build(),
         "threads": results,
         "operations_per_thread": operations,
         "repeats": repeats,
@@ -179,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(
         f"allocate+deallocate pairs per second, {operations} per thread, best of {repeats}, "
-        f"Pool({document['upstream']}, {args.strategy}), {os.cpu_count()} CPUs"
+        f"Pool({document['upstream']}, {args.strategy}), {os.cpu_count()} CPUs; "
+        f"{document['build']} build"
     )
     print(f"{'threads':>7}  {'ThreadSafe':>12}  {'ThreadCached':>12}  {'speedup':>7}  {'hits':>5}")
     for count, row in results.items():

@@ -37,7 +37,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: the package's version and the Python and NumPy it runs on, then exit.
+    """``--version``: the package's version, its build (compiled or pure: see
+    :func:`tensorarena._version.build`) and the Python and NumPy it runs on, then exit.
 
     An action rather than ``action="version"`` so that NumPy is imported only when asked.
     """
@@ -56,12 +57,12 @@ class _VersionAction(argparse.Action):
 
         import numpy
 
-        from tensorarena._version import __version__
+        from tensorarena._version import __version__, build
 
         # To stdout, as argparse's own version action: parser.exit(message=...) writes stderr.
         print(
             f"tensorarena {__version__} (Python {platform.python_version()}, "
-            f"NumPy {numpy.__version__})"
+            f"NumPy {numpy.__version__}, {build()} build)"
         )
         parser.exit()
 

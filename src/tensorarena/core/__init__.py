@@ -1,5 +1,11 @@
-"""Bookkeeping over an abstract address range: placement strategies and arenas (pure Python)."""
+"""Bookkeeping over an abstract address range: placement strategies and arenas.
 
+Pure Python, and compiled by mypyc from the same source where a C compiler was present at install
+(``tensorarena --version`` says which build runs).
+"""
+
+from tensorarena._version import COMPILED_MODULES as _COMPILED_MODULES
+from tensorarena.core._docstrings import restore_class_docstrings as _restore_class_docstrings
 from tensorarena.core.arena import DEFAULT_ALIGNMENT, DEFAULT_STRATEGY, Arena, fresh_arena_fits
 from tensorarena.core.best_fit import BestFit
 from tensorarena.core.buddy import Buddy
@@ -27,3 +33,5 @@ __all__ = [
     "fresh_arena_fits",
     "strategy_factory",
 ]
+
+_restore_class_docstrings(*(name for name in _COMPILED_MODULES if name.startswith(__name__ + ".")))

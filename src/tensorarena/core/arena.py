@@ -34,8 +34,15 @@ real access pattern, so they do as few of either as the checks allow:
   base 0 skips adding and subtracting the base.
 * Addresses must be exact ints: ``1234.0`` hashes like ``1234`` and would find a live block,
   so the good path tests the address's type once, after the lookup, alongside the size test.
-* Debug mode (invariants checked after every call, graded by :mod:`tensorarena.debug`) swaps
-  checked methods in at construction, so the fast methods do not test a flag.
+* Debug mode (invariants checked after every call, graded by :mod:`tensorarena.debug`) is one
+  test of an int at the end of each call: swapping checked methods in at construction, which
+  saved it, cannot be done to a class compiled by mypyc (see below).
+
+The module is also compiled by mypyc (``setup.py``; the pure build runs this same file), which
+enforces annotations where interpreted code calls in: the parameters that take a user's input
+are annotated ``Size | Any``, ``int | Any`` (what they mean, and "anything, checked here"), so a
+wrong type gets the library's own error (``InvalidSizeError`` for ``1.5``) in both builds, not
+a ``TypeError`` in one of them.
 
 An arena is bookkeeping over numbers: it speaks the resource protocol (so a ``Pool`` can carve
 an arena's range) but declares ``MemoryKind.ADDRESS_SPACE``, and ``tensorarena.empty`` refuses
@@ -114,11 +121,11 @@ class Arena:
 
     def __init__(
         self,
-        capacity: Size,
-        strategy: StrategySpec = DEFAULT_STRATEGY,
+        capacity: Size | Any,
+        strategy: StrategySpec | Any = DEFAULT_STRATEGY,
         *,
-        base: int = 0,
-        debug: int | bool | None = None,
+        base: int | Any = 0,
+        debug: int | bool | Any | None = None,
     ) -> None:
         self._capacity = parse_size(capacity, name="capacity")
         base = check_address(base, name="base")
@@ -154,9 +161,6 @@ class Arena:
         # Every byte the strategy does not count as free is held by a live block.
         self._initial_free = self._strategy.free_bytes()
         self._debug = resolve_debug(debug)
-        if self._debug != OFF:
-            self.allocate = self._allocate_checked  # type: ignore[method-assign]
-            self.deallocate = self._deallocate_checked  # type: ignore[method-assign]
 
     # --- properties ------------------------------------------------------------------------
 
@@ -188,7 +192,7 @@ class Arena:
     # --- allocation ------------------------------------------------------------------------
 
     def allocate(
-        self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT, stream: Any = None
+        self, nbytes: Size | Any, alignment: int | Any = DEFAULT_ALIGNMENT, stream: Any = None
     ) -> int:
         """Return the address of ``nbytes`` fresh bytes aligned to ``alignment``.
 
@@ -211,8 +215,13 @@ class Arena:
             self._live[address] = nbytes
             self._requested_total += nbytes
             self._alloc_count += 1
+            if self._debug:
+                self._check_invariants(self._debug)
             return address
-        return self._allocate_general(nbytes, alignment)
+        address = self._allocate_general(nbytes, alignment)
+        if self._debug:
+            self._check_invariants(self._debug)
+        return address
 
     def try_allocate(self, nbytes: int, alignment: int) -> int | None:
         """``allocate`` for callers that validated both arguments (exact ints, ``alignment``
@@ -234,7 +243,7 @@ class Arena:
         return address
 
     def deallocate(
-        self, address: int, nbytes: Size | None = None, stream: Any = None
+        self, address: int | Any, nbytes: Size | Any | None = None, stream: Any = None
     ) -> None:
         """Free the block at ``address``; if ``nbytes`` is given it must match the allocation.
 
@@ -249,13 +258,19 @@ class Arena:
             # TypeError for a tuple (another alignment) or None (freed): the general path.
             reserved = (requested + 255) & -256  # type: ignore[operator]
         except (KeyError, TypeError):
-            return self._deallocate_general(address, nbytes)
+            self._deallocate_general(address, nbytes)
+            if self._debug:
+                self._check_invariants(self._debug)
+            return
         # A float or a NumPy integer equal to a live address finds it too: only exact ints (and
         # the exact size, when given) stay on this path.
         if type(address) is not int or (
             nbytes is not None and (type(nbytes) is not int or nbytes != requested)
         ):
-            return self._deallocate_general(address, nbytes)
+            self._deallocate_general(address, nbytes)
+            if self._debug:
+                self._check_invariants(self._debug)
+            return
         live[address] = None
         release = self._release  # a local, as in allocate
         release(address - self._base if self._base else address, reserved)
@@ -264,8 +279,10 @@ class Arena:
             self._peak = self._requested_total - freed
         self._requested_freed = freed + requested  # type: ignore[operator]
         self._free_count += 1
+        if self._debug:
+            self._check_invariants(self._debug)
 
-    def _allocate_general(self, nbytes: Size, alignment: int) -> int:
+    def _allocate_general(self, nbytes: Size | Any, alignment: int | Any) -> int:
         """``allocate`` for any alignment and any size type, validating both."""
         if type(nbytes) is not int or (nbytes - 1) >> _SIZE_BITS:
             nbytes = check_nbytes(nbytes)
@@ -282,7 +299,7 @@ class Arena:
         self._alloc_count += 1
         return address
 
-    def _deallocate_general(self, address: object, nbytes: Size | None) -> None:
+    def _deallocate_general(self, address: object, nbytes: Size | Any | None) -> None:
         """``deallocate`` for any address type, any block, any size type, validating all."""
         address = check_address(address)
         entry = self._live.get(address)
@@ -299,21 +316,6 @@ class Arena:
         self._fold_peak()
         self._requested_freed += requested
         self._free_count += 1
-
-    def _allocate_checked(
-        self, nbytes: Size, alignment: int = DEFAULT_ALIGNMENT, stream: Any = None
-    ) -> int:
-        """``allocate``, then the invariant checks of the debug level."""
-        address = Arena.allocate(self, nbytes, alignment)
-        self._check_invariants(self._debug)
-        return address
-
-    def _deallocate_checked(
-        self, address: int, nbytes: Size | None = None, stream: Any = None
-    ) -> None:
-        """``deallocate``, then the invariant checks of the debug level."""
-        Arena.deallocate(self, address, nbytes)
-        self._check_invariants(self._debug)
 
     def reset(self) -> None:
         """Free every live block at once; freeing one of them afterwards is a double free.
@@ -337,15 +339,15 @@ class Arena:
 
     # --- queries ---------------------------------------------------------------------------
 
-    def owns(self, address: int) -> bool:
+    def owns(self, address: object) -> bool:
         """True if ``address`` lies inside this arena's region (live or not)."""
         return type(address) is int and self._base <= address < self._base + self._capacity
 
-    def is_live(self, address: int) -> bool:
+    def is_live(self, address: object) -> bool:
         """True if ``address`` (an exact int) is the start of a live block."""
         return type(address) is int and self._live.get(address) is not None
 
-    def size_of(self, address: int) -> int:
+    def size_of(self, address: int | Any) -> int:
         """The requested size of the live block at ``address``."""
         address = check_address(address)
         entry = self._live.get(address)

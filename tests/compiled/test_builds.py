@@ -1,0 +1,89 @@
+"""The two builds of the allocation core: what runs is what was built; the pure one still passes.
+
+``make test`` installs the compiled build where a C compiler is present, so the whole suite runs on
+it; the strategy state machine and the resource conformance suite are run here once more on the
+pure build (the same ``.py`` files, imported from a copy of ``src/`` without the extensions) in a
+child process, so neither build can drift from the other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import tensorarena
+from tensorarena._version import COMPILED_MODULES, build, compiled_modules
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+# The suites the pure build must pass too: the hypothesis state machine over every strategy and
+# the conformance suite every resource is run through.
+PURE_SUITES = ["tests/core/test_strategy_conformance.py", "tests/test_resource_conformance.py"]
+
+
+def test_the_build_is_all_or_nothing() -> None:
+    compiled = compiled_modules()
+    assert compiled in ([], list(COMPILED_MODULES)), f"partly compiled core: {compiled}"
+    assert build() == ("compiled" if compiled else "pure")
+
+
+def test_extensions_are_not_older_than_their_sources() -> None:
+    # An edited .py shadowed by the extension of an older version would test stale code.
+    for name in compiled_modules():
+        module = importlib.import_module(name)
+        extension = Path(str(module.__file__))
+        source = extension.with_name(extension.name.split(".", 1)[0] + ".py")
+        assert extension.stat().st_mtime >= source.stat().st_mtime, (
+            f"{extension.name} is older than {source.name}: reinstall (make test does)"
+        )
+
+
+def test_an_editable_install_imports_the_extensions_from_src() -> None:
+    # pip install -e puts the extensions next to the sources; the package imported must be this
+    # checkout's, and a compiled module's file the extension beside its .py.
+    assert Path(tensorarena.__file__).resolve().parent == SRC / "tensorarena"
+    for name in compiled_modules():
+        path = Path(str(importlib.import_module(name).__file__))
+        assert path.name.endswith(EXT_SUFFIX) and path.with_name(
+            path.name.split(".", 1)[0] + ".py"
+        ).is_file()
+
+
+def test_class_docstrings_survive_compilation() -> None:
+    from tensorarena.core import TLSF, Arena, BestFit
+
+    for cls in (Arena, BestFit, TLSF):
+        # mypyc's own __doc__ is the text signature ("Arena(capacity, ...)\n--\n\n").
+        assert cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("), cls
+
+
+@pytest.mark.slow
+def test_the_pure_build_passes_the_state_machine_and_the_conformance_suite(
+    tmp_path: Path,
+) -> None:
+    pure = tmp_path / "src"
+    shutil.copytree(
+        SRC / "tensorarena",
+        pure / "tensorarena",
+        ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"),
+    )
+    env = {**os.environ, "PYTHONPATH": str(pure)}
+    check = subprocess.run(
+        [sys.executable, "-c", "import tensorarena._version as v, tensorarena as t; "
+         "print(v.build(), t.__file__)"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    assert check.stdout.split() == ["pure", str(pure / "tensorarena" / "__init__.py")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PURE_SUITES],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
