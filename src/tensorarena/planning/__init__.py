@@ -24,6 +24,7 @@ from tensorarena.planning.heuristics import (
 from tensorarena.planning.onnx_frontend import problem_from_onnx
 from tensorarena.planning.planners import PLANNERS, plan
 from tensorarena.planning.problem import Buffer, Plan, PlanStatistics, Problem, lower_bound
+from tensorarena.planning.reorder import Reordering, Schedule, reorder
 from tensorarena.planning.torch_frontend import (
     problem_from_exported,
     problem_from_fx,
@@ -39,6 +40,8 @@ __all__ = [
     "Plan",
     "PlanStatistics",
     "Problem",
+    "Reordering",
+    "Schedule",
     "capacity_from_name",
     "greedy_breadth",
     "greedy_size",
@@ -54,6 +57,7 @@ __all__ = [
     "problem_from_onnx",
     "read_problem",
     "read_solution",
+    "reorder",
     "solve_exact",
     "trace_training",
     "validate",

@@ -37,7 +37,8 @@ from tensorarena.planning.torch_frontend import (
     trace_training,
 )
 
-__all__ = ["ARCHITECTURES", "ModelSkippedWarning", "build_model", "model_problem", "model_problems"]
+__all__ = ["ARCHITECTURES", "ModelSkippedWarning", "build_model", "model_graph", "model_problem",
+           "model_problems"]
 
 Size = Literal["tiny", "base"]
 
@@ -301,22 +302,32 @@ def build_model(name: str, *, size: Size = "tiny", batch: int | None = None) -> 
     return model, (inputs.args, inputs.kwargs)
 
 
+def model_graph(
+    name: str, *, size: Size = "tiny", training: bool = False, batch: int | None = None
+) -> Any:
+    """The traced graph of one architecture: a ``torch.export`` ``ExportedProgram`` for
+    inference, a ``make_fx`` ``GraphModule`` of forward, loss and gradients for training (what
+    :func:`model_problem` plans, and what :func:`~tensorarena.planning.reorder` reorders)."""
+    _check((name,), size, batch, training)
+    torch = require("torch", extra="models", feature="real-model planning problems")
+    model, (args, kwargs) = build_model(name, size=size, batch=batch)
+    if training:
+        model.train()
+        return trace_training(model, args, kwargs)
+    model.eval()
+    with torch.no_grad():
+        return torch.export.export(model, args, kwargs, strict=False)
+
+
 def model_problem(
     name: str, *, size: Size = "tiny", training: bool = False, batch: int | None = None
 ) -> GraphProblem:
     """The planning problem of one architecture (errors propagate; see :func:`model_problems`)."""
-    _check((name,), size, batch, training)
-    torch = require("torch", extra="models", feature="real-model planning problems")
-    model, (args, kwargs) = build_model(name, size=size, batch=batch)
-    mode = "train" if training else "infer"
-    label = f"{name}-{size}-{mode}"
+    graph = model_graph(name, size=size, training=training, batch=batch)
+    label = f"{name}-{size}-{'train' if training else 'infer'}"
     if training:
-        model.train()
-        return problem_from_fx(trace_training(model, args, kwargs), name=label)
-    model.eval()
-    with torch.no_grad():
-        exported = torch.export.export(model, args, kwargs, strict=False)
-    return problem_from_exported(exported, name=label)
+        return problem_from_fx(graph, name=label)
+    return problem_from_exported(graph, name=label)
 
 
 def model_problems(

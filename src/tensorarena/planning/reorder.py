@@ -1,0 +1,195 @@
+"""Memory-aware operator reordering: :func:`reorder` picks the order a graph's nodes run in.
+
+The order sets every lifetime, so it sets the lower bound of the planning problem itself.
+:func:`reorder` runs Inductor's three heuristics (LPMF, BFS, DFS: the baselines), improves the
+best orders by a local search with exact windows around the peak, proves the optimum outright on
+small graphs (:mod:`~tensorarena.planning.schedules`), and then puts the placement in the loop:
+the few orders with the lowest peaks are planned, and the order whose *plan* is lowest wins. The
+original order is always a candidate, so the result is never worse than the graph as given, and
+never above the best of Inductor's heuristics in peak.
+
+Every order goes through :func:`~tensorarena.planning.op_graph.check_order`, the independent
+check, before it is planned. What comes back (:class:`Reordering`): the :class:`Schedule` (node
+names in the order to run them, and the numbers), the planning problem of that order, its plan,
+and, for an fx source, the reordered ``torch.fx.Graph`` (same nodes and metadata, new order),
+which runs as the original does (the runtime's planned executor takes it like any graph).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.errors import InvalidArgumentError
+from tensorarena.planning import schedules
+from tensorarena.planning._options import check_time_limit
+from tensorarena.planning.graph_problem import GraphProblem
+from tensorarena.planning.op_graph import OpGraph, check_order, op_graph_from_fx, reordered_graph
+from tensorarena.planning.problem import Buffer, Plan, Problem
+
+if TYPE_CHECKING:
+    import torch.fx
+
+__all__ = ["INDUCTOR_HEURISTICS", "Reordering", "Schedule", "reorder", "reorder_graph"]
+
+#: Inductor's topological-sort heuristics, by name (the baselines).
+INDUCTOR_HEURISTICS = ("lpmf", "bfs", "dfs")
+# Exact search over all orders up to this many nodes (states are capped besides).
+_EXACT_NODES = 40
+# Orders planned at the end, lowest peaks first: the placement decides among them.
+_PLANNED = 3
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An order for a graph's nodes and what it does to memory."""
+
+    order: tuple[str, ...]  #: node names, in the order to run them
+    method: str  #: what found it: "original", "lpmf", "bfs", "dfs", "local", "exact"
+    lower_bound: int  #: peak of live bytes in this order (its problem's lower bound)
+    original_lower_bound: int  #: the same for the order the graph was given in
+    baselines: dict[str, int] = field(default_factory=dict)  #: Inductor's heuristics' peaks
+    #: no order peaks lower (:func:`~tensorarena.planning.schedules.peak_lower_bound`)
+    bound: int = 0
+    optimal: bool = False  #: proven: no order has a lower peak (the bound, or exact search)
+    seconds: float = 0.0
+
+    @property
+    def inductor_best(self) -> int:
+        """The lowest peak of Inductor's three heuristics."""
+        return min(self.baselines.values())
+
+
+@dataclass(frozen=True, eq=False)
+class Reordering:
+    """:func:`reorder`'s answer: the schedule, its problem and plan, the reordered graph."""
+
+    schedule: Schedule
+    problem: GraphProblem | Problem  #: the planning problem of the new order
+    plan: Plan  #: a plan of ``problem`` (the lowest of the orders tried)
+    graph: torch.fx.Graph | None = None  #: the reordered fx graph, for an fx source
+
+    @property
+    def height(self) -> int:
+        """The plan's height: the arena the reordered graph needs."""
+        return self.plan.height
+
+
+def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0
+                  ) -> tuple[list[tuple[str, list[int]]], dict[str, int], bool, int]:
+    """Candidate orders of ``graph`` (method, node indices), lowest peak first; Inductor's
+    peaks by heuristic; whether the first is proven optimal; the bound no order can beat.
+    Every order is checked."""
+    deadline = time.monotonic() + check_time_limit(time_limit)
+    bound = schedules.peak_lower_bound(graph)
+    found: list[tuple[str, list[int]]] = [("original", list(range(len(graph))))]
+    for name in INDUCTOR_HEURISTICS:
+        found.append((name, getattr(schedules, name)(graph)))
+    for _, order in found:
+        check_order(graph, order)
+    baselines = {name: graph.peak(order) for name, order in found[1:]}
+    proven = min(graph.peak(order) for _, order in found) <= bound
+    if not proven and len(graph) <= _EXACT_NODES:
+        best = schedules.exact(graph, deadline=deadline)
+        if best is not None:
+            check_order(graph, best)
+            found.append(("exact", best))
+            proven = True
+    if not proven:
+        starts = sorted(found, key=lambda item: graph.peak(item[1]))
+        share = max(0.0, deadline - time.monotonic()) / len(starts)
+        for k, (_, order) in enumerate(starts):
+            improved = schedules.improve(graph, order, deadline=time.monotonic() + share,
+                                         seed=seed + k, target=bound)
+            check_order(graph, improved)
+            found.append(("local", improved))
+            if graph.peak(improved) <= bound:
+                proven = True
+                break
+    found.sort(key=lambda item: (graph.peak(item[1]), item[0] != "original"))
+    return found, baselines, proven, bound
+
+
+def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2.0,
+            alignment: int = 64, seed: int = 0) -> Reordering:
+    """Choose the order to run ``source``'s nodes in (see the module doc).
+
+    ``source`` is an :class:`~tensorarena.planning.op_graph.OpGraph`, a ``torch.fx``
+    ``GraphModule`` (from ``make_fx`` or :func:`~tensorarena.planning.trace_training`) or a
+    ``torch.export`` ``ExportedProgram``. ``time_limit`` bounds the search over orders,
+    ``plan_time_limit`` each plan made at the end; ``alignment`` is every buffer's.
+    """
+    started = time.perf_counter()
+    graph_of, rebuild = _adapt(source, alignment)
+    candidates, baselines, proven, bound = reorder_graph(graph_of, time_limit=time_limit,
+                                                         seed=seed)
+    original = graph_of.peak(list(range(len(graph_of))))
+    from tensorarena.planning.planners import plan
+
+    best: tuple[int, int, str, list[int], Any, Plan] | None = None
+    seen: set[tuple[int, ...]] = set()
+    for method, order in candidates:
+        if len(seen) >= _PLANNED:
+            break
+        if tuple(order) in seen:
+            continue
+        seen.add(tuple(order))
+        problem, graph = rebuild(order)
+        planned = plan(problem.problem if isinstance(problem, GraphProblem) else problem,
+                       time_limit=plan_time_limit)
+        key = (planned.height, graph_of.peak(order))
+        if best is None or key < best[:2]:
+            best = (*key, method, order, (problem, graph), planned)
+    assert best is not None
+    _, peak, method, order, (problem, graph), planned = best
+    schedule = Schedule(
+        order=tuple(graph_of.names[v] for v in order), method=method, lower_bound=peak,
+        original_lower_bound=original, baselines=baselines, bound=bound,
+        optimal=peak <= bound or (proven and peak == graph_of.peak(candidates[0][1])),
+        seconds=time.perf_counter() - started,
+    )
+    return Reordering(schedule, problem, planned, graph)
+
+
+def _adapt(source: Any, alignment: int) -> tuple[OpGraph, Any]:
+    """The OpGraph of ``source`` and a function from an order to (problem, fx graph or None)."""
+    if isinstance(source, OpGraph):
+        def from_lifetimes(order: list[int]) -> tuple[Problem, None]:
+            start, end = source.lifetimes(order)
+            buffers = (Buffer(b, int(s), int(e), size, alignment) for b, s, e, size in
+                       zip(source.buffer_ids, start, end, source.sizes, strict=True))
+            return Problem(buffers), None
+
+        return source, from_lifetimes
+    from tensorarena._optional import require
+
+    th = require("torch", extra="torch", feature="reordering PyTorch graphs")
+    from tensorarena.planning.torch_frontend import problem_from_exported, problem_from_fx
+
+    if isinstance(source, th.export.ExportedProgram):
+        program = source
+        graph = program.graph
+
+        def problem_of(new: torch.fx.Graph) -> GraphProblem:
+            return problem_from_exported(program, alignment=alignment, graph=new)
+    elif isinstance(source, th.fx.GraphModule):
+        module = source
+        graph = module.graph
+
+        def problem_of(new: torch.fx.Graph) -> GraphProblem:
+            if new is graph:
+                return problem_from_fx(module, alignment=alignment)
+            return problem_from_fx(th.fx.GraphModule(module, new), alignment=alignment)
+    else:
+        raise InvalidArgumentError(
+            "reorder() takes an OpGraph, a torch.fx.GraphModule or a torch.export "
+            f"ExportedProgram, got {type(source).__name__}"
+        )
+    op_graph = op_graph_from_fx(graph, problem_of(graph))
+
+    def rebuild(order: list[int]) -> tuple[GraphProblem, torch.fx.Graph]:
+        new = reordered_graph(graph, [op_graph.names[v] for v in order])
+        return problem_of(new), new
+
+    return op_graph, rebuild

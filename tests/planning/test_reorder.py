@@ -1,0 +1,208 @@
+"""Memory-aware reordering: orders that keep every dependency, peaks against brute force, and
+reordered graphs that run with equal outputs."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError
+from tensorarena.planning import schedules
+from tensorarena.planning.op_graph import OpGraph, check_order
+from tensorarena.planning.reorder import reorder
+from tensorarena.planning.validate import validate
+
+
+def random_graph(seed: int, n: int) -> OpGraph:
+    """A random DAG: each node makes one buffer, used by one to three later nodes."""
+    rng = random.Random(seed)
+    preds: list[set[int]] = [set() for _ in range(n)]
+    uses: list[list[int]] = [[] for _ in range(n)]
+    for b in range(n - 1):
+        for u in rng.sample(range(b + 1, n), min(n - 1 - b, rng.randint(1, 3))):
+            preds[u].add(b)
+            uses[u].append(b)
+    return OpGraph(
+        names=tuple(f"n{v}" for v in range(n)),
+        preds=tuple(tuple(sorted(p)) for p in preds),
+        produces=tuple((v,) for v in range(n)),
+        uses=tuple(tuple(sorted(u)) for u in uses),
+        buffer_ids=tuple(f"b{v}" for v in range(n)),
+        sizes=tuple(rng.randint(1, 9) * 16 for _ in range(n)),
+        outputs=frozenset({n - 1}),
+    )
+
+
+def topological_orders(graph: OpGraph) -> list[list[int]]:
+    return [list(p) for p in itertools.permutations(range(len(graph)))
+            if all(p.index(q) < p.index(v) for v in p for q in graph.preds[v])]
+
+
+def brute_force_peak(graph: OpGraph, order: list[int]) -> int:
+    """Live bytes at each step, buffer by buffer, written independently of OpGraph.profile."""
+    pos = {v: k for k, v in enumerate(order)}
+    peak = 0
+    for step in range(len(order)):
+        live = 0
+        for b, size in enumerate(graph.sizes):
+            producer = next(v for v, made in enumerate(graph.produces) if b in made)
+            users = [pos[v] for v, used in enumerate(graph.uses) if b in used]
+            end = len(order) if b in graph.outputs else max([pos[producer], *users]) + 1
+            live += size if pos[producer] <= step < end else 0
+        peak = max(peak, live)
+    return peak
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_heuristic_gives_a_valid_order_and_the_exact_one_the_lowest(seed: int) -> None:
+    graph = random_graph(seed, 7)
+    orders = topological_orders(graph)
+    optimum = min(brute_force_peak(graph, o) for o in orders)
+    for method in (schedules.lpmf, schedules.bfs, schedules.dfs):
+        order = method(graph)
+        check_order(graph, order)
+        assert graph.peak(order) == brute_force_peak(graph, order) >= optimum
+    exact = schedules.exact(graph)
+    assert exact is not None
+    check_order(graph, exact)
+    assert graph.peak(exact) == optimum
+    assert schedules.peak_lower_bound(graph) <= optimum
+    improved = schedules.improve(graph, schedules.bfs(graph), deadline=float("inf"), seed=seed)
+    check_order(graph, improved)
+    assert optimum <= graph.peak(improved) <= graph.peak(schedules.bfs(graph))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_an_exact_window_is_the_best_order_of_its_nodes(seed: int) -> None:
+    graph = random_graph(100 + seed, 12)
+    order = schedules.dfs(graph)
+    lo, hi = 3, 9
+    inner = schedules.exact_window(graph, order, lo, hi)
+    assert inner is not None and sorted(inner) == sorted(order[lo:hi])
+    best = min(
+        graph.peak(order[:lo] + list(p) + order[hi:])
+        for p in itertools.permutations(order[lo:hi])
+        if _valid(graph, order[:lo] + list(p) + order[hi:])
+    )
+    check_order(graph, order[:lo] + inner + order[hi:])
+    assert graph.peak(order[:lo] + inner + order[hi:]) == best
+
+
+def _valid(graph: OpGraph, order: list[int]) -> bool:
+    try:
+        check_order(graph, order)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+def test_a_cycle_or_a_broken_order_is_refused() -> None:
+    with pytest.raises(InvalidProblemError, match="cycle"):
+        OpGraph(names=("a", "b"), preds=((1,), (0,)), produces=((0,), (1,)), uses=((), ()),
+                buffer_ids=("x", "y"), sizes=(4, 4), outputs=frozenset())
+    graph = random_graph(1, 5)
+    with pytest.raises(InvalidArgumentError, match="depends on"):
+        check_order(graph, [4, 3, 2, 1, 0])
+    with pytest.raises(InvalidArgumentError, match="not a node"):
+        check_order(graph, [0, 0, 1, 2, 3])
+    with pytest.raises(InvalidArgumentError, match="OpGraph"):
+        reorder("graph")  # type: ignore[arg-type]
+
+
+def test_reorder_an_op_graph_never_worse_than_inductor() -> None:
+    graph = random_graph(7, 60)
+    result = reorder(graph, time_limit=1.0, plan_time_limit=0.5)
+    schedule = result.schedule
+    assert schedule.lower_bound <= schedule.inductor_best
+    assert schedule.lower_bound <= schedule.original_lower_bound
+    assert schedule.bound <= schedule.lower_bound
+    assert set(schedule.baselines) == {"lpmf", "bfs", "dfs"}
+    order = [int(name[1:]) for name in schedule.order]
+    check_order(graph, order)
+    assert result.problem.lower_bound() == graph.peak(order) == schedule.lower_bound
+    validate(result.problem, result.plan)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Real graphs: equal outputs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def training_graph() -> tuple[Any, Any, list[Any]]:
+    torch = pytest.importorskip("torch")
+    from tensorarena.planning.torch_frontend import trace_training
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.3), nn.LayerNorm(32),
+                          nn.Linear(32, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4))
+    model.train()
+    x = torch.randn(8, 16)
+    gm = trace_training(model, (x,))
+    # make_fx keeps trace_training's calling convention: parameters, buffers, args, kwargs.
+    inputs = [list(model.parameters()), list(model.buffers()), (x,), {}]
+    return torch, gm, inputs
+
+
+@pytest.mark.torch
+def test_a_reordered_training_graph_runs_with_equal_outputs(
+    training_graph: tuple[Any, Any, list[Any]],
+) -> None:
+    torch, gm, flat = training_graph
+    from tensorarena.planning.op_graph import op_graph_from_fx
+    from tensorarena.planning.torch_frontend import problem_from_fx
+
+    problem = problem_from_fx(gm)
+    graph = op_graph_from_fx(gm.graph, problem)
+    start, end = graph.lifetimes(list(range(len(graph))))
+    assert [(b.start, b.end) for b in problem.problem.buffers] == list(
+        zip(start.tolist(), end.tolist(), strict=True))
+    result = reorder(gm, time_limit=1.0, plan_time_limit=0.5)
+    assert result.graph is not None
+    assert [n.name for n in result.graph.nodes] == list(result.schedule.order)
+    reordered = torch.fx.GraphModule(gm, result.graph)
+    # The front end's problem of the new graph is the one the search scored.
+    assert result.problem.lower_bound() == result.schedule.lower_bound
+    validate(result.problem.problem, result.plan)
+    torch.manual_seed(1)
+    expected = gm(*flat)
+    torch.manual_seed(1)  # dropout draws the same numbers: random nodes keep their order
+    got = reordered(*flat)
+    for a, b in zip(torch.utils._pytree.tree_leaves(expected),
+                    torch.utils._pytree.tree_leaves(got), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.torch
+def test_the_planned_executor_runs_a_reordered_graph(
+    training_graph: tuple[Any, Any, list[Any]],
+) -> None:
+    torch, gm, flat = training_graph
+    runtime = pytest.importorskip("tensorarena.runtime")
+    result = reorder(gm, time_limit=0.5, plan_time_limit=0.5)
+    reordered = torch.fx.GraphModule(gm, result.graph)
+    program = runtime.PlannedProgram.from_graph_module(reordered)
+    torch.manual_seed(2)
+    expected = gm(*flat)
+    torch.manual_seed(2)
+    got = program(*flat)
+    for a, b in zip(torch.utils._pytree.tree_leaves(expected),
+                    torch.utils._pytree.tree_leaves(got), strict=True):
+        assert torch.allclose(a, b)
+
+
+def test_lifetimes_follow_the_order() -> None:
+    graph = random_graph(3, 6)
+    order = schedules.lpmf(graph)
+    start, end = graph.lifetimes(order)
+    pos = np.empty(6, np.int64)
+    pos[order] = np.arange(6)
+    for b in range(6):
+        users = [pos[v] for v, used in enumerate(graph.uses) if b in used]
+        assert start[b] == pos[b]
+        assert end[b] == (6 if b in graph.outputs else max([pos[b], *users]) + 1)
