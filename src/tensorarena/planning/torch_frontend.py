@@ -68,6 +68,8 @@ __all__ = ["problem_from_exported", "problem_from_fx", "trace_training"]
 #: The node meta keys :func:`trace_training` sets on placeholders: kind and source name.
 KIND_KEY = "tensorarena_kind"
 SOURCE_KEY = "tensorarena_source"
+#: The ``GraphModule.meta`` key where :func:`trace_training` says how it traced: fake or real.
+TRACING_MODE_KEY = "tensorarena_tracing_mode"
 
 # Ops that return their input itself when inactive (``train=False`` or ``p=0``).
 _DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
@@ -196,7 +198,11 @@ def trace_training(
     gradients; its placeholders are the parameters, the module buffers, then the inputs, marked
     in ``node.meta`` so that :func:`problem_from_fx` leaves them out of the plan. The model is
     traced in its current mode (call ``model.train()`` first for dropout and batch statistics).
-    ``tracing_mode="fake"`` (default) runs no real kernel; ``"real"`` does.
+    ``tracing_mode="fake"`` (default) runs no real kernel; ``"real"`` does. Where fake tensors
+    cannot trace the step (a guard on a value computed in the graph, such as torch 2.11's
+    ``GuardOnDataDependentSymNode: Eq(u0, 1)`` on one architecture), it is traced again with real
+    tensors, which run every kernel once; ``gm.meta[TRACING_MODE_KEY]`` says which mode made it.
+    A step that neither can trace is an :class:`InvalidProblemError`.
     """
     th = _torch()
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -223,7 +229,20 @@ def trace_training(
         return loss, list(grads)
 
     inputs = (list(params.values()), list(buffers.values()), args, kwargs)
-    gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
+    try:
+        gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
+    except _data_dependent_errors() as exc:
+        if tracing_mode == "real":
+            raise InvalidProblemError(f"cannot trace the training step: {exc}") from exc
+        tracing_mode = "real"  # real values answer the guards that fake ones cannot
+        try:
+            gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
+        except Exception as again:
+            raise InvalidProblemError(
+                f"cannot trace the training step with fake tensors ({type(exc).__name__}: "
+                f"{exc}) nor with real ones ({type(again).__name__}: {again})"
+            ) from again
+    gm.meta[TRACING_MODE_KEY] = tracing_mode
     sources = (
         [("parameter", n) for n in params]
         + [("buffer", n) for n in buffers]
@@ -235,6 +254,23 @@ def trace_training(
             node.meta[KIND_KEY] = kind
             node.meta[SOURCE_KEY] = source
     return gm
+
+
+def _data_dependent_errors() -> tuple[type[BaseException], ...]:
+    """What fake tracing raises on a value it cannot know (looked up: names move across torch
+    versions)."""
+    import importlib
+
+    found: list[type[BaseException]] = []
+    for module, name in (
+        ("torch.fx.experimental.symbolic_shapes", "GuardOnDataDependentSymNode"),
+        ("torch._subclasses.fake_tensor", "DataDependentOutputException"),
+        ("torch._subclasses.fake_tensor", "DynamicOutputShapeException"),
+    ):
+        error = getattr(importlib.import_module(module), name, None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            found.append(error)
+    return tuple(found)
 
 
 def _default_loss(out: Any) -> torch.Tensor:
