@@ -52,9 +52,10 @@ def test_planned_intermediates_take_nothing_from_torchs_allocator() -> None:
 
 
 class Scalars(torch.nn.Module):
-    """Python numbers in Tensor positions (mul, add, ne, lt), a factory (arange), ``&`` and
-    ``mean`` (whose CPU out variant divides by a count it wraps): each made ATen allocate at
-    every call before numbers were made once and out variants widened."""
+    """Python numbers in Tensor positions (mul, add, ne, lt, where), a factory (arange), ``&``,
+    ``mean`` (whose CPU out variant divides by a count it wraps) and a reshape that copies:
+    each made ATen allocate at every call before numbers were made once and out variants
+    widened."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,6 +66,8 @@ class Scalars(torch.nn.Module):
         mask = (ids != 0) & (ids < 7)
         h = h + torch.arange(32, dtype=torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)  # RMSNorm: mean made a sum
+        h = torch.where(mask.unsqueeze(-1), h, -1.0)  # where.ScalarOther: where.self's out
+        h = h.t().reshape(256).view(32, 8).t()  # a reshape that copies: straight into its slot
         return (h * 3).sum(), mask.sum()
 
 

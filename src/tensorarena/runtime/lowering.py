@@ -144,7 +144,7 @@ def classify(
                 lowering.dynamic[root] = elsewhere[root]
             elif root in pooled:
                 lowering.dynamic[root] = "size follows a growing dimension"
-        variant = out_variant(node.target) if node.op == "call_function" else None
+        variant = out_variant(_call_target(node)) if node.op == "call_function" else None
         kept = [root for root in roots if root not in lowering.dynamic]
         whole = len(roots) == len(names)  # every result is a fresh planned-or-pooled buffer
         if node.name in demoted and kept:
@@ -177,6 +177,13 @@ def classify(
             )
         lowering.paths[node.name] = NodePath(node.name, op, path, reason)
     return lowering
+
+
+def _call_target(node: torch.fx.Node) -> Any:
+    """The op the generated code calls for ``node``: a ``.Tensor`` twin where its numbers are
+    made once (:func:`~tensorarena.runtime.scalars.hoisted`), else the node's own."""
+    rewritten = hoisted(node, lambda value, dtype: object())
+    return rewritten[0] if rewritten is not None else node.target
 
 
 def _op_label(node: torch.fx.Node) -> str:
@@ -329,9 +336,7 @@ def _statement(
         return
     call_args, call_kwargs = node.args, node.kwargs
     rewritten = hoisted(node, _zero_dim) if node.op == "call_function" else None
-    if rewritten is not None and (
-        (out_variant(node.target) is None) == (out_variant(rewritten[0]) is None)
-    ):
+    if rewritten is not None:  # classify chose the path for this target (_call_target)
         target, call_args, call_kwargs = rewritten
     args = ", ".join(
         [writer.expr(a, index) for a in call_args]
@@ -376,6 +381,12 @@ def _statement(
         lines.append("    except Exception as error:")
         lines.append(f"        _failed[{node.name!r}] = f'{variant.name} failed: {{error}}'")
         lines.append(f"        v{i} = {_copy_into(writer, call, names, slots)}")
+    elif path.path == "copy" and _copies_in_place(node, names, slots):
+        # A reshape, contiguous or dtype conversion is a copy: the slot (seen in the input's
+        # shape) takes the elements straight from the input, in the order the op reads them.
+        slot_name, source = writer.const(slots[str(names[0])]), writer.expr(node.args[0], index)
+        lines.append(f"    {slot_name}.view({source}.shape).copy_({source})")
+        lines.append(f"    v{i} = {slot_name}")
     elif path.path == "copy":
         lines.append(f"    v{i} = {_copy_into(writer, call, names, slots)}")
     elif path.path == "pool":
@@ -386,6 +397,23 @@ def _statement(
             for kw, name in zip(variant.outputs, names, strict=True)
         )
         lines.append(f"    v{i} = {writer.const(_raw(variant.op))}({args}{sep}{outs})")
+
+
+def _copies_in_place(node: torch.fx.Node, names: list[str | None],
+                     slots: Mapping[str, torch.Tensor]) -> bool:
+    """A ``reshape``, ``contiguous`` or ``to(dtype)`` (ops that copy, or return their input)
+    whose planned result is a contiguous slot: copy straight into it."""
+    import torch
+
+    aten = torch.ops.aten
+    if node.target not in (aten.reshape.default, aten.contiguous.default, aten.to.dtype):
+        return False
+    if len(names) != 1 or (node.target is aten.to.dtype and (
+        len(node.args) > 2 or set(node.kwargs) - {"non_blocking"}
+    )):
+        return False  # to(dtype, non_blocking, copy, memory_format): only the plain form
+    result = slots.get(str(names[0]))
+    return result is not None and result.is_contiguous() and isinstance(node.args[0], type(node))
 
 
 def _zero_dim(value: bool | int | float, dtype: str) -> torch.Tensor:

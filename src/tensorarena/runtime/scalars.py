@@ -7,9 +7,11 @@ system allocator) and, when its dtype is not the computation's, converts it (4 b
 on tiny GPT-2: 28 of the planned call's allocator calls, every one of them in steady state.
 
 :func:`hoisted` rewrites one node's call once, when the program's code is generated: each such
-number becomes a 0-dim CPU tensor of the dtype of the op's first tensor argument, made here and
+number becomes a 0-dim CPU tensor of the dtype of the op's first tensor argument (that is not a
+``where`` condition), made here and
 held by the generated code, and a comparison's ``.Scalar`` overload becomes its ``.Tensor`` twin
-(same arguments, the number as a tensor). Results are bit-identical because the rewrite is made
+(same arguments, the number as a tensor; ``where.ScalarOther`` becomes ``where.self``, which
+has an out variant). Results are bit-identical because the rewrite is made
 only where nothing can change: the tensor's dtype is ``float32``, ``float64``, an integer type or
 ``bool`` (there ATen computes in that dtype, so the wrapped number was cast to it anyway; for
 ``float16``/``bfloat16`` ATen computes a number in ``float``, so those are left alone), and the
@@ -55,11 +57,15 @@ def _kind_fits(value: object, dtype: str) -> bool:
 
 @functools.cache
 def _tensor_twin(op: Any) -> Any:
-    """``ne.Scalar`` → ``ne.Tensor`` (same argument names and order), else None."""
+    """``ne.Scalar`` → ``ne.Tensor``, ``where.ScalarOther`` → ``where.self`` (same argument
+    names and order), else None."""
     packet = op.overloadpacket
-    if packet.__name__ not in _COMPARISONS or op._overloadname != "Scalar":
+    if packet.__name__ == "where" and op._overloadname == "ScalarOther":
+        twin = getattr(packet, "self", None)
+    elif packet.__name__ not in _COMPARISONS or op._overloadname != "Scalar":
         return None
-    twin = getattr(packet, "Tensor", None)
+    else:
+        twin = getattr(packet, "Tensor", None)
     if twin is None:
         return None
     names = [a.name for a in op._schema.arguments]
@@ -73,10 +79,12 @@ def hoisted(node: torch.fx.Node, make: Any) -> tuple[Any, tuple[Any, ...], dict[
     schema = getattr(op, "_schema", None)
     if schema is None or node.op != "call_function":
         return None
-    first = next((a for a in node.all_input_nodes if _is_tensor_like(_meta_value(a))), None)
-    if first is None:
+    tensors = [_meta_value(a) for a in node.all_input_nodes if _is_tensor_like(_meta_value(a))]
+    if not tensors:
         return None
-    dtype = str(_meta_value(first).dtype).removeprefix("torch.")
+    # The operand the number combines with: the first that is not a mask (where's condition).
+    first = next((t for t in tensors if str(t.dtype) != "torch.bool"), tensors[0])
+    dtype = str(first.dtype).removeprefix("torch.")
     twin = _tensor_twin(op)
     target: Any = twin if twin is not None else op
     positions: Mapping[str, int] = {a.name: k for k, a in enumerate(target._schema.arguments)}
