@@ -25,6 +25,7 @@ def test_bench_exec_json_has_the_numbers_of_each_model(capsys: pytest.CaptureFix
     pytest.importorskip("transformers")
     assert main(["bench", "exec", "--model", "bert", "--quick", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
+    assert document["build"] in ("compiled", "pure")
     bert = document["models"]["bert"]
     assert bert.keys() >= KEYS
     assert bert["max_abs_err"] == 0.0

@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, TextIO
 
+from tensorarena._version import build
+
 __all__ = ["ModelResult", "configure", "main", "measure_model", "run"]
 
 Size = Literal["tiny", "base"]
@@ -314,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
             "size": args.size,
             "unplaceable": args.unplaceable,
             "reorder": args.reorder,
+            "build": build(),
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         }, indent=2))

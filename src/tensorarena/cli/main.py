@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "reuse": ("tensorarena.bench.reuse", "pooled arrays vs np.empty: page-fault reuse"),
     "threads": ("tensorarena.bench.threads", "allocation throughput across threads"),
     "plan": ("tensorarena.bench.plan", "planners on the public suites and real models"),
+    "schedule": ("tensorarena.bench.schedule", "memory-aware reordering of real models' graphs"),
     "exec": ("tensorarena.bench.exec", "models run eagerly and through the planned arena"),
     "replay": ("tensorarena.bench.replay", "shipped traces on every strategy; replay speed"),
     "adaptors": ("tensorarena.bench.adaptors", "what each debugging adaptor costs per pair"),
