@@ -130,6 +130,23 @@ def test_bad_options_change_nothing(option: str, value: object, match: str) -> N
     assert memory_history(pool) is None and "allocate" not in vars(pool)
 
 
+def test_a_resource_class_is_refused_and_left_unpatched() -> None:
+    # Recording HostMemory (the class) once patched HostMemory.allocate for every instance.
+    with pytest.raises(ta.InvalidResourceError, match="call it"):
+        record_memory_history(resource=HostMemory)
+    assert "allocate" not in vars(HostMemory) or vars(HostMemory)["allocate"].__qualname__ == (
+        "HostMemory.allocate")
+    memory = HostMemory()
+    memory.deallocate(memory.allocate(4096), 4096)
+
+
+def test_a_snapshot_written_over_a_folder_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+    pool = Pool(VirtualMemory())
+    with pytest.raises(IsADirectoryError, match="over a directory"):
+        ta.dump_snapshot(tmp_path, resource=pool)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_dump_snapshot_opens_in_pytorchs_viewer_code(tmp_path: Path) -> None:
     viz = pytest.importorskip("torch.cuda._memory_viz")
     pool = Pool(HostMemory(), initial_size="1MiB")

@@ -86,6 +86,18 @@ def test_to_pytorch_writes_blocks_that_pytorchs_viewer_accepts() -> None:
         pool.deallocate(address, nbytes)
 
 
+class _Bare:
+    """A resource that keeps no record of its blocks."""
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        return 4096
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        pass
+
+
 def test_something_without_live_blocks_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="live_blocks"):
+        snapshot(_Bare())
+    with pytest.raises(InvalidArgumentError, match="allocate/deallocate"):
         snapshot(object())

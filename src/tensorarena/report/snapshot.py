@@ -30,6 +30,7 @@ from typing import Any
 from tensorarena.adaptors._sites import Stack, as_frames, format_site
 from tensorarena.core import Arena
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.memory.resource import check_resource
 from tensorarena.sizes import format_size
 from tensorarena.trace import BlockState, SegmentState, SnapshotAction, build_snapshot
 
@@ -158,7 +159,9 @@ def _holds_arenas(layer: object) -> bool:
 def find_pool(resource: object) -> object:
     """The layer of ``resource``'s stack whose blocks a snapshot shows: the first pool (it has
     ``arenas`` and ``live_blocks()``), else the first layer with ``live_blocks()``."""
-    layers = _layers(resource)
+    # A class (``HostMemory`` for ``HostMemory()``) has the methods too: recording it would
+    # patch the class for every instance.
+    layers = _layers(check_resource(resource, name="resource"))
     for layer in layers:
         if _holds_arenas(layer):
             return layer

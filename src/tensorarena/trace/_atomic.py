@@ -11,6 +11,7 @@ temporary file is removed and the target is untouched (an older file of that nam
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -45,6 +46,8 @@ def _sync(handle: IO[str] | IO[bytes]) -> None:
 @contextlib.contextmanager
 def _temporary(target: Path) -> Iterator[tuple[int, str]]:
     """A temporary file next to ``target``, renamed onto it after the block, removed on error."""
+    if target.is_dir():  # else the rename fails after the whole file was written, naming both
+        raise IsADirectoryError(errno.EISDIR, "cannot write a file over a directory", str(target))
     descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                              dir=target.parent)
     try:
