@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tensorarena.cli import main as cli
@@ -20,6 +22,18 @@ def test_an_error_a_command_lets_through_is_one_line_and_exit_2(
     assert cli.main(["bench", "alloc"]) == 2
     err = capsys.readouterr().err
     assert err == "tensorarena: error: capacity -5 must be positive\n"
+
+
+def test_an_output_path_that_is_a_folder_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("plotly")  # viz draws with plotly before it writes
+    trace = tmp_path / "t.csv"
+    trace.write_text("op,id,size\na,1,5\nf,1,\n", encoding="utf-8")
+    assert cli.main(["viz", str(trace), "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensorarena: error: ") and "directory" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
 
 
 def test_ctrl_c_exits_130_without_a_traceback(

@@ -99,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
     Bad input never ends in a traceback: a :class:`~tensorarena.errors.TensorArenaError` that
-    a command lets through is printed as one line and exits 2, Ctrl-C exits 130 (128 + SIGINT).
+    a command lets through is printed as one line and exits 2, and so is an ``OSError`` (a file
+    that cannot be read or written: ``-o`` naming a folder, a full disk); Ctrl-C exits 130
+    (128 + SIGINT).
     """
     from tensorarena.errors import TensorArenaError
 
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tensorarena: interrupted", file=sys.stderr)
         return 130
-    except TensorArenaError as error:
+    except (TensorArenaError, OSError) as error:
         print(f"tensorarena: error: {error}", file=sys.stderr)
         return 2
     return status
