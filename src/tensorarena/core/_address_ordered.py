@@ -20,11 +20,14 @@ byte store per change.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import Final
 
 __all__ = ["AT_LEAST", "AddressOrderedExtents"]
 
 #: ``AT_LEAST[c]`` maps a class byte to 1 when it is at least ``c``, else to 0 (for ``translate``).
-AT_LEAST = [bytes(c) + b"\x01" * (256 - c) for c in range(256)]
+AT_LEAST: Final = [bytes(c) + b"\x01" * (256 - c) for c in range(256)]
+# Final: the compiled build (see setup.py) keeps it in a C static, not looked up by name per call.
+_bisect_left: Final = bisect_left
 
 
 class AddressOrderedExtents:
@@ -90,7 +93,7 @@ class AddressOrderedExtents:
         # The first free extent above the block; the sentinel guarantees there is one, and
         # starts[-1] (the sentinel) stands in for "no extent below" when i == 0.
         classes = self._classes
-        i = bisect_left(starts, offset)
+        i = _bisect_left(starts, offset)
         j = i - 1
         if starts[j] + sizes[j] == offset:
             if starts[i] == end:

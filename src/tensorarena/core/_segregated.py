@@ -32,13 +32,15 @@ Written for the interpreter, where an int operation costs ~15 ns and a method ca
 from __future__ import annotations
 
 from functools import cache
+from typing import Final
 
 __all__ = ["SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
 
+# Final: the compiled build (see setup.py) inlines them instead of looking them up by name.
 #: Sizes up to this many bytes find their class in a table indexed by the size itself.
-_SMALL = 4096
+_SMALL: Final = 4096
 #: Sizes up to this many bytes find their class in a table indexed by ``size >> 8``.
-_BIG_LIMIT = 1 << 22
+_BIG_LIMIT: Final = 1 << 22
 
 
 def bin_class(nbytes: int, sl_bits: int) -> int:
@@ -176,10 +178,11 @@ class SegregatedExtents:
         self._free += nbytes
         end = offset + nbytes
         size = nbytes
-        # ``in`` before ``pop``: most blocks have no free neighbour, and a test is cheaper than
-        # a method call.
+        # ``in``, then an index and a ``del``: most blocks have no free neighbour, and these are
+        # cheaper than ``pop`` (a method call; in the compiled build a generic one).
         if end in size_at:
-            after = size_at.pop(end)
+            after = size_at[end]
+            del size_at[end]
             cls = (
                 self._bin_small[after]
                 if after <= _SMALL
@@ -194,7 +197,8 @@ class SegregatedExtents:
             end += after
             size += after
         if offset in start_of_end:
-            before = start_of_end.pop(offset)
+            before = start_of_end[offset]
+            del start_of_end[offset]
             below = offset - before
             size += below
             cls = (

@@ -53,7 +53,7 @@ Measured costs and what did not pay are in ``bench/RESULTS.md`` (allocation core
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from tensorarena.core.registry import StrategySpec, strategy_factory
 from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
@@ -84,13 +84,13 @@ __all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "Arena", "fresh_arena_fits"]
 _Entry = int | tuple[int, int] | None
 
 #: Default alignment of every allocation, as in RMM and cudaMalloc.
-DEFAULT_ALIGNMENT = 256
+DEFAULT_ALIGNMENT: Final = 256
 
 #: Default placement strategy: the lowest fragmentation for an O(log n) search.
-DEFAULT_STRATEGY = "best_fit"
+DEFAULT_STRATEGY: Final = "best_fit"
 
 # MAX_SIZE is a power of two, so one shift tells whether a size is in range.
-_SIZE_BITS = MAX_SIZE.bit_length() - 1
+_SIZE_BITS: Final = MAX_SIZE.bit_length() - 1
 if 1 << _SIZE_BITS != MAX_SIZE:  # pragma: no cover - guards the shift test in allocate()
     raise ImportError("tensorarena.sizes.MAX_SIZE must be a power of two")
 if DEFAULT_ALIGNMENT != 256:  # pragma: no cover - the hot paths spell out 255 and 256

@@ -16,9 +16,14 @@ whose size is a multiple of every alignment in play (the usual case) stop at the
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import ClassVar
+from typing import ClassVar, Final
 
 __all__ = ["BestFit"]
+
+# Final names: the compiled build (see setup.py) keeps them in C statics instead of looking them
+# up in the module's namespace at every call.
+_bisect_left: Final = bisect_left
+_insort: Final = insort
 
 
 class BestFit:
@@ -57,7 +62,7 @@ class BestFit:
         """Take ``nbytes`` from the smallest free extent that holds them aligned."""
         keys = self._keys
         shift = self._shift
-        i = bisect_left(keys, nbytes << shift)
+        i = _bisect_left(keys, nbytes << shift)
         if i == len(keys):
             return None
         key = keys[i]
@@ -76,7 +81,7 @@ class BestFit:
             taken_end = start + nbytes
             size_at[taken_end] = rest
             self._start_of_end[taken_end + rest] = taken_end
-            insort(keys, (rest << shift) | taken_end)
+            _insort(keys, (rest << shift) | taken_end)
         else:
             del self._start_of_end[start + size]
         return start
@@ -104,13 +109,13 @@ class BestFit:
         if offset > start:  # the alignment gap stays free
             size_at[start] = offset - start
             start_of_end[offset] = start
-            insort(keys, ((offset - start) << shift) | start)
+            _insort(keys, ((offset - start) << shift) | start)
         else:
             del size_at[start]
         if taken_end < end:
             size_at[taken_end] = end - taken_end
             start_of_end[end] = taken_end
-            insort(keys, ((end - taken_end) << shift) | taken_end)
+            _insort(keys, ((end - taken_end) << shift) | taken_end)
         else:
             del start_of_end[end]
         return offset
@@ -124,22 +129,24 @@ class BestFit:
         self._free += nbytes
         end = offset + nbytes
         size = nbytes
-        # ``in`` before ``pop``: most blocks have no free neighbour, and a membership test is
-        # cheaper than a method call.
+        # ``in``, then an index and a ``del``: most blocks have no free neighbour, and these are
+        # cheaper than ``pop`` (a method call; in the compiled build a generic one).
         if offset in start_of_end:
-            before = start_of_end.pop(offset)
+            before = start_of_end[offset]
+            del start_of_end[offset]
             below = offset - before
-            del keys[bisect_left(keys, (below << shift) | before)]
+            del keys[_bisect_left(keys, (below << shift) | before)]
             size += below
             offset = before
         if end in size_at:
-            after = size_at.pop(end)
-            del keys[bisect_left(keys, (after << shift) | end)]
+            after = size_at[end]
+            del size_at[end]
+            del keys[_bisect_left(keys, (after << shift) | end)]
             end += after  # its end → start entry is overwritten below
             size += after
         size_at[offset] = size
         start_of_end[end] = offset
-        insort(keys, (size << shift) | offset)
+        _insort(keys, (size << shift) | offset)
 
     # --- queries ---------------------------------------------------------------------------
 
