@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 #: interpreted: the strategy protocol is runtime-checkable, which mypyc does not support.
 COMPILED_MODULES = (
     "tensorarena.core.arena",
+    "tensorarena.core._bisect",
     "tensorarena.core._address_ordered",
     "tensorarena.core.first_fit",
     "tensorarena.core.next_fit",

@@ -22,11 +22,15 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Final
 
+from tensorarena.core import _bisect
+from tensorarena.core._bisect import COMPILED
+
 __all__ = ["AT_LEAST", "AddressOrderedExtents"]
 
 #: ``AT_LEAST[c]`` maps a class byte to 1 when it is at least ``c``, else to 0 (for ``translate``).
 AT_LEAST: Final = [bytes(c) + b"\x01" * (256 - c) for c in range(256)]
-# Final: the compiled build (see setup.py) keeps it in a C static, not looked up by name per call.
+# Final: the compiled build (see setup.py) keeps it in a C static, not looked up by name per call;
+# it bisects with _bisect's compiled loop instead, the pure build with the bisect module.
 _bisect_left: Final = bisect_left
 
 
@@ -93,7 +97,7 @@ class AddressOrderedExtents:
         # The first free extent above the block; the sentinel guarantees there is one, and
         # starts[-1] (the sentinel) stands in for "no extent below" when i == 0.
         classes = self._classes
-        i = _bisect_left(starts, offset)
+        i = _bisect.bisect_left(starts, offset) if COMPILED else _bisect_left(starts, offset)
         j = i - 1
         if starts[j] + sizes[j] == offset:
             if starts[i] == end:

@@ -10,11 +10,16 @@ coalescing are shared with first fit (:mod:`tensorarena.core._address_ordered`).
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import ClassVar
+from typing import ClassVar, Final
 
+from tensorarena.core import _bisect
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
+from tensorarena.core._bisect import COMPILED
 
 __all__ = ["NextFit"]
+
+# Final: a C static in the compiled build, which bisects with _bisect's compiled loop instead.
+_bisect_left: Final = bisect_left
 
 
 class NextFit(AddressOrderedExtents):
@@ -39,7 +44,7 @@ class NextFit(AddressOrderedExtents):
         starts = self._starts
         sizes = self._sizes
         rover = self._rover
-        first = bisect_left(starts, rover)
+        first = _bisect.bisect_left(starts, rover) if COMPILED else _bisect_left(starts, rover)
         if first and starts[first - 1] + sizes[first - 1] > rover:
             first -= 1  # the rover lies inside a free extent (a block next to it was freed)
         try:
