@@ -200,6 +200,10 @@ class Arena:
         :class:`InvalidSizeError` / :class:`InvalidAlignmentError` for bad arguments.
         ``stream`` is accepted for the resource protocol and ignored (bookkeeping has no order).
         """
+        # ``Any``: the compiled build keeps the caller's int object and the strategy's as they
+        # are, where ``int`` locals would be unboxed and boxed again (an allocation each) to
+        # become the block map's key and value.
+        requested: Any = nbytes
         # The default alignment is a cached small int: identity settles the common case, and
         # ``_fast_alignment`` is a fresh object when the base cannot honour it.
         if alignment is self._fast_alignment and type(nbytes) is int and nbytes > 0:
@@ -207,21 +211,21 @@ class Arena:
             # that CPython 3.11 cannot specialise for an instance attribute (~30 ns a call).
             reserve = self._reserve
             reserved = (nbytes + 255) & -256
-            offset = reserve(reserved, 256)
+            offset: Any = reserve(reserved, 256)
             if offset is None:
                 raise self._refused(nbytes, 256)
             # A bookkeeping arena (base 0) skips the addition: each int operation allocates.
-            address = self._base + offset if self._base else offset
-            self._live[address] = nbytes
+            address: Any = self._base + offset if self._base else offset
+            self._live[address] = requested
             self._requested_total += nbytes
             self._alloc_count += 1
             if self._debug:
                 self._check_invariants(self._debug)
-            return address
-        address = self._allocate_general(nbytes, alignment)
+            return address  # type: ignore[no-any-return]  # the strategy's int, or base + it
+        general = self._allocate_general(nbytes, alignment)
         if self._debug:
             self._check_invariants(self._debug)
-        return address
+        return general
 
     def try_allocate(self, nbytes: int, alignment: int) -> int | None:
         """``allocate`` for callers that validated both arguments (exact ints, ``alignment``
@@ -254,9 +258,11 @@ class Arena:
         """
         live = self._live
         try:
-            requested = live[address]
-            # TypeError for a tuple (another alignment) or None (freed): the general path.
-            reserved = (requested + 255) & -256  # type: ignore[operator]
+            # TypeError for a tuple (another alignment) or None (freed): the general path. The
+            # compiled build raises it here, checking the declared ``int`` (so the arithmetic
+            # below is native), the interpreter on the addition.
+            requested: int = live[address]  # type: ignore[assignment]
+            reserved = (requested + 255) & -256
         except (KeyError, TypeError):
             self._deallocate_general(address, nbytes)
             if self._debug:
@@ -277,7 +283,7 @@ class Arena:
         freed = self._requested_freed
         if self._requested_total - freed > self._peak:
             self._peak = self._requested_total - freed
-        self._requested_freed = freed + requested  # type: ignore[operator]
+        self._requested_freed = freed + requested
         self._free_count += 1
         if self._debug:
             self._check_invariants(self._debug)
