@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 COMPILED_MODULES = (
     "tensorarena.core.arena",
     "tensorarena.core._bisect",
+    "tensorarena.core._builtin",
     "tensorarena.core._address_ordered",
     "tensorarena.core.first_fit",
     "tensorarena.core.next_fit",

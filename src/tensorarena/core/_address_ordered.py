@@ -24,6 +24,7 @@ from typing import Final
 
 from tensorarena.core import _bisect
 from tensorarena.core._bisect import COMPILED
+from tensorarena.core._builtin import BuiltinStrategy
 
 __all__ = ["AT_LEAST", "AddressOrderedExtents"]
 
@@ -34,7 +35,7 @@ AT_LEAST: Final = [bytes(c) + b"\x01" * (256 - c) for c in range(256)]
 _bisect_left: Final = bisect_left
 
 
-class AddressOrderedExtents:
+class AddressOrderedExtents(BuiltinStrategy):
     """Splitting and coalescing over ``[0, capacity)``; subclasses supply ``reserve``."""
 
     def __init__(self, capacity: int) -> None:

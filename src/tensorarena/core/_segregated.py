@@ -34,6 +34,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Final
 
+from tensorarena.core._builtin import BuiltinStrategy
+
 __all__ = ["SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
 
 # Final: the compiled build (see setup.py) inlines them instead of looking them up by name.
@@ -73,7 +75,7 @@ def _tables(sl_bits: int) -> tuple[list[int], list[int], list[int], list[int]]:
     return search_small, bin_small, search_big, bin_big
 
 
-class SegregatedExtents:
+class SegregatedExtents(BuiltinStrategy):
     """Size-class free lists over ``[0, capacity)``; subclasses choose ``_SL_BITS``."""
 
     #: log2 of the number of classes per power of two.

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from tensorarena.core._builtin import BuiltinStrategy
 from tensorarena.core.registry import StrategySpec, strategy_factory
 from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
 from tensorarena.debug import CHEAP, EXPENSIVE, OFF, check, resolve_debug
@@ -132,6 +133,11 @@ class Arena:
         self._strategy: PlacementStrategy = strategy_factory(strategy)(self._capacity)
         self._reserve = self._strategy.reserve
         self._release = self._strategy.release
+        # A built-in strategy is called through its class (see core/_builtin.py): directly, with
+        # unboxed ints, in the compiled build; any other through the bound methods above.
+        self._builtin: BuiltinStrategy | None = (
+            self._strategy if isinstance(self._strategy, BuiltinStrategy) else None
+        )
         self._base = base
         # Largest power of two dividing base: alignments above it cannot be honoured.
         self._base_alignment = base & -base if base else 1 << 62
@@ -209,9 +215,13 @@ class Arena:
         if alignment is self._fast_alignment and type(nbytes) is int and nbytes > 0:
             # Through a local: a call written ``self._reserve(...)`` compiles to a method lookup
             # that CPython 3.11 cannot specialise for an instance attribute (~30 ns a call).
-            reserve = self._reserve
+            builtin = self._builtin
             reserved = (nbytes + 255) & -256
-            offset: Any = reserve(reserved, 256)
+            if builtin is not None:
+                offset: Any = builtin.reserve(reserved, 256)
+            else:
+                reserve = self._reserve
+                offset = reserve(reserved, 256)
             if offset is None:
                 raise self._refused(nbytes, 256)
             # A bookkeeping arena (base 0) skips the addition: each int operation allocates.
@@ -278,8 +288,12 @@ class Arena:
                 self._check_invariants(self._debug)
             return
         live[address] = None
-        release = self._release  # a local, as in allocate
-        release(address - self._base if self._base else address, reserved)
+        builtin = self._builtin
+        if builtin is not None:
+            builtin.release(address - self._base if self._base else address, reserved)
+        else:
+            release = self._release  # a local, as in allocate
+            release(address - self._base if self._base else address, reserved)
         freed = self._requested_freed
         if self._requested_total - freed > self._peak:
             self._peak = self._requested_total - freed

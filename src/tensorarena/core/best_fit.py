@@ -20,6 +20,7 @@ from typing import ClassVar, Final
 
 from tensorarena.core import _bisect
 from tensorarena.core._bisect import COMPILED
+from tensorarena.core._builtin import BuiltinStrategy
 
 __all__ = ["BestFit"]
 
@@ -30,7 +31,7 @@ _bisect_left: Final = bisect_left
 _insort: Final = insort
 
 
-class BestFit:
+class BestFit(BuiltinStrategy):
     """Best-fit placement over ``[0, capacity)`` with splitting and coalescing, O(log n) search."""
 
     name: ClassVar[str] = "best_fit"

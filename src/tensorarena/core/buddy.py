@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from tensorarena.core._builtin import BuiltinStrategy
+
 __all__ = ["Buddy"]
 
 #: Smallest block by default: the arena's default alignment, so small requests waste little.
 DEFAULT_MIN_BLOCK = 256
 
 
-class Buddy:
+class Buddy(BuiltinStrategy):
     """Binary buddy allocator over ``[0, capacity)``: power-of-two blocks, buddy merging."""
 
     name: ClassVar[str] = "buddy"
