@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -20,6 +21,15 @@ def _check(document: dict[str, object]) -> None:
         assert row["numpy_us"] > 0 and row["tensorarena_us"] > 0
         assert row["speedup"] == pytest.approx(row["numpy_us"] / row["tensorarena_us"], rel=0.01)
     assert {key: document[key] for key in KEYS} == sizes["64MiB"]
+    tensors = document["torch"]
+    if importlib.util.find_spec("torch") is None:
+        assert tensors is None
+        return
+    assert isinstance(tensors, dict) and list(tensors) == ["64KiB", "1MiB", "64MiB"]
+    for row in tensors.values():
+        assert set(row) == {"torch_us", "tensorarena_us", "speedup"}
+        assert row["torch_us"] > 0 and row["tensorarena_us"] > 0
+        assert row["speedup"] == pytest.approx(row["torch_us"] / row["tensorarena_us"], rel=0.01)
 
 
 def test_quick_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,6 +43,8 @@ def test_through_the_cli_with_a_table(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["bench", "reuse", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "np.empty" in out and "64MiB" in out and "speedup" in out
+    if importlib.util.find_spec("torch") is not None:
+        assert "torch.empty" in out
 
 
 def test_owner_measurements_are_reported(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,12 @@ For each size: warm-up iterations (untimed), then ``repeats`` batches, each the 
 and ``speedup = numpy_us / tensorarena_us``. ``--json`` prints ``{"numpy_us", "tensorarena_us",
 "speedup"}`` for 64 MiB at top level plus the same three keys per size under ``"sizes"``.
 
+Where torch is installed, the same cycle is also timed for tensors (the ``torch`` section of
+``--json``, ``None`` without torch): ``torch.empty`` (CPU, ``uint8``) against
+``tensorarena.empty(..., like="torch")``, each touching one byte per page, at 64 KiB, 1 MiB and
+64 MiB: ``{"torch_us", "tensorarena_us", "speedup"}`` per size, ``speedup = torch_us /
+tensorarena_us``.
+
 ``--owners`` also times the ways an array can own foreign memory (the measurements behind
 :mod:`tensorarena.interop.owner`) and splits a 64 KiB ``tensorarena.empty`` into its pieces:
 the default resource's allocate+deallocate pair, ``empty`` over a resource that does nothing,
@@ -36,7 +42,16 @@ import numpy as np
 from tensorarena._version import build
 from tensorarena.memory_kind import MemoryKind
 
-__all__ = ["SIZES", "configure", "main", "measure", "measure_owners", "run"]
+__all__ = [
+    "SIZES",
+    "TORCH_SIZES",
+    "configure",
+    "main",
+    "measure",
+    "measure_owners",
+    "measure_torch",
+    "run",
+]
 
 PAGE = 4096
 
@@ -47,6 +62,9 @@ SIZES: dict[str, int] = {
     "16MiB": 16 << 20,
     "64MiB": 64 << 20,
 }
+
+#: The sizes of the torch comparison (name → bytes).
+TORCH_SIZES: dict[str, int] = {name: SIZES[name] for name in ("64KiB", "1MiB", "64MiB")}
 
 # (iterations per batch, batches): enough for a stable median, scaled by size.
 _PLAN_FULL = {64 << 10: (4000, 7), 1 << 20: (1000, 7), 16 << 20: (60, 7), 64 << 20: (20, 7)}
@@ -97,6 +115,44 @@ def measure(sizes: Sequence[int], *, quick: bool = False) -> dict[int, dict[str,
             "numpy_us": round(numpy_us, 3),
             "tensorarena_us": round(tensorarena_us, 3),
             "speedup": round(numpy_us / tensorarena_us, 3),
+        }
+    return results
+
+
+def measure_torch(
+    sizes: Sequence[int], *, quick: bool = False
+) -> dict[int, dict[str, float]] | None:
+    """``{nbytes: {"torch_us", "tensorarena_us", "speedup"}}``, or ``None`` without torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    from tensorarena.interop import default_resource, empty
+
+    default_resource()
+
+    def torch_cycle(nbytes: int) -> None:
+        tensor = torch.empty(nbytes, dtype=torch.uint8)
+        tensor[::PAGE] = 1
+        del tensor
+
+    def tensorarena_cycle(nbytes: int) -> None:
+        tensor = empty(nbytes, np.uint8, like="torch")
+        tensor[::PAGE] = 1
+        del tensor
+
+    plan = _PLAN_QUICK if quick else _PLAN_FULL
+    results: dict[int, dict[str, float]] = {}
+    for nbytes in sizes:
+        iterations, batches = plan.get(nbytes, (10, 3))
+        torch_us = _time(torch_cycle, nbytes, iterations, batches)
+        tensorarena_us = _time(tensorarena_cycle, nbytes, iterations, batches)
+        results[nbytes] = {
+            "torch_us": round(torch_us, 3),
+            "tensorarena_us": round(tensorarena_us, 3),
+            "speedup": round(torch_us / tensorarena_us, 3),
         }
     return results
 
@@ -234,9 +290,14 @@ def run(args: argparse.Namespace) -> int:
     results = measure(list(SIZES.values()), quick=args.quick)
     by_name = {name: results[nbytes] for name, nbytes in SIZES.items()}
     owners = measure_owners(quick=args.quick) if getattr(args, "owners", False) else None
+    tensors = measure_torch(list(TORCH_SIZES.values()), quick=args.quick)
+    torch_by_name = (
+        None if tensors is None else {name: tensors[n] for name, n in TORCH_SIZES.items()}
+    )
     if args.json:
         document: dict[str, object] = {"build": build(), **by_name["64MiB"]}
         document["sizes"] = by_name
+        document["torch"] = torch_by_name
         if owners is not None:
             document["owners"] = owners
         print(json.dumps(document, indent=2))
@@ -251,6 +312,13 @@ def run(args: argparse.Namespace) -> int:
             f"{name:>8}  {row['numpy_us']:>12.2f}  {row['tensorarena_us']:>15.2f}  "
             f"{row['speedup']:>7.2f}x"
         )
+    if torch_by_name is not None:
+        print(f"\n{'size':>8}  {'torch.empty µs':>14}  {'like=torch µs':>14}  {'speedup':>8}")
+        for name, row in torch_by_name.items():
+            print(
+                f"{name:>8}  {row['torch_us']:>14.2f}  {row['tensorarena_us']:>14.2f}  "
+                f"{row['speedup']:>7.2f}x"
+            )
     if owners is not None:
         print("\n64 KiB pieces, best batch mean (µs):")
         for name, value in owners.items():
