@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value, _op_name
 from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.torch_frontend import _element_names
+from tensorarena.runtime.in_slot import embedding_backward_in_slot, embedding_dense_backward_into
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.ops import out_variant
 from tensorarena.runtime.scalars import hoisted, mean_as_sum
@@ -372,7 +373,12 @@ def _statement(
         )
         lines.append("    try:")
         summed = mean_as_sum(node)
-        if summed is not None and len(names) == 1:  # mean = sum, then divide by a made count
+        if embedding_backward_in_slot(node) and len(names) == 1:
+            grad, indices, _, padding_idx, _ = (writer.expr(a, index) for a in call_args)
+            into = writer.const(embedding_dense_backward_into)
+            lines.append(f"        v{i} = {into}({writer.const(slots[str(names[0])])}, "
+                         f"{grad}, {indices}, {padding_idx})")
+        elif summed is not None and len(names) == 1:  # mean = sum, then divide by a made count
             count = _zero_dim(summed[1], str(slots[str(names[0])].dtype).removeprefix("torch."))
             lines.append(f"        v{i} = {writer.const(_raw(summed[0]))}({args}{sep}{outs})")
             lines.append(f"        v{i}.div_({writer.const(count)})")

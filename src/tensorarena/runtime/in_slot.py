@@ -1,0 +1,51 @@
+"""Kernels run straight in their slot where ATen's out variant computes elsewhere and copies.
+
+``embedding_dense_backward.out`` on the CPU makes a zeroed gradient table of its own, adds each
+index's row of the incoming gradient into it, in index order, and then copies the table into
+``out``: a whole embedding table allocated by torch on top of the arena (32 768 bytes on tiny
+GPT-2, the largest allocation of its planned training step once the gradients are planned).
+:func:`embedding_dense_backward_into` does the same adds in the slot itself: zero it,
+``index_add_`` the rows in the same order, zero the padding row ATen skips. Float32 and float64
+add the same values in the same order, so the table is the same bit for bit (checked, repeated
+indices and a padding row included); half types and ``scale_grad_by_freq`` keep ATen's out
+variant, and so does a GPU, where ``index_add_`` accumulates with atomics in no fixed order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+__all__ = ["embedding_backward_in_slot", "embedding_dense_backward_into"]
+
+
+def embedding_backward_in_slot(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is an ``embedding_dense_backward`` that
+    :func:`embedding_dense_backward_into` computes exactly (module docstring)."""
+    import torch
+
+    if node.target is not torch.ops.aten.embedding_dense_backward.default:
+        return False
+    if len(node.args) != 5 or node.kwargs or node.args[4] is not False:
+        return False  # scale_grad_by_freq, or arguments given by name: ATen's own
+    grad = node.args[0]
+    value: Any = _meta_value(grad) if isinstance(grad, type(node)) else None
+    return (_is_tensor_like(value) and value.device.type == "cpu"
+            and value.dtype in (torch.float32, torch.float64)
+            and isinstance(node.args[3], int))
+
+
+def embedding_dense_backward_into(out: torch.Tensor, grad: torch.Tensor,
+                                  indices: torch.Tensor, padding_idx: int) -> torch.Tensor:
+    """``embedding_dense_backward(grad, indices, len(out), padding_idx, False)`` written in
+    ``out`` (a ``(num_weights, dim)`` table); returns ``out``."""
+    out.zero_()
+    out.index_add_(0, indices.reshape(-1), grad.reshape(-1, out.shape[-1]))
+    if padding_idx >= 0:
+        out[padding_idx].zero_()
+    return out

@@ -1,0 +1,54 @@
+"""Kernels run in their slot: the same bits as ATen's, without its table of its own."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorarena.runtime import TrainingStep  # noqa: E402
+from tensorarena.runtime.in_slot import embedding_dense_backward_into  # noqa: E402
+from tensorarena.runtime.measure import profile  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("padding_idx", [-1, 0, 3])
+def test_embedding_backward_in_the_slot_is_atens_bit_for_bit(dtype: torch.dtype,
+                                                             padding_idx: int) -> None:
+    torch.manual_seed(0)
+    grad = torch.randn(2, 16, 32, dtype=dtype)
+    indices = torch.randint(0, 10, (2, 16))
+    indices[0, :5] = 3  # repeated rows, and the padding row when it is 3
+    expected = torch.ops.aten.embedding_dense_backward(grad, indices, 10, padding_idx, False)
+    out = torch.full((10, 32), float("nan"), dtype=dtype)
+    assert embedding_dense_backward_into(out, grad, indices, padding_idx) is out
+    assert torch.equal(out, expected)
+
+
+class Embedded(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(64, 16, padding_idx=1)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.table(ids)).relu()
+
+
+def test_a_planned_steps_embedding_gradient_is_eagers_and_torch_allocates_no_table() -> None:
+    torch.manual_seed(0)
+    model = Embedded().train()
+    ids = torch.randint(0, 64, (4, 8))
+    ids[0, 0] = 1
+    step = TrainingStep(model, (ids,), reorder=False)
+    _, grads = step(ids)
+    model(ids).sum().backward()
+    assert torch.equal(grads["table.weight"], model.table.weight.grad)
+    inputs = step.program._signature.flatten((ids,), {})
+    _, profiled = profile(step.program._annotated_call(inputs))
+    table = 64 * 16 * 4
+    in_backward = [size for _, size, _, _, node, _ in profiled.events
+                   if node.startswith("embedding_dense_backward") and size > 0]
+    assert in_backward == [] or max(in_backward) < table
