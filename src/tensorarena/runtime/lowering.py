@@ -11,7 +11,8 @@ Two steps, both once per specialisation of a program (not per call):
                 copied into their slots (the op's own allocation lives for one node only);
    ``alias``    views and in-place ops: they run as they are, over whatever storage they alias;
    ``dynamic``  results outside the arena: graph outputs (handed to the caller, see
-                :mod:`~tensorarena.runtime.program`), and, with ``unplaceable="dynamic"``
+                :mod:`~tensorarena.runtime.program`; planned instead with
+                ``planned_outputs``), and, with ``unplaceable="dynamic"``
                 (or ``"auto"``, for short-lived ones), results of ops without an out variant;
    ``pool``     results whose size follows a dimension declared *growing*: written through the
                 out variant into a block of the dynamic pool, sized at each call;
@@ -95,6 +96,7 @@ def classify(
     demoted: Mapping[str, str] | None = None,
     inplace: Iterable[str] = (),
     elsewhere: Mapping[str, str] | None = None,
+    planned_outputs: bool = False,
 ) -> Lowering:
     """Decide every node's path (see the module docstring) before planning.
 
@@ -102,7 +104,8 @@ def classify(
     maps nodes whose out variant failed before to the reason (they take the ``copy`` path);
     ``inplace`` names the nodes rewritten to run in place (for the report's reason);
     ``elsewhere`` maps tensors on another device than the arena to the reason (they stay out of
-    the plan, as the op made them).
+    the plan, as the op made them). ``planned_outputs`` plans the graph's outputs like any
+    other buffer (they are then views of the arena, :mod:`~tensorarena.runtime.held_arenas`).
     """
     inplace = set(inplace)
     planned = {b.id for b in gp.problem.buffers}
@@ -139,7 +142,7 @@ def classify(
                 lowering.paths[node.name] = NodePath(node.name, op, "other", reason)
             continue
         for root in roots:
-            if root in outputs:
+            if root in outputs and not planned_outputs:
                 lowering.dynamic[root] = "graph output, handed to the caller"
             elif root in elsewhere:
                 lowering.dynamic[root] = elsewhere[root]

@@ -18,10 +18,15 @@ and serves every smaller shape inside that plan (each buffer at the same offset,
 ``growing`` names dimensions that change at every call (a growing KV cache): their buffers are
 allocated per call from the dynamic pool and never trigger a new plan.
 
-**Outputs never alias the arena.** The buffers a graph returns (and everything they view) are
-left out of the plan and made fresh at each call, so the caller owns them outright and the next
-call cannot overwrite them: the plan is made *around* the outputs rather than copying them out,
-which costs nothing but those outputs' own allocation, exactly what eager execution pays.
+**Outputs.** By default (``outputs="fresh"``) the buffers a graph returns (and everything they
+view) are left out of the plan and made fresh at each call, so the caller owns them outright and
+the next call cannot overwrite them: the plan is made *around* the outputs rather than copying
+them out, which costs nothing but those outputs' own allocation, exactly what eager execution
+pays, on top of the arena. With ``outputs="arena"`` they are planned too and handed over as
+views of the arena, which then stays the caller's until the last of them is gone; each call
+takes an arena no caller holds (:mod:`~tensorarena.runtime.held_arenas`). That lets the outputs
+reuse the bytes of intermediates that died before them (a training step's gradients, those of
+its activations) instead of coming on top of the arena.
 
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
@@ -46,6 +51,7 @@ from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem, lower_bound
 from tensorarena.runtime.device import graph_device, off_device
+from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.lowering import (
     Generated,
@@ -67,7 +73,10 @@ if TYPE_CHECKING:
 
     from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["ExportFailedError", "PlanVerificationError", "PlannedProgram"]
+__all__ = ["ExportFailedError", "OutputPlacement", "PlanVerificationError", "PlannedProgram"]
+
+#: Where a program's outputs live: made by torch at each call, or planned in the arena.
+OutputPlacement = Literal["fresh", "arena"]
 
 #: Seconds the exact search may spend on one shape's plan by default.
 DEFAULT_TIME_LIMIT = 2.0
@@ -85,6 +94,7 @@ class _Specialization:
     generated: Generated
     generation: int
     seconds: float
+    arenas: HeldArenas | None = None  # outputs="arena": the blocks the calls' outputs keep
 
 
 class PlannedProgram:
@@ -118,6 +128,12 @@ class PlannedProgram:
         out; ``"always"`` runs it regardless, to compare orders). Every order it returns keeps
         data dependencies, in-place accesses and random ops in their original order, so outputs
         are those of the graph as given (default off);
+    ``outputs``
+        ``"fresh"`` (default): outputs are made by torch at each call, outside the plan;
+        ``"arena"``: they are planned too and returned as views of the arena, which the
+        caller's outputs then hold (a call takes an arena none holds; see the module
+        docstring). The arena does not come from ``workspace``, which is then used for its
+        lock only. :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``;
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on; decided after reordering, on the order that runs);
@@ -128,6 +144,9 @@ class PlannedProgram:
     ``concurrency``
         ``"serialize"`` or ``"refuse"`` concurrent calls (of a workspace made here).
     """
+
+    #: the arena the latest annotated call ran in (read by the memory recording)
+    _annotated_memory: torch.Tensor | None
 
     def __init__(
         self,
@@ -145,6 +164,7 @@ class PlannedProgram:
         time_limit: float = DEFAULT_TIME_LIMIT,
         unplaceable: Unplaceable = "copy",
         reorder: bool | Literal["always"] = False,
+        outputs: OutputPlacement = "fresh",
         inplace: bool = True,
         poison: bool = False,
         max_plans: int = 8,
@@ -157,15 +177,20 @@ class PlannedProgram:
             raise InvalidArgumentError(
                 f"unplaceable must be 'auto', 'copy' or 'dynamic', got {unplaceable!r}"
             )
+        if outputs not in ("fresh", "arena"):
+            raise InvalidArgumentError(f"outputs must be 'fresh' or 'arena', got {outputs!r}")
         if type(max_plans) is not int or max_plans < 1:
             raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
         self.name = name
+        #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
+        self.outputs: OutputPlacement = outputs
         self._gm, self._graph = gm, gm.graph
         #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
         self.schedule: Any = None
         if reorder:
             self._gm, self._graph, self.schedule = _reordered(
-                gm, problem_of, time_limit, always=reorder == "always")
+                gm, problem_of, time_limit, always=reorder == "always",
+                with_outputs=outputs == "arena")
         #: whether the nodes run in :attr:`schedule`'s order
         self.reordered = self._graph is not gm.graph
         self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
@@ -208,6 +233,7 @@ class PlannedProgram:
         self._values = _result_values(self._graph)
         self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
+        self._annotated_memory = None
         self.plans_made = 0  #: how many plans were computed (one per new shape without max_shapes)
 
     # ------------------------------------------------------------------------------------------
@@ -298,7 +324,11 @@ class PlannedProgram:
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
             self._bindings = bindings
-            outputs = current.generated.run(inputs)
+            if current.arenas is None:
+                outputs = current.generated.run(inputs)
+            else:
+                memory, current.generated = current.arenas.take()
+                outputs = current.arenas.hand_over(current.generated.run(inputs), memory)
             if current.generated.failed:
                 self._relower(current)
         return outputs
@@ -313,7 +343,7 @@ class PlannedProgram:
                 self._cache.popitem(last=False)
         else:
             self._cache.move_to_end(key)
-            if current.generation != self.workspace.generation:
+            if current.arenas is None and current.generation != self.workspace.generation:
                 self._regenerate(current)
         self._last = current
         return current
@@ -330,15 +360,38 @@ class PlannedProgram:
             (b for b in graph.problem.buffers if b.id not in lowering.dynamic), name=graph.name
         )
         plan, note = self._plan_for(planned, bindings)
-        self.workspace.reserve(plan.height)
-        generated = self._generate(graph, lowering, plan, poison=self._poison)
-        return _Specialization(bindings, graph, lowering, plan, note, generated,
-                               self.workspace.generation, time.perf_counter() - start)
+        if self.outputs == "arena":
+            current = _Specialization(bindings, graph, lowering, plan, note, _EMPTY,
+                                      self.workspace.generation, 0.0)
+            current.arenas = self._held_arenas(current)
+        else:
+            self.workspace.reserve(plan.height)
+            current = _Specialization(
+                bindings, graph, lowering, plan, note,
+                self._generate(graph, lowering, plan, poison=self._poison),
+                self.workspace.generation, 0.0)
+        current.seconds = time.perf_counter() - start
+        return current
+
+    def _held_arenas(self, current: _Specialization) -> HeldArenas:
+        def make_code(memory: torch.Tensor) -> Generated:
+            return self._generate(current.graph, current.lowering, current.plan,
+                                  poison=self._poison, memory=memory)
+
+        return HeldArenas(make_code, current.plan.height, self.workspace.resource, self.device)
+
+    def _call_memory(self, current: _Specialization) -> torch.Tensor:
+        """The arena for a one-off call (verify, traced, recorded): the workspace's block, or
+        with ``outputs="arena"`` a block of its own that its outputs keep."""
+        if current.arenas is None:
+            return self.workspace.memory
+        return block(current.plan.height, self.workspace.resource, device=self.device)
 
     def _classify(self, graph: GraphProblem) -> Lowering:
         return classify(self._graph, graph, unplaceable=self._unplaceable,
                         pooled=self._pooled(), demoted=self._demoted,
-                        inplace=self.inplace_nodes, elsewhere=self._elsewhere)
+                        inplace=self.inplace_nodes, elsewhere=self._elsewhere,
+                        planned_outputs=self.outputs == "arena")
 
     def _pooled(self) -> set[str]:
         if not self._growing:
@@ -382,14 +435,19 @@ class PlannedProgram:
                                _EMPTY, self.workspace.generation, 0.0)
 
     def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
-                  poison: bool) -> Generated:
+                  poison: bool, memory: torch.Tensor | None = None) -> Generated:
         return generate(self._graph, self._gm, graph, lowering, plan.as_dict(),
-                        self.workspace.memory, poison=poison, pool_tensor=self._pool_tensor)
+                        self.workspace.memory if memory is None else memory, poison=poison,
+                        pool_tensor=self._pool_tensor)
 
     def _regenerate(self, current: _Specialization) -> None:
-        """New slots over a new block (the workspace grew): same plan, new code."""
-        current.generated = self._generate(current.graph, current.lowering, current.plan,
-                                           poison=self._poison)
+        """New slots over a new block (the workspace grew, or nodes were demoted): same plan,
+        new code. Held arenas start over: blocks the caller holds die with its tensors."""
+        if current.arenas is not None:
+            current.arenas = self._held_arenas(current)
+        else:
+            current.generated = self._generate(current.graph, current.lowering, current.plan,
+                                               poison=self._poison)
         current.generation = self.workspace.generation
 
     def _relower(self, current: _Specialization) -> None:
@@ -436,7 +494,8 @@ class PlannedProgram:
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
             self._bindings = bindings
-            checked = self._generate(current.graph, current.lowering, current.plan, poison=True)
+            checked = self._generate(current.graph, current.lowering, current.plan, poison=True,
+                                     memory=self._call_memory(current))
             layouts = {k: _layout(t) for k, t in checked.slots.items()}
             flat = checked.run(inputs)
             moved = [k for k, t in checked.slots.items() if _layout(t) != layouts[k]]
@@ -478,8 +537,9 @@ class PlannedProgram:
         with self.workspace.use(), self._no_grad():
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
+            self._annotated_memory = self._call_memory(current)
             annotated = generate(self._graph, self._gm, current.graph, current.lowering,
-                                 current.plan.as_dict(), self.workspace.memory, annotate=True,
+                                 current.plan.as_dict(), self._annotated_memory, annotate=True,
                                  pool_tensor=pool_tensor or self._pool_tensor)
 
         def run() -> Any:
@@ -518,6 +578,7 @@ def _reordered(
     time_limit: float,
     *,
     always: bool,
+    with_outputs: bool,
 ) -> tuple[torch.fx.GraphModule, torch.fx.Graph, Any]:
     """``gm`` with its nodes in the order :func:`tensorarena.planning.reorder` picks for the
     graph's planning problem (at the example shapes), and that schedule; ``gm`` as it is (and
@@ -526,7 +587,8 @@ def _reordered(
     The two objectives differ: reorder counts the graph's outputs, which live to the end of
     every order, while the arena leaves them out (they are fresh for the caller). An order that
     frees activations sooner by producing gradients later can lower the one and raise the
-    other (measured: tiny BERT's training step, 312 708 -> 337 536 bytes of arena)."""
+    other (measured: tiny BERT's training step, 312 708 -> 337 536 bytes of arena). With
+    ``with_outputs`` (outputs planned in the arena) the objectives are the same."""
     from tensorarena.planning.op_graph import op_graph_from_fx, reordered_graph
     from tensorarena.planning.reorder import reorder
     from tensorarena.runtime.materialize import BLOCK_ALIGNMENT
@@ -540,14 +602,16 @@ def _reordered(
     new = reordered_graph(graph, schedule.order)
     new._codegen = graph._codegen  # inputs and outputs (un)flatten as before
     module = _with_graph(gm, new)
-    if not always and _arena_bound(problem_of(new, sizes)) > _arena_bound(given):
+    bound = functools.partial(_arena_bound, with_outputs=with_outputs)
+    if not always and bound(problem_of(new, sizes)) > bound(given):
         return gm, graph, schedule
     return module, new, schedule
 
 
-def _arena_bound(graph: GraphProblem) -> int:
-    """The lower bound of the buffers this runtime plans: all but the graph's outputs."""
-    outputs = set(graph.outputs)
+def _arena_bound(graph: GraphProblem, *, with_outputs: bool) -> int:
+    """The lower bound of the buffers this runtime plans: all but the graph's outputs, unless
+    ``with_outputs``."""
+    outputs = set() if with_outputs else set(graph.outputs)
     return lower_bound(Problem(b for b in graph.problem.buffers if b.id not in outputs))
 
 

@@ -85,7 +85,8 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
         start, end = times.get(name, (last, last))
         spans.append((start, end))
         last = end
-    memory = program.workspace.memory
+    memory = program._annotated_memory
+    assert memory is not None  # set by the annotated call above
     arena, arena_bytes = memory.data_ptr(), memory.numel()
     actions: list[dict[str, Any]] = [_action("segment_alloc", arena, arena_bytes, origin,
                                              "arena")]

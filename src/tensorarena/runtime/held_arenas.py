@@ -1,0 +1,123 @@
+"""Arenas that a call's outputs keep: one block per call, taken again once its outputs are gone.
+
+With ``outputs="arena"`` (:class:`~tensorarena.runtime.PlannedProgram`) a graph's outputs are
+planned like its other buffers and handed to the caller as views of the arena: torch allocates
+nothing for them, and their bytes are those of activations that died earlier in the call (the
+plan reuses them; a training step's gradients take the bytes of the activations their backward
+freed). The block then belongs to the caller until every view of it is gone, so each call
+takes a block that no caller's tensor holds, making one (with its code) when all are held. A
+loop that keeps one step's outputs while running the next alternates between two blocks.
+
+Whether a block is held is read from its storage's use count (how many tensors share the
+storage). The count of this runtime's own tensors over a block (the block and the slots of the
+code generated over it) is taken once, when both are made and before any output exists, and
+nothing else is generated over these blocks afterwards, so it never changes: a larger count is
+a tensor of the caller's (an output, a view or slice of one, its numpy array, its storage).
+Outputs are handed over as new views (``aten.alias``), never the slot tensors themselves, so
+that each one counts. A block is never taken while the count says held: live memory is never
+aliased. Idle blocks beyond the one a call takes go back to their resource at that call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.runtime.materialize import _torch, block
+
+if TYPE_CHECKING:
+    import torch
+
+    from tensorarena.memory.resource import MemoryResource
+    from tensorarena.runtime.lowering import Generated
+
+__all__ = ["HeldArenas", "storage_uses"]
+
+
+def storage_uses(memory: torch.Tensor) -> int:
+    """How many references the storage under ``memory`` has now (tensors and storages)."""
+    torch = _torch()
+    return int(torch._C._storage_Use_Count(memory.untyped_storage()._cdata))
+
+
+@dataclass
+class _Arena:
+    memory: torch.Tensor
+    code: Generated
+    own_uses: int  # the storage's use count with no caller's tensor over it
+
+
+def _release(arena: _Arena) -> None:
+    """Drop the code's references to the block now: the generated function is in its own
+    globals (a cycle only the garbage collector would break), and they hold the slots."""
+    getattr(arena.code.run, "__globals__", {}).clear()
+    arena.code.slots.clear()
+
+
+class HeldArenas:
+    """The blocks of one planned shape whose outputs live in the arena (module docstring).
+
+    ``make_code(memory)`` generates the shape's code over a block; blocks are ``nbytes`` bytes
+    from ``resource`` on ``device``."""
+
+    def __init__(self, make_code: Callable[[torch.Tensor], Generated], nbytes: int,
+                 resource: MemoryResource | None, device: str) -> None:
+        self._make_code = make_code
+        self._nbytes = nbytes
+        self._resource = resource
+        self._device = device
+        self._arenas: list[_Arena] = []
+        self.made = 0  #: blocks made so far (one more each time every block was held)
+
+    def take(self) -> tuple[torch.Tensor, Generated]:
+        """A block no caller's tensor holds and the code over it; idle blocks beyond it are
+        released (their bytes go back to the resource)."""
+        taken: _Arena | None = None
+        held: list[_Arena] = []
+        for arena in self._arenas:
+            if storage_uses(arena.memory) > arena.own_uses:
+                held.append(arena)
+            elif taken is None:
+                taken = arena
+            else:
+                _release(arena)
+        if taken is None:
+            taken = self._new()
+        self._arenas = [taken, *held]
+        return taken.memory, taken.code
+
+    def _new(self) -> _Arena:
+        memory = block(self._nbytes, self._resource, device=self._device)
+        code = self._make_code(memory)
+        self.made += 1
+        return _Arena(memory, code, storage_uses(memory))
+
+    @property
+    def held(self) -> int:
+        """Blocks that tensors of the caller's hold now."""
+        return sum(storage_uses(a.memory) > a.own_uses for a in self._arenas)
+
+    @property
+    def blocks(self) -> int:
+        """Blocks kept now (held ones and the one the last call took)."""
+        return len(self._arenas)
+
+    def hand_over(self, outputs: Any, memory: torch.Tensor) -> Any:
+        """``outputs`` (a pytree) with every tensor over ``memory`` replaced by a new view of
+        it, so that the caller's tensors count as holding the block."""
+        th = _torch()
+        from torch.utils import _pytree as pytree
+
+        address = memory.untyped_storage().data_ptr()
+        alias = th.ops.aten.alias.default
+
+        def view(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.untyped_storage().data_ptr() == address:
+                return alias(tensor)  # type: ignore[no-any-return]
+            return tensor
+
+        return pytree.tree_map_only(th.Tensor, view, outputs)
+
+    def __repr__(self) -> str:
+        return f"HeldArenas(nbytes={self._nbytes}, blocks={self.blocks}, made={self.made})"
