@@ -31,6 +31,20 @@ def test_bench_exec_json_has_the_numbers_of_each_model(capsys: pytest.CaptureFix
     assert bert["max_abs_err"] == 0.0
     assert bert["lower_bound"] <= bert["planned_arena"] <= bert["naive"]
     assert bert["eager_peak"] > 0 and bert["eager_ms"] > 0 and bert["planned_ms"] > 0
+    assert bert["outputs"] == "fresh" and bert["reordered"] is False  # inference's defaults
+    assert bert["paths"]["dynamic"] > 0  # the outputs, made by torch
+
+
+@pytest.mark.torch
+def test_bench_exec_places_outputs_as_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    assert main(["bench", "exec", "--model", "bert", "--quick", "--json", "--outputs", "arena",
+                 "--no-reorder"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    bert = document["models"]["bert"]
+    assert document["outputs"] == bert["outputs"] == "arena" and bert["reordered"] is False
+    assert bert["max_abs_err"] == 0.0
+    assert bert["paths"].get("dynamic", 0) == 0  # the outputs are planned, none left to torch
 
 
 @pytest.mark.torch

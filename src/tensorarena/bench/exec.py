@@ -15,6 +15,10 @@ run measures both executions of the same inputs:
                    both see the same machine
 ``max_abs_err``    the largest absolute difference between planned and eager outputs (for
                    ``--training``: the loss and every gradient)
+``outputs``        where the planned program's outputs live (``fresh``: torch's, on top of the
+                   arena; ``arena``: planned in it), and ``reordered``, whether it ran in
+                   :func:`tensorarena.planning.reorder`'s order (both the runtime's defaults
+                   unless ``--outputs``/``--reorder``/``--no-reorder`` say otherwise)
 ``allocations``    torch allocator calls in one steady-state call: ``eager``, ``planned`` (all),
                    ``planned_intermediates`` (made while writing a planned buffer: the out and
                    copy paths) and ``scalars`` (of those, 8 bytes or less: Python numbers that
@@ -64,6 +68,8 @@ class ModelResult:
     build_seconds: float = 0.0
     repeats: int = 0
     verified: bool = False
+    outputs: str = ""
+    reordered: bool = False
     #: one recorded planned call as a PyTorch memory snapshot (``record_memory=True``; not JSON)
     memory_snapshot: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -132,13 +138,15 @@ def measure_model(
     repeats: int = 30,
     unplaceable: Literal["auto", "copy", "dynamic"] = "copy",
     verify: bool = True,
-    reorder: bool = False,
+    reorder: bool | None = None,
+    outputs: Literal["fresh", "arena"] | None = None,
     record_memory: bool = False,
     progress: Progress | None = None,
 ) -> ModelResult:
     """Build ``name``, run it eagerly and planned, and measure both (module docstring).
     ``reorder`` runs the planned program in the order :func:`tensorarena.planning.reorder`
-    picks; ``record_memory`` also records one planned call's memory
+    picks and ``outputs`` places its outputs (None: the runtime's default for each);
+    ``record_memory`` also records one planned call's memory
     (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`) into ``memory_snapshot``."""
     import torch
 
@@ -147,13 +155,18 @@ def measure_model(
     from tensorarena.runtime import PlannedProgram, TrainingStep, trace_allocations
 
     progress = progress or Progress(None)
+    options: dict[str, Any] = {"unplaceable": unplaceable}
+    if reorder is not None:
+        options["reorder"] = reorder
+    if outputs is not None:
+        options["outputs"] = outputs
     with progress.step(f"building {name} ({size}) from its config, random weights"):
         model, (args, kwargs) = build_model(name, size=size)
     start = time.perf_counter()
     if training:
         model.train()
         with progress.step("tracing the training step (make_fx) and planning it"):
-            step = TrainingStep(model, args, kwargs, unplaceable=unplaceable, reorder=reorder)
+            step = TrainingStep(model, args, kwargs, **options)
             program = step.program
             planned_call: Callable[[], Any] = lambda: step(*args, **kwargs)  # noqa: E731
             torch.manual_seed(0)
@@ -170,8 +183,7 @@ def measure_model(
     else:
         model.eval()
         with progress.step("exporting (torch.export) and planning"):
-            program = PlannedProgram.from_module(model, args, kwargs, unplaceable=unplaceable,
-                                                 reorder=reorder)
+            program = PlannedProgram.from_module(model, args, kwargs, **options)
             planned_call = lambda: program(*args, **kwargs)  # noqa: E731
             planned_out = planned_call()
 
@@ -223,6 +235,8 @@ def measure_model(
         build_seconds=build_seconds,
         repeats=repeats,
         verified=verified,
+        outputs=program.outputs,
+        reordered=program.reordered,
         memory_snapshot=snapshot,
     )
 
@@ -245,9 +259,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (default: torch's). On a shared machine "
                              "use 1: a parallel op waits for its slowest thread, and one thread "
                              "descheduled by another process stalls it for milliseconds")
-    parser.add_argument("--reorder", action="store_true",
+    parser.add_argument("--reorder", action=argparse.BooleanOptionalAction, default=None,
                         help="run each planned graph in the order tensorarena.planning.reorder "
-                             "picks (memory-aware operator reordering)")
+                             "picks (memory-aware operator reordering; default: the runtime's, "
+                             "on for training steps)")
+    parser.add_argument("--outputs", choices=("fresh", "arena"), default=None,
+                        help="outputs made by torch at each call or planned in the arena "
+                             "(default: the runtime's, arena for training steps)")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no poisoned check")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -292,7 +310,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench exec: {mode}, size {args.size}, {os.cpu_count()} CPUs, "
               f"{torch.get_num_threads()} torch threads, "
               f"median of {repeats} calls, unplaceable={args.unplaceable}"
-              + (", reordered" if args.reorder else ""))
+              + (f", reorder={args.reorder}" if args.reorder is not None else "")
+              + (f", outputs={args.outputs}" if args.outputs is not None else ""))
     results: dict[str, ModelResult] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -302,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
             results[name] = measure_model(
                 name, size=args.size, training=args.training, repeats=repeats,
                 unplaceable=args.unplaceable, verify=not args.quick, reorder=args.reorder,
+                outputs=args.outputs,
                 progress=Progress(stream),
             )
         except Exception as exc:  # one architecture that fails here must not hide the others
@@ -316,6 +336,7 @@ def run(args: argparse.Namespace) -> int:
             "size": args.size,
             "unplaceable": args.unplaceable,
             "reorder": args.reorder,
+            "outputs": args.outputs,
             "build": build(),
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},

@@ -40,9 +40,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a training step (forward, loss, every gradient) instead of inference")
     parser.add_argument("--size", choices=("tiny", "base"), default="tiny",
                         help="tiny (two layers, seconds; default) or base (published size)")
-    parser.add_argument("--reorder", action="store_true",
+    parser.add_argument("--reorder", action=argparse.BooleanOptionalAction, default=None,
                         help="run the planned graph in the order tensorarena.planning.reorder "
-                             "picks (memory-aware operator reordering)")
+                             "picks (memory-aware operator reordering; default: the runtime's, "
+                             "on for training steps)")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls each (default 30)")
     parser.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     parser.add_argument("--html", default=DEFAULT_HTML, metavar="PATH",
