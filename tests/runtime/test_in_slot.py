@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorarena.runtime import TrainingStep  # noqa: E402
+from tensorarena.runtime import PlannedProgram, TrainingStep  # noqa: E402
 from tensorarena.runtime.in_slot import embedding_dense_backward_into  # noqa: E402
 from tensorarena.runtime.measure import profile  # noqa: E402
 
@@ -52,3 +52,16 @@ def test_a_planned_steps_embedding_gradient_is_eagers_and_torch_allocates_no_tab
     in_backward = [size for _, size, _, _, node, _ in profiled.events
                    if node.startswith("embedding_dense_backward") and size > 0]
     assert in_backward == [] or max(in_backward) < table
+
+
+def test_an_embedding_writes_its_rows_into_its_slot_without_an_allocation() -> None:
+    torch.manual_seed(0)
+    model = Embedded().eval()
+    ids = torch.randint(0, 64, (4, 8))
+    program = PlannedProgram.from_module(model, (ids,))
+    with torch.no_grad():
+        assert torch.equal(program(ids), model(ids))
+    inputs = program._signature.flatten((ids,), {})
+    _, profiled = profile(program._annotated_call(inputs))
+    assert "embedding" in profiled.nodes  # the node ran, annotated
+    assert [e for e in profiled.events if e[4] == "embedding" and e[1] > 0] == []

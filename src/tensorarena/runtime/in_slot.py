@@ -1,5 +1,11 @@
 """Kernels run straight in their slot where ATen's out variant computes elsewhere and copies.
 
+``embedding.out`` makes the rows of the table that the indices pick, then copies them into
+``out``; ``embedding`` itself is ``weight.index_select(0, indices.reshape(-1))`` viewed in the
+result's shape, so :func:`embedding_in_slot` nodes run ``index_select.out`` straight into the
+slot seen as ``(-1, dim)``: the same rows, no allocation (one per embedding per call before:
+two on tiny GPT-2, three on tiny BERT).
+
 ``embedding_dense_backward.out`` on the CPU makes a zeroed gradient table of its own, adds each
 index's row of the incoming gradient into it, in index order, and then copies the table into
 ``out``: a whole embedding table allocated by torch on top of the arena (32 768 bytes on tiny
@@ -21,7 +27,15 @@ if TYPE_CHECKING:
     import torch
     import torch.fx
 
-__all__ = ["embedding_backward_in_slot", "embedding_dense_backward_into"]
+__all__ = ["embedding_backward_in_slot", "embedding_dense_backward_into", "embedding_in_slot"]
+
+
+def embedding_in_slot(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is an ``embedding`` whose rows ``index_select.out`` can write into its
+    slot (module docstring); the slot must be contiguous, which the generator checks."""
+    import torch
+
+    return node.target is torch.ops.aten.embedding.default and len(node.args) >= 2
 
 
 def embedding_backward_in_slot(node: torch.fx.Node) -> bool:

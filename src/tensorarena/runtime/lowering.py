@@ -40,7 +40,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value, _op_name
 from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.torch_frontend import _element_names
-from tensorarena.runtime.in_slot import embedding_backward_in_slot, embedding_dense_backward_into
+from tensorarena.runtime.in_slot import (
+    embedding_backward_in_slot,
+    embedding_dense_backward_into,
+    embedding_in_slot,
+)
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.ops import out_variant
 from tensorarena.runtime.scalars import hoisted, mean_as_sum
@@ -376,7 +380,16 @@ def _statement(
         )
         lines.append("    try:")
         summed = mean_as_sum(node)
-        if embedding_backward_in_slot(node) and len(names) == 1:
+        result = slots[str(names[0])] if len(names) == 1 else None
+        if embedding_in_slot(node) and result is not None and result.is_contiguous():
+            weight, indices = (writer.expr(a, index) for a in call_args[:2])
+            rows = writer.const(result.view(-1, result.shape[-1]))
+            import torch
+
+            select = writer.const(_raw(torch.ops.aten.index_select.out))
+            lines.append(f"        {select}({weight}, 0, {indices}.reshape(-1), out={rows})")
+            lines.append(f"        v{i} = {writer.const(result)}")
+        elif embedding_backward_in_slot(node) and len(names) == 1:
             grad, indices, _, padding_idx, _ = (writer.expr(a, index) for a in call_args)
             into = writer.const(embedding_dense_backward_into)
             lines.append(f"        v{i} = {into}({writer.const(slots[str(names[0])])}, "
