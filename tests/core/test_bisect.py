@@ -1,4 +1,4 @@
-"""The compiled build's bisection agrees with the ``bisect`` module, keys beyond 64 bits included."""
+"""The compiled build's bisection agrees with the ``bisect`` module, keys over 64 bits included."""
 
 from __future__ import annotations
 
@@ -27,4 +27,4 @@ def test_bisect_left_and_insort_match_the_bisect_module(bits: int) -> None:
 
 def test_compiled_flag_says_which_build_runs() -> None:
     # Best fit and the address-ordered engine choose their search by this flag.
-    assert _bisect.COMPILED == (build() == "compiled")
+    assert _bisect.COMPILED is (build() == "compiled")

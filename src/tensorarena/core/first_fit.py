@@ -5,16 +5,25 @@ enough: it is linear in the number of free extents by nature, the price of alway
 low addresses (which keeps the footprint low). The walk runs in C, over a byte per extent that
 holds its power of two (see :mod:`tensorarena.core._address_ordered`, which also does the
 splitting and coalescing shared with next fit).
+
+The compiled build (see ``setup.py``) walks the sizes themselves first: compiled, that loop costs
+a few ns an extent, less than building the byte string of candidates (two generic method calls
+and a copy), so the first ``_WALK`` extents are checked directly and only a longer search falls
+back to the byte scan (bench alloc: ~18 % of a pair less).
 """
 
 from __future__ import annotations
 
 from itertools import islice
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
+from tensorarena.core._bisect import COMPILED
 
 __all__ = ["FirstFit"]
+
+#: Extents the compiled build checks one by one before it scans the class bytes instead.
+_WALK: Final = 512
 
 
 class FirstFit(AddressOrderedExtents):
@@ -27,15 +36,18 @@ class FirstFit(AddressOrderedExtents):
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""
         sizes = self._sizes
-        try:
-            candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
-        except IndexError:
-            return None  # beyond any power of two a region can have
-        # The lowest extent of at least nbytes' power of two; one of that very power may still
-        # be too small, so skip those.
-        i = candidates.find(1)
-        while i >= 0 and sizes[i] < nbytes:
-            i = candidates.find(1, i + 1)
+        if COMPILED:
+            i = self._walk(nbytes)
+        else:
+            try:
+                candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
+            except IndexError:
+                return None  # beyond any power of two a region can have
+            # The lowest extent of at least nbytes' power of two; one of that very power may
+            # still be too small, so skip those.
+            i = candidates.find(1)
+            while i >= 0 and sizes[i] < nbytes:
+                i = candidates.find(1, i + 1)
         if i < 0:
             return None
         size = sizes[i]
@@ -54,6 +66,25 @@ class FirstFit(AddressOrderedExtents):
             del sizes[i]
             del self._classes[i]
         return start
+
+    def _walk(self, nbytes: int) -> int:
+        """The compiled build's search: the index of the lowest extent of at least ``nbytes``,
+        or -1. The sentinel (size 0, last) ends the walk."""
+        sizes = self._sizes
+        stop = min(len(sizes) - 1, _WALK)
+        i = 0
+        while i < stop and sizes[i] < nbytes:
+            i += 1
+        if i < stop:
+            return i
+        try:
+            candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
+        except IndexError:
+            return -1
+        i = candidates.find(1, stop)
+        while i >= 0 and sizes[i] < nbytes:
+            i = candidates.find(1, i + 1)
+        return i
 
     def _reserve_aligned(self, first: int, nbytes: int, alignment: int) -> int | None:
         """Slow path: from extent ``first`` on, the lowest one that holds ``nbytes`` aligned."""

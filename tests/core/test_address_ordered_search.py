@@ -1,0 +1,63 @@
+"""First and next fit find the extent the byte scan finds, however many small extents come first.
+
+The compiled build walks the first extents one by one and scans the class bytes past them (see
+``core/first_fit.py``); these cases put the answer before, at and far beyond that boundary.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorarena.core.first_fit import _WALK, FirstFit
+from tensorarena.core.next_fit import NextFit
+
+
+@pytest.mark.parametrize("holes_below", [0, 3, _WALK - 1, _WALK, _WALK + 1, 3 * _WALK])
+def test_lowest_fitting_extent_beyond_many_small_holes(holes_below: int) -> None:
+    blocks = 6 * _WALK + 8  # room for the most holes and the larger extent above them
+    strategy = FirstFit(blocks * 1024)
+    offsets = [strategy.reserve(1024, 256) for _ in range(blocks)]
+    assert offsets == [i * 1024 for i in range(blocks)]
+    # Free extents of 1 KiB (every other block), then one of 3 KiB right after them.
+    for i in range(0, 2 * holes_below, 2):
+        strategy.release(i * 1024, 1024)
+    big = 2 * holes_below + 1
+    for i in range(big, big + 3):
+        strategy.release(i * 1024, 1024)
+    assert strategy.free_extent_count() == holes_below + 1
+    assert strategy.reserve(2048, 256) == big * 1024
+    # Nothing holds 8 KiB (every block above is live); 1 KiB goes to the lowest hole.
+    assert strategy.reserve(8192, 256) is None
+    assert strategy.reserve(1024, 256) == (0 if holes_below else (big + 2) * 1024)
+
+
+def test_a_request_larger_than_any_power_of_two_class_is_refused() -> None:
+    strategy = FirstFit(1 << 20)
+    assert strategy.reserve(1 << 70, 256) is None
+
+
+@pytest.mark.parametrize("holes_above", [0, _WALK - 1, _WALK, 3 * _WALK])
+def test_next_fit_passes_small_holes_above_the_rover(holes_above: int) -> None:
+    blocks = 2 * holes_above + 8
+    strategy = NextFit(blocks * 1024)
+    assert [strategy.reserve(1024, 256) for _ in range(blocks)] == [
+        i * 1024 for i in range(blocks)
+    ]
+    for i in range(2, 2 * holes_above + 2, 2):
+        strategy.release(i * 1024, 1024)
+    big = 2 * holes_above + 3
+    for i in range(big, big + 3):
+        strategy.release(i * 1024, 1024)
+    strategy.release(0, 1024)  # below the rover's start: taken only after wrapping
+    strategy.reserve(1024, 256)  # the lowest hole at or above offset 0: moves the rover to 1 KiB
+    assert strategy.rover == 1024
+    assert strategy.reserve(2048, 256) == big * 1024
+    assert strategy.rover == (big + 2) * 1024
+
+
+def test_next_fit_places_aligned_inside_a_misaligned_extent_at_the_rover() -> None:
+    strategy = NextFit(64 * 1024)
+    # The rest, [1 KiB, 64 KiB), is large enough but does not start aligned to 4 KiB.
+    assert strategy.reserve(1024, 256) == 0
+    assert strategy.reserve(4096, 4096) == 4096
+    assert strategy.rover == 8192
