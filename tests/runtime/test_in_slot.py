@@ -65,3 +65,18 @@ def test_an_embedding_writes_its_rows_into_its_slot_without_an_allocation() -> N
     _, profiled = profile(program._annotated_call(inputs))
     assert "embedding" in profiled.nodes  # the node ran, annotated
     assert [e for e in profiled.events if e[4] == "embedding" and e[1] > 0] == []
+
+
+class Transposed(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x @ x).t().clone(memory_format=torch.contiguous_format) * 2
+
+
+def test_a_clone_copies_into_its_slot_without_an_allocation() -> None:
+    x = torch.randn(16, 16)
+    program = PlannedProgram.from_module(Transposed(), (x,))
+    assert torch.equal(program(x), Transposed()(x))
+    inputs = program._signature.flatten((x,), {})
+    _, profiled = profile(program._annotated_call(inputs))
+    assert "clone" in profiled.nodes
+    assert [e for e in profiled.events if e[4] == "clone" and e[1] > 0] == []

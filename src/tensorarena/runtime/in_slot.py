@@ -6,6 +6,9 @@ result's shape, so :func:`embedding_in_slot` nodes run ``index_select.out`` stra
 slot seen as ``(-1, dim)``: the same rows, no allocation (one per embedding per call before:
 two on tiny GPT-2, three on tiny BERT).
 
+``clone.out`` clones elsewhere, then copies. A clone is its input's values in the layout the
+graph gave it, which is the slot's, so :func:`clone_in_slot` nodes run ``slot.copy_(input)``.
+
 ``embedding_dense_backward.out`` on the CPU makes a zeroed gradient table of its own, adds each
 index's row of the incoming gradient into it, in index order, and then copies the table into
 ``out``: a whole embedding table allocated by torch on top of the arena (32 768 bytes on tiny
@@ -27,7 +30,20 @@ if TYPE_CHECKING:
     import torch
     import torch.fx
 
-__all__ = ["embedding_backward_in_slot", "embedding_dense_backward_into", "embedding_in_slot"]
+__all__ = [
+    "clone_in_slot",
+    "embedding_backward_in_slot",
+    "embedding_dense_backward_into",
+    "embedding_in_slot",
+]
+
+
+def clone_in_slot(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a ``clone`` (any memory format: the slot has the layout chosen), which
+    runs as a copy into its slot (module docstring)."""
+    import torch
+
+    return node.target is torch.ops.aten.clone.default and bool(node.args)
 
 
 def embedding_in_slot(node: torch.fx.Node) -> bool:

@@ -41,6 +41,7 @@ from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value, _op_
 from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.torch_frontend import _element_names
 from tensorarena.runtime.in_slot import (
+    clone_in_slot,
     embedding_backward_in_slot,
     embedding_dense_backward_into,
     embedding_in_slot,
@@ -389,6 +390,9 @@ def _statement(
             select = writer.const(_raw(torch.ops.aten.index_select.out))
             lines.append(f"        {select}({weight}, 0, {indices}.reshape(-1), out={rows})")
             lines.append(f"        v{i} = {writer.const(result)}")
+        elif clone_in_slot(node) and result is not None:
+            source = writer.expr(call_args[0], index)
+            lines.append(f"        v{i} = {writer.const(result)}.copy_({source})")
         elif embedding_backward_in_slot(node) and len(names) == 1:
             grad, indices, _, padding_idx, _ = (writer.expr(a, index) for a in call_args)
             into = writer.const(embedding_dense_backward_into)
