@@ -62,6 +62,7 @@ from tensorarena.runtime.lowering import (
 )
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
+from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.report import ExecutionReport
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
@@ -193,9 +194,12 @@ class PlannedProgram:
                 with_outputs=outputs == "arena")
         #: whether the nodes run in :attr:`schedule`'s order
         self.reordered = self._graph is not gm.graph
+        self._gm, self._graph = _copy(self._gm)
+        #: matrix products whose broadcast operand is first copied into a planned buffer
+        #: (:mod:`~tensorarena.runtime.operands`)
+        self.contiguous_operands = tuple(contiguous_operands(self._graph))
         self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
         if inplace:
-            self._gm, self._graph = _copy(self._gm)
             before = problem_of(self._graph, hints(self._graph))
             self.inplace_nodes = tuple(rewrite_inplace(self._graph, before))
         self._problem_of = functools.partial(problem_of, self._graph)
