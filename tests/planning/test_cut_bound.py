@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import schedules
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.op_graph import OpGraph
@@ -112,3 +113,40 @@ def test_an_out_of_time_bound_is_still_a_bound() -> None:
     assert not complete and bound == 0
     full, complete = CutBound(graph).bound(order, floor=5)
     assert complete and 5 <= full <= graph.peak(order)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_last_of_a_set_is_the_fewest_bytes_any_order_has_live_at_its_last(seed: int) -> None:
+    graph = dag(50 + seed, 7)
+    rng = random.Random(seed)
+    members = set(rng.sample(range(len(graph)), 3))
+    fewest = min(
+        live_at_each_node(graph, order)[max(members, key=order.index)]
+        for order in all_orders(graph)
+    )
+    assert CutBound(graph).last_of(members) == fewest
+
+
+def two_gradients() -> OpGraph:
+    """Two weight gradients (outputs), each from its own activation gradient: whichever is made
+    last, the other is live, and so is that one's input."""
+    return OpGraph(
+        names=("grad_out", "wgrad1", "wgrad2"),
+        preds=((), (0,), (0,)),
+        produces=((0, 1), (2,), (3,)),
+        uses=((), (0,), (1,)),
+        buffer_ids=("A1", "A2", "G1", "G2"),
+        sizes=(8, 8, 64, 64),
+        outputs=frozenset({2, 3}),
+    )
+
+
+def test_the_last_output_made_proves_what_no_single_node_bound_can() -> None:
+    graph = two_gradients()
+    optimum = min(max(live.values())
+                  for live in (live_at_each_node(graph, o) for o in all_orders(graph)))
+    cuts = CutBound(graph)
+    assert max(cuts.at(x) for x in range(len(graph))) < optimum == 136
+    assert cuts.bound([0, 1, 2])[0] == optimum
+    with pytest.raises(InvalidArgumentError, match="cannot run after"):
+        cuts.at(0, run=[1])

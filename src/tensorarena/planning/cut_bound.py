@@ -9,7 +9,11 @@ at ``x`` is exact instead: the fewest bytes live while ``x`` runs over every set
 can have run before it (all its ancestors, none of its descendants, closed under
 predecessors). That minimum is a minimum cut, since a buffer costs its bytes when its producer
 has run and some user has not (:class:`CutBound`); the peak of every order is at least the
-largest such minimum over the nodes.
+largest such minimum over the nodes. A node's bound cannot see that *some* node of a set runs
+last: at the end of a training graph, the last gradient made holds every other gradient and its
+own inputs. :meth:`CutBound.last_of` takes the fewest bytes live at the last of a set of nodes,
+the least over which of them runs last of its cut with the others run, and :meth:`CutBound.bound`
+counts it on the producers of the graph's outputs.
 
 Every order's live bytes at ``x``'s step bound the minimum at ``x`` from above, so
 :meth:`CutBound.bound` visits nodes by decreasing live bytes in a given order and stops where
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.op_graph import OpGraph
 from tensorarena.planning.schedules import _successors, _topological
 
@@ -57,11 +62,16 @@ class CutBound:
         self._user_masks = [sum(1 << u for u in us) for us in self._users]
         self._infinite = sum(graph.sizes) + 1
 
-    def at(self, x: int) -> int:
-        """The fewest bytes live while node ``x`` runs, over every order of the graph."""
+    def at(self, x: int, *, run: Iterable[int] = ()) -> int:
+        """The fewest bytes live while node ``x`` runs, over every order of the graph that runs
+        the nodes ``run`` (none of them a descendant of ``x``) before it."""
         graph, producer = self.graph, self._producer
         before = self._ancestors[x] & ~(1 << x)  # has run, in every order
+        for v in run:
+            before |= self._ancestors[v]
         after = self._descendants[x]  # has not run (x itself included)
+        if before & after:
+            raise InvalidArgumentError(f"node {graph.names[x]!r} cannot run after all of run")
         index = {v: k for k, v in enumerate(
             v for v in range(len(graph)) if not (before | after) >> v & 1)}
         source, sink = len(index), len(index) + 1
@@ -100,12 +110,16 @@ class CutBound:
 
     def bound(self, order: Sequence[int], *, floor: int = 0,
               deadline: float = float("inf")) -> tuple[int, bool]:
-        """The largest :meth:`at` over the nodes, at least ``floor``, and whether it is
-        complete. Nodes are visited by decreasing live bytes in ``order`` (any valid order),
-        which bound their :meth:`at` from above, until those fall to the bound so far; at the
-        deadline the bound found so far is returned, still a lower bound, as incomplete."""
+        """The largest :meth:`at` over the nodes, at least ``floor`` and :meth:`last_of` the
+        outputs' producers, and whether it is complete. Nodes are visited by decreasing live
+        bytes in ``order`` (any valid order), which bound their :meth:`at` from above, until
+        those fall to the bound so far; at the deadline the bound found so far is returned,
+        still a lower bound, as incomplete."""
+        if time.monotonic() > deadline:
+            return floor, False
         profile = self.graph.profile(order)
-        best = floor
+        # First: it raises the bound that prunes the nodes below.
+        best = max(floor, self.last_of({int(self._producer[b]) for b in self.graph.outputs}))
         for t in sorted(range(len(order)), key=lambda k: -int(profile[k])):
             if profile[t] <= best:
                 return best, True
@@ -113,6 +127,20 @@ class CutBound:
                 return best, False
             best = max(best, self.at(order[t]))
         return best, True
+
+    def last_of(self, nodes: Iterable[int]) -> int:
+        """The fewest bytes live while the last of ``nodes`` runs, over every order: one of
+        them runs after all the others. On the graph's outputs' producers this sees what no
+        single node's bound can: the last gradient made holds every other one, and its inputs."""
+        members = set(nodes)
+        lowest: int | None = None
+        for y in members:
+            others = members - {y}
+            if self._descendants[y] & sum(1 << z for z in others):
+                continue  # another of them depends on y: y is never the last
+            live = self.at(y, run=others)
+            lowest = live if lowest is None else min(lowest, live)
+        return lowest or 0
 
 
 def _max_flow(nodes: int, edges: list[tuple[int, int, int]], source: int, sink: int) -> int:
