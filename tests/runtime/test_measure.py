@@ -27,6 +27,20 @@ def test_a_trace_counts_each_allocation_and_the_peak() -> None:
     assert trace.by_path == {"outside": 3} and trace.planned_allocations == 0
 
 
+
+def test_freeing_memory_from_before_the_call_hides_none_of_its_own_peak() -> None:
+    held: list[torch.Tensor] = []
+    trace_allocations(lambda: held.append(torch.randn(64, 64)))  # 16 KiB, profiled: size known
+
+    def drop_then_allocate() -> torch.Tensor:
+        held.clear()
+        return torch.randn(32, 64)  # 8 KiB
+
+    _, trace = trace_allocations(drop_then_allocate)
+    assert trace.frees == 1 and trace.allocations == 1
+    assert trace.peak_bytes == 8192  # not 8 KiB above a level 16 KiB lower
+
+
 class Mlp(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -31,8 +31,8 @@ SCALAR_BYTES = 8
 @dataclass(frozen=True)
 class AllocatorTrace:
     """Torch allocator activity during one call: ``allocations`` and ``frees`` (calls),
-    ``allocated_bytes`` (sum of the sizes allocated), ``peak_bytes`` (the highest total live
-    above the level at the start of the call: what the call added to the process's peak), and
+    ``allocated_bytes`` (sum of the sizes allocated), ``peak_bytes`` (the most bytes live at once
+    of those the call allocated: its own peak, whatever it frees of memory from before it), and
     ``by_path`` (allocations per node path; ``"outside"`` for those outside any annotated
     node, e.g. in eager code), ``scalars_by_path`` (of those, the ones of at most
     :data:`SCALAR_BYTES`: Python numbers ATen wraps in a one-element tensor, as in ``x * 0.5``,
@@ -105,18 +105,24 @@ def trace_allocations(
     result, profiled = profile(fn, *args, **kwargs)
     by_path: dict[str, int] = {}
     scalars: dict[str, int] = {}
-    allocations = frees = allocated = peak = 0
-    start = None
-    for _, size, total, path, _, _ in profiled.events:
-        if start is None:
-            start = total - size  # the level before the first event
-        peak = max(peak, total - start)
+    allocations = frees = allocated = peak = level = 0
+    # The level counts the call's own allocations only. The profiler's running total also
+    # drops when the call frees memory from before it whose size it knows (allocated in an
+    # earlier profiled call: the previous step's gradients, freed by zero_grad), which would
+    # hide as much of the call's own peak (tiny Llama's eager step measured 35 080 bytes for
+    # 396 808).
+    live: dict[int, int] = {}
+    for _, size, _, path, _, address in profiled.events:
         if size > 0:
             allocations += 1
             allocated += size
             by_path[path] = by_path.get(path, 0) + 1
             if size <= SCALAR_BYTES:
                 scalars[path] = scalars.get(path, 0) + 1
+            live[address] = size
+            level += size
+            peak = max(peak, level)
         else:
             frees += 1
+            level -= live.pop(address, 0)
     return result, AllocatorTrace(allocations, frees, allocated, peak, by_path, scalars)
