@@ -31,3 +31,11 @@ def test_bench_schedule_json_reports_the_reordered_bounds(
         assert row["reordered_lower_bound"] <= min(row["inductor_best"], row["lower_bound"])
         assert row["reordered_lower_bound"] <= row["reordered_height"]
         assert row["seconds"] >= 0 and row["method"]
+
+
+def test_an_unknown_architecture_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "schedule", "--size", "tiny", "--names", "gpt2,gpt3"]) == 2
+    captured = capsys.readouterr()
+    assert "'gpt3'" in captured.err and captured.out == ""
