@@ -86,6 +86,15 @@ def test_materialize_rejects_a_plan_of_other_buffers() -> None:
         materialize(gp, Plan(unknown, (0,)))
 
 
+def test_materialize_names_arguments_of_the_wrong_kind() -> None:
+    gp = problem_from_exported(exported())
+    memory = CountingMemory()
+    with pytest.raises(InvalidArgumentError, match="plan must be a Plan"):
+        materialize(gp, memory)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="graph must be a GraphProblem"):
+        materialize(None, plan(gp.problem))  # type: ignore[arg-type]
+
+
 def test_slot_refuses_what_does_not_fit_or_is_misaligned() -> None:
     memory = torch.zeros(64, dtype=torch.uint8)
     spec = TensorSpec((4,), (1,), "float32", 4)

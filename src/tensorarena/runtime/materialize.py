@@ -113,8 +113,18 @@ def materialize(
     The plan is checked first by the independent validator (:func:`~tensorarena.planning.validate`)
     against its own problem, whose buffers must all be buffers of ``graph`` with the same sizes;
     a plan of a subset of the graph's buffers (a runtime leaving some out) is fine. Raises
-    :class:`InvalidArgumentError` for a buffer without a layout or a plan of another graph.
+    :class:`InvalidArgumentError` for a buffer without a layout, a plan of another graph, or
+    arguments of the wrong kind (the resource in the plan's place).
     """
+    if not isinstance(graph, GraphProblem):
+        raise InvalidArgumentError(
+            f"graph must be a GraphProblem (from problem_from_exported or problem_from_fx), "
+            f"got {type(graph).__name__}"
+        )
+    if not isinstance(plan, Plan):
+        raise InvalidArgumentError(
+            f"plan must be a Plan (plan(graph.problem)), got {type(plan).__name__}"
+        )
     validate(plan.problem, plan)
     specs = graph.tensors if specs is None else specs
     sizes = {b.id: b.nbytes for b in graph.problem.buffers}
