@@ -73,7 +73,10 @@ class FirstFit(AddressOrderedExtents):
         sizes = self._sizes
         stop = min(len(sizes) - 1, _WALK)
         i = 0
-        while i < stop and sizes[i] < nbytes:
+        # A for loop: compiled, it reads the list without the bounds check of ``sizes[i]``.
+        for size in sizes:
+            if i == stop or size >= nbytes:
+                break
             i += 1
         if i < stop:
             return i
