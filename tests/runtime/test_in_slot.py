@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensorarena.runtime import PlannedProgram, TrainingStep  # noqa: E402
-from tensorarena.runtime.in_slot import embedding_dense_backward_into  # noqa: E402
+from tensorarena.runtime.in_slot import embedding_dense_backward_into, written_in_slot  # noqa: E402
 from tensorarena.runtime.measure import profile  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -80,3 +80,22 @@ def test_a_clone_copies_into_its_slot_without_an_allocation() -> None:
     _, profiled = profile(program._annotated_call(inputs))
     assert "clone" in profiled.nodes
     assert [e for e in profiled.events if e[4] == "clone" and e[1] > 0] == []
+
+
+class Factories(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        doubled = torch.full_like(x, 2.0) * x
+        wide = x.to(torch.float64) + torch.ones_like(x, dtype=torch.float64)
+        return doubled + wide.float() + torch.zeros_like(x) + x.new_ones(x.shape)
+
+
+def test_factories_and_conversions_fill_their_slots_without_an_allocation() -> None:
+    x = torch.randn(8, 16)
+    program = PlannedProgram.from_module(Factories(), (x,))
+    assert torch.equal(program(x), Factories()(x))
+    written = [n.name for n in program._graph.nodes if written_in_slot(n) is not None]
+    assert len(written) == 4  # full_like, ones_like, zeros_like, new_ones (export keeps to.dtype)
+    inputs = program._signature.flatten((x,), {})
+    _, profiled = profile(program._annotated_call(inputs))
+    assert set(written) <= set(profiled.nodes)
+    assert [e for e in profiled.events if e[4] in written and e[1] > 0] == []

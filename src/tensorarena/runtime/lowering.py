@@ -45,6 +45,7 @@ from tensorarena.runtime.in_slot import (
     embedding_backward_in_slot,
     embedding_dense_backward_into,
     embedding_in_slot,
+    written_in_slot,
 )
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.ops import out_variant
@@ -390,6 +391,15 @@ def _statement(
             select = writer.const(_raw(torch.ops.aten.index_select.out))
             lines.append(f"        {select}({weight}, 0, {indices}.reshape(-1), out={rows})")
             lines.append(f"        v{i} = {writer.const(result)}")
+        elif (written := written_in_slot(node)) is not None and result is not None:
+            fill = ""  # "empty": the slot is the result
+            if written == "copy":
+                fill = f".copy_({writer.expr(call_args[0], index)})"
+            elif written == "fill":
+                fill = f".fill_({writer.expr(call_args[1], index)})"
+            elif written in ("one", "zero"):
+                fill = ".fill_(1)" if written == "one" else ".zero_()"
+            lines.append(f"        v{i} = {writer.const(result)}{fill}")
         elif clone_in_slot(node) and result is not None:
             source = writer.expr(call_args[0], index)
             lines.append(f"        v{i} = {writer.const(result)}.copy_({source})")
