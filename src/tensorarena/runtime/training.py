@@ -84,7 +84,10 @@ class TrainingStep:
 
     def backward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Run the step and accumulate the gradients into ``param.grad``, as
-        ``loss.backward()`` would; return the (detached) loss."""
+        ``loss.backward()`` would; return the (detached) loss. With ``outputs="arena"`` a
+        ``.grad`` that was None becomes a view of the step's arena, which stays held while it
+        lives: ``zero_grad(set_to_none=True)`` between steps lets every step run in one arena
+        (without it, each step takes another while the first one's gradients live)."""
         loss, grads = self(*args, **kwargs)
         params = dict(self.model.named_parameters())
         for name, grad in grads.items():
