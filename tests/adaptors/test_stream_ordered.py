@@ -15,6 +15,7 @@ from tensorarena.errors import (
     AsyncWorkError,
     DoubleFreeError,
     InvalidAddressError,
+    InvalidArgumentError,
     OutOfMemoryError,
     SizeMismatchError,
 )
@@ -281,3 +282,23 @@ def test_default_stream_and_event_sources_for_stream_handles() -> None:
     assert "waiting=0" in repr(resource)
     resource.reset_peak_stats()
     assert resource.statistics().active_bytes.peak == 0
+
+
+@pytest.mark.parametrize("stream", ["cuda:0", [1], 3.5])
+def test_a_stream_it_cannot_record_on_is_refused_before_any_block_is_handed_out(
+    stream: object,
+) -> None:
+    # A block handed out on (or declared used on) such a stream could never be freed on it:
+    # the free records an event there. Refused up front, with nothing handed out.
+    pool = _pool()
+    ordered = StreamOrdered(pool)
+    with pytest.raises(InvalidArgumentError):
+        ordered.allocate(64, stream=stream)
+    address = ordered.allocate(64)
+    with pytest.raises(InvalidArgumentError):
+        ordered.record_stream(address, stream)
+    with pytest.raises(InvalidArgumentError):
+        ordered.deallocate(address, 64, stream=stream)
+    ordered.deallocate(address, 64)  # none of the refused calls left a stream on the block
+    assert ordered.live_blocks() == {} and pool.statistics().allocations.current == 0
+

@@ -36,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from tensorarena.errors import InvalidAddressError
+from tensorarena.errors import InvalidAddressError, InvalidArgumentError
 from tensorarena.memory._live import LiveBlocks
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
@@ -114,6 +114,7 @@ class StreamOrdered:
         self._default = default_stream
         self._lock = threading.RLock()
         self._live = LiveBlocks("StreamOrdered")
+        self._stream_types: set[type] = set()  # the kinds of stream _check_stream accepted
         self._used_on: dict[int, list[Any]] = {}  # address -> extra streams (record_stream)
         self._by_stream: dict[Any, deque[_Waiting]] = {}
         self._waiting: dict[int, _Waiting] = {}
@@ -156,6 +157,8 @@ class StreamOrdered:
                 self._same += 1
                 address, held = entry.address, entry.held
             else:
+                if stream is not None and type(stream) not in self._stream_types:
+                    self._check_stream(stream)
                 address, held, fresh = self._from_upstream(nbytes, alignment, stream)
                 if fresh:
                     self._add_active(held)
@@ -170,6 +173,8 @@ class StreamOrdered:
         """
         if stream is None:
             stream = self._default
+        if stream is not None and type(stream) not in self._stream_types:
+            self._check_stream(stream)
         with self._lock:
             address, (_, held, _) = self._live.lookup(address, nbytes)
             streams = [] if stream is None else [stream]
@@ -204,6 +209,7 @@ class StreamOrdered:
                     "record_stream needs a stream (None is the synchronous default)",
                     address=address,
                 )
+            self._check_stream(stream)
             extra = self._used_on.setdefault(address, [])
             if stream not in extra:
                 extra.append(stream)
@@ -270,10 +276,33 @@ class StreamOrdered:
             waiting.address & (alignment - 1)
         )
 
+    def _check_stream(self, stream: Any) -> None:
+        """Refuse a stream this adaptor could not record on when the block is freed: a block
+        handed out on it (or declared used on it) could then never be freed on it. Checked
+        once per type of stream, so the allocation path pays a set lookup."""
+        try:
+            hash(stream)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"a stream must be hashable (it keys a free list), not {type(stream).__name__}"
+            ) from None
+        if type(self._events) is StreamMethods and not (
+            callable(getattr(stream, "record", None)) and callable(getattr(stream, "wait", None))
+        ):
+            raise InvalidArgumentError(
+                f"stream {stream!r} has no record()/wait(): pass a stream object (CpuStream, "
+                "CudaStream), or give StreamOrdered an events= EventSource for raw handles"
+            )
+        self._stream_types.add(type(stream))
+
     def _take_own(self, stream: Any, nbytes: int, alignment: int) -> _Waiting | None:
         """The smallest fitting block this stream freed itself, if the streams it was also
         used on are done with it."""
-        queue = self._by_stream.get(stream)
+        try:
+            queue = self._by_stream.get(stream)
+        except TypeError:
+            self._check_stream(stream)
+            raise
         if not queue:
             return None
         best: _Waiting | None = None
