@@ -91,7 +91,9 @@ def test_a_closed_stream_refuses_work_and_close_finishes_the_queue() -> None:
     with pytest.raises(StreamClosedError):
         stream.submit(ran.append, 2)
     with pytest.raises(StreamClosedError):
-        stream.record()
+        stream.wait(Fence("pending"))
+    # Recording is no work: a closed stream's event is its last work's fence, reached.
+    assert stream.record().query()
     stream.close()
 
 

@@ -194,7 +194,8 @@ class CpuStream:
     ``synchronize()`` blocks until everything submitted has run and raises
     :class:`~tensorarena.errors.AsyncWorkError` if any of it raised since the last call.
     ``close()`` (or leaving ``with CpuStream() as s:``) finishes the queued work and stops the
-    thread; a closed stream refuses new work with :class:`~tensorarena.errors.StreamClosedError`.
+    thread; a closed stream refuses new work (``submit``, ``wait``) with
+    :class:`~tensorarena.errors.StreamClosedError`.
     """
 
     def __init__(self, name: str | None = None) -> None:
@@ -226,8 +227,15 @@ class CpuStream:
         return self._put(fn, args, kwargs, "work")
 
     def record(self) -> Fence:
-        """A fence reached once every piece of work submitted so far has run."""
-        return self._put(None, (), {}, "record")
+        """A fence reached once every piece of work submitted so far has run.
+
+        A closed stream still answers (recording is no work): with its last piece of work's
+        fence, so a block freed on it, or declared used on it, can still be freed.
+        """
+        try:
+            return self._put(None, (), {}, "record")
+        except StreamClosedError:  # closed for good: its last fence no longer moves
+            return self._last
 
     def wait(self, event: Event) -> None:
         """Make all work submitted from now on wait until ``event`` completes.

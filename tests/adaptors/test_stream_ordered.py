@@ -302,3 +302,15 @@ def test_a_stream_it_cannot_record_on_is_refused_before_any_block_is_handed_out(
     ordered.deallocate(address, 64)  # none of the refused calls left a stream on the block
     assert ordered.live_blocks() == {} and pool.statistics().allocations.current == 0
 
+
+def test_a_block_used_on_a_stream_closed_since_can_still_be_freed() -> None:
+    pool = _pool()
+    ordered = StreamOrdered(pool)
+    with CpuStream() as used, CpuStream() as freeing:
+        on_used = ordered.allocate(64, stream=used)
+        declared = ordered.allocate(64, stream=freeing)
+        ordered.record_stream(declared, used)
+    ordered.deallocate(on_used, 64, stream=used)  # both streams are closed by now
+    ordered.deallocate(declared, 64, stream=freeing)
+    assert ordered.synchronize() == 128
+    assert ordered.live_blocks() == {} and pool.statistics().allocations.current == 0
