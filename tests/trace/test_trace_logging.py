@@ -104,3 +104,22 @@ def test_records_from_many_threads_stay_consistent() -> None:
         thread.join()
     trace = trace_from_log(log.records)  # checks: no address allocated while still live
     assert trace.summary().allocations == 1200 and trace.summary().live_at_end_blocks == 0
+
+
+def test_a_sink_that_raises_on_an_allocate_leaves_nothing_allocated() -> None:
+    records: list[LogRecord] = []
+
+    def full_disk(record: LogRecord) -> None:
+        if record.action == "allocate" and record.nbytes == 999:
+            raise OSError(28, "No space left on device")
+        records.append(record)
+
+    pool = Pool(VirtualMemory())
+    log = Logging(pool, sink=full_disk)
+    kept = log.allocate(100)
+    with pytest.raises(OSError, match="No space"):
+        log.allocate(999)  # the caller never sees the address: it must not stay allocated
+    assert pool.statistics().allocations.current == 1
+    log.deallocate(kept, 100)
+    assert pool.statistics().allocations.current == 0
+    assert [(r.action, r.nbytes) for r in records] == [("allocate", 100), ("free", 100)]

@@ -52,7 +52,9 @@ class Logging:
     """Wraps ``upstream`` and records every call (see the module docstring).
 
     ``sink``: called with each :class:`LogRecord` (under the adaptor's lock, so calls never
-    interleave); without one, records are kept and read with :attr:`records`.
+    interleave); without one, records are kept and read with :attr:`records`. What a sink
+    raises reaches the caller: from an allocate, after the block was given back (nothing is
+    allocated, nothing recorded); from a deallocate, after the block was freed.
     """
 
     def __init__(self, upstream: MemoryResource, *,
@@ -101,8 +103,12 @@ class Logging:
                                      threading.get_ident(), time.perf_counter_ns()))
             raise
         with self._lock:
-            self._sink(LogRecord(ALLOCATE, address, nbytes, stream, threading.get_ident(),
-                                 time.perf_counter_ns()))
+            try:
+                self._sink(LogRecord(ALLOCATE, address, nbytes, stream, threading.get_ident(),
+                                     time.perf_counter_ns()))
+            except BaseException:  # the caller never sees the address: give it back
+                self._upstream.deallocate(address, nbytes, stream)
+                raise
         return address
 
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
