@@ -129,3 +129,19 @@ def test_factories_are_checked() -> None:
     with pytest.raises(InvalidResourceError):
         registry.pool(0)
 
+
+
+def test_the_pinned_pool_refuses_a_cap_it_cannot_honour_instead_of_ignoring_it() -> None:
+    from tensorarena.errors import InvalidSizeError
+    from tensorarena.memory.devices import pinned_pool
+
+    pool = pinned_pool()  # made on first use (or by an earlier test): its cap is fixed now
+    assert isinstance(pool, Pool)
+    with pytest.raises(InvalidSizeError):
+        pinned_pool(maximum_size="lots")
+    other = (pool.maximum_size or 0) + 4096
+    with pytest.raises(InvalidArgumentError, match="exists already"):
+        pinned_pool(maximum_size=other)
+    assert pinned_pool() is pool
+    if pool.maximum_size is not None:
+        assert pinned_pool(maximum_size=pool.maximum_size) is pool

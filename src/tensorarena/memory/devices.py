@@ -36,7 +36,7 @@ from tensorarena.memory.resource import (
     Stream,
     check_resource,
 )
-from tensorarena.sizes import Size, check_address
+from tensorarena.sizes import Size, check_address, parse_size
 
 __all__ = [
     "CurrentDevice",
@@ -269,7 +269,7 @@ class DeviceRegistry:
 
 _lock = threading.Lock()
 _registry: DeviceRegistry | None = None
-_pinned: MemoryResource | None = None
+_pinned: Pool | None = None
 
 
 def device_registry() -> DeviceRegistry:
@@ -315,9 +315,16 @@ def use_device(device: int) -> contextlib.AbstractContextManager[int]:
 def pinned_pool(*, maximum_size: Size | None = None) -> MemoryResource:
     """The process's dedicated pool of pinned host memory (driver-pinned where CUDA is present),
     made on first use: the staging buffers of transfers come from here. ``maximum_size`` caps it
-    (used when the pool is made; pinned memory is scarce)."""
+    (pinned memory is scarce); it is set when the pool is made, so asking for another cap once
+    it exists raises :class:`~tensorarena.errors.InvalidArgumentError` instead of being ignored."""
     global _pinned
+    cap = None if maximum_size is None else parse_size(maximum_size, name="maximum_size")
     with _lock:
+        if _pinned is not None and cap is not None and cap != _pinned.maximum_size:
+            raise InvalidArgumentError(
+                f"the pinned pool exists already with maximum_size {_pinned.maximum_size}; "
+                f"it cannot be made again with {cap}"
+            )
         if _pinned is None:
             from tensorarena.memory.pinned import PinnedHostMemory
 
@@ -326,6 +333,6 @@ def pinned_pool(*, maximum_size: Size | None = None) -> MemoryResource:
                 strategy="best_fit",
                 initial_size=0,
                 growth=Doubling("256MiB"),
-                maximum_size=maximum_size,
+                maximum_size=cap,
             )
         return _pinned
