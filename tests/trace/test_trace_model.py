@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 from _traces import brute_force_peak, random_events
 
@@ -66,3 +70,33 @@ def test_an_id_may_come_back_after_its_free() -> None:
 def test_the_summary_is_plain_data() -> None:
     data = Trace.from_events([("a", 0, 10, 0, 5), ("f", 0, 10, 0, 9)]).summary().as_dict()
     assert data["duration_us"] == 4 and data["peak_live_bytes"] == 10
+
+
+def _every_consumer_of_events() -> dict[str, Callable[[object], object]]:
+    from tensorarena.memory import HostMemory, Pool
+    from tensorarena.report import timeline_from_events
+    from tensorarena.trace import recommend, replay, snapshot_of, write_trace
+
+    out = Path(tempfile.mkdtemp()) / "out.csv"
+    return {
+        "Trace.from_events": Trace.from_events,
+        "summarize": summarize,
+        "replay": lambda events: replay(events, Pool(HostMemory())),  # type: ignore[arg-type]
+        "recommend": recommend,  # type: ignore[dict-item]
+        "write_trace csv": lambda events: write_trace(events, out),  # type: ignore[arg-type]
+        "write_trace rmm": lambda events: write_trace(events, out, format="rmm"),  # type: ignore[arg-type]
+        "snapshot_of": snapshot_of,  # type: ignore[dict-item]
+        "timeline_from_events": timeline_from_events,  # type: ignore[dict-item]
+    }
+
+
+@pytest.mark.parametrize("consumer", sorted(_every_consumer_of_events()))
+@pytest.mark.parametrize("events", [3, None, [1, 2], [("a", 1, 64), ("f", 1, 64), 7],
+                                    Path("trace.csv")], ids=repr)
+def test_what_is_not_events_is_a_malformed_trace_wherever_events_are_taken(
+    consumer: str, events: object,
+) -> None:
+    # A path, a number or a list of numbers given where events belong raised TypeError or
+    # AttributeError from deep inside (or wrote a file of garbage) in most of these.
+    with pytest.raises(MalformedTraceError):
+        _every_consumer_of_events()[consumer](events)

@@ -39,6 +39,7 @@ from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.memory.virtual import VirtualMemory
 from tensorarena.trace import ALLOC, FREE, Event, MalformedTraceError, detect_format, iter_events
 from tensorarena.trace._pickle import load_plain
+from tensorarena.trace.model import check_events
 
 __all__ = ["Timeline", "load_timeline", "timeline_from_events", "timeline_from_snapshot"]
 
@@ -321,6 +322,7 @@ def timeline_from_events(events: Iterable[Event], *, strategy: str = "best_fit",
                          name: str = "trace") -> Timeline:
     """The timeline of checked trace events, replayed on ``Pool(VirtualMemory(), strategy)``
     for addresses and reserved bytes."""
+    events = check_events(events)
     below = _Reserving()
     pool = Pool(below, strategy=strategy, initial_size=0, thread_safe=False)
     allocate, deallocate = pool.allocate, pool.deallocate

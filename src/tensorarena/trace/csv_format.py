@@ -34,7 +34,14 @@ from typing import IO
 
 from tensorarena.trace._atomic import atomic_text
 from tensorarena.trace._text import Source, int_cell, open_lines, source_name
-from tensorarena.trace.model import ALLOC, FREE, Event, LiveSet, MalformedTraceError
+from tensorarena.trace.model import (
+    ALLOC,
+    FREE,
+    Event,
+    LiveSet,
+    MalformedTraceError,
+    check_events,
+)
 
 __all__ = ["COLUMNS", "FORMAT_VERSION", "CsvWriter", "iter_csv", "write_csv"]
 
@@ -157,6 +164,7 @@ def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
     event uses (which needs a second pass over ``events``: give a sequence, or name the columns
     to stream an iterator).
     """
+    events = check_events(events)
     if columns is None:
         events = list(events)
         used = {"stream": any(e.stream for e in events),

@@ -36,6 +36,7 @@ __all__ = [
     "MalformedTraceError",
     "Trace",
     "TraceSummary",
+    "check_events",
     "summarize",
 ]
 
@@ -163,20 +164,47 @@ class TraceSummary:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
+def check_events(events: Iterable[Event | tuple[object, ...]], live: LiveSet | None = None
+                 ) -> Iterator[Event]:
+    """``events`` as checked :class:`Event` objects, one at a time as they are consumed (plain
+    tuples in Event's field order are accepted). The edge for events given in memory: raises
+    :class:`MalformedTraceError` for something that is not an iterable of events (a path, a
+    number) here, and naming the 1-based event number of the first bad event as it is reached.
+    A :class:`Trace` was checked when it was made: its events are returned as they are.
+    """
+    if isinstance(events, Trace):
+        return iter(events.events)
+    if isinstance(events, (str, bytes)) or hasattr(events, "__fspath__"):
+        raise MalformedTraceError(
+            f"expected events (a Trace or an iterable of Event), got the path or text "
+            f"{events!r}: read it first with read_trace()"
+        )
+    try:
+        iterator = iter(events)
+    except TypeError:
+        raise MalformedTraceError(
+            f"expected events (a Trace or an iterable of Event), got {type(events).__name__}"
+        ) from None
+    return _checked(iterator, LiveSet() if live is None else live)
+
+
+def _checked(events: Iterator[Event | tuple[object, ...]], live: LiveSet) -> Iterator[Event]:
+    for number, raw in enumerate(events, 1):
+        yield live.check(raw if type(raw) is Event else _coerce(raw, number), number)
+
+
 def summarize(events: Iterable[Event]) -> TraceSummary:
     """Check ``events`` and add them up (one pass; raises on the first fault)."""
     live = LiveSet()
     streams: set[int] = set()
     first = last = None
-    count = 0
-    for count, event in enumerate(events, 1):
-        live.check(event, count)
+    for event in check_events(events, live):
         streams.add(event.stream)
         if event.time_us is not None:
             first = event.time_us if first is None else first
             last = event.time_us
     duration = None if first is None or last is None else last - first
-    return live.summary(events=count, streams=max(len(streams), 1), duration_us=duration)
+    return live.summary(streams=max(len(streams), 1), duration_us=duration)
 
 
 @dataclass(frozen=True)
@@ -201,12 +229,8 @@ class Trace:
         Raises :class:`MalformedTraceError` naming the 1-based event number of the first fault.
         """
         live = LiveSet()
-        checked: list[Event] = []
-        streams: set[int] = set()
-        for number, raw in enumerate(events, 1):
-            event = raw if type(raw) is Event else _coerce(raw, number)
-            checked.append(live.check(event, number))
-            streams.add(event.stream)
+        checked = list(check_events(events, live))
+        streams = {event.stream for event in checked}
         times = [e.time_us for e in checked if e.time_us is not None]
         summary = live.summary(
             events=len(checked), streams=max(len(streams), 1),

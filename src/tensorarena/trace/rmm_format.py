@@ -30,7 +30,14 @@ from dataclasses import dataclass
 
 from tensorarena.trace._atomic import atomic_text
 from tensorarena.trace._text import Source, int_cell, open_lines, source_name
-from tensorarena.trace.model import ALLOC, FREE, Event, LiveSet, MalformedTraceError
+from tensorarena.trace.model import (
+    ALLOC,
+    FREE,
+    Event,
+    LiveSet,
+    MalformedTraceError,
+    check_events,
+)
 
 __all__ = ["RMM_HEADER", "RmmReadStats", "iter_rmm", "write_rmm"]
 
@@ -161,6 +168,7 @@ def _rows(events: Iterable[Event]) -> Iterator[tuple[object, ...]]:
 def write_rmm(events: Iterable[Event], path: str | os.PathLike[str]) -> None:
     """Write checked ``events`` (a :class:`~tensorarena.trace.Trace`, or events a reader made)
     to ``path`` as an RMM log, atomically. Times past 24 h wrap, as a time of day does."""
+    events = check_events(events)
     with atomic_text(path) as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(RMM_HEADER)

@@ -41,7 +41,14 @@ from tensorarena.memory.pool import Pool
 from tensorarena.trace._atomic import atomic_binary
 from tensorarena.trace._pickle import load_plain
 from tensorarena.trace._text import is_path
-from tensorarena.trace.model import ALLOC, FREE, Event, MalformedTraceError, Trace
+from tensorarena.trace.model import (
+    ALLOC,
+    FREE,
+    Event,
+    MalformedTraceError,
+    Trace,
+    check_events,
+)
 from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
 
 __all__ = [
@@ -193,7 +200,7 @@ def snapshot_of(source: Iterable[Event] | Pool, *, device: int = 0,
 
     allocator = PyTorchLike(on_action=record)
     addresses: dict[int, int] = {}
-    for event in source:
+    for event in check_events(source):
         current[:] = [event]
         op, ident, nbytes, stream = event[0], event[1], event[2], event[3]
         if op == ALLOC:
