@@ -298,3 +298,23 @@ def test_the_recorded_call_shows_every_slot_in_the_arena_and_torchs_own_blocks()
     assert int(timeline.reserved.max()) == program.workspace.nbytes + trace.peak_bytes
     # What is live at the end is the outputs handed to the caller, nothing of the arena.
     assert int(timeline.live[-1]) == sum(t.untyped_storage().nbytes() for t in out)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "match"),
+    [("reorder", "sometimes", "reorder must be"), ("inplace", "no", "inplace must be"),
+     ("poison", 1, "poison must be"), ("planner", "magic", "unknown planner"),
+     ("time_limit", -1, "time_limit"), ("resource", tensorarena.HostMemory, "call it")],
+)
+def test_a_wrong_option_fails_where_it_is_written(option: str, value: object, match: str) -> None:
+    # Truthy strings used to pass as True; planners, limits and resources failed at the first
+    # call, after tracing.
+    with pytest.raises(tensorarena.InvalidArgumentError, match=match):
+        PlannedProgram.from_module(Block(), (torch.randn(2, 8),), **{option: value})
+
+
+def test_a_numpy_input_is_named_as_such() -> None:
+    x = torch.randn(2, 8)
+    program = PlannedProgram.from_module(Block(), (x,))
+    with pytest.raises(tensorarena.InvalidArgumentError, match=r"torch\.Tensor, got numpy"):
+        program(x.numpy())

@@ -63,6 +63,7 @@ from tensorarena.runtime.lowering import (
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
+from tensorarena.runtime.options import check_options
 from tensorarena.runtime.report import ExecutionReport
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
@@ -174,14 +175,11 @@ class PlannedProgram:
         concurrency: Concurrency = "serialize",
     ) -> None:
         torch = _torch()
-        if unplaceable not in ("auto", "copy", "dynamic"):
-            raise InvalidArgumentError(
-                f"unplaceable must be 'auto', 'copy' or 'dynamic', got {unplaceable!r}"
-            )
-        if outputs not in ("fresh", "arena"):
-            raise InvalidArgumentError(f"outputs must be 'fresh' or 'arena', got {outputs!r}")
-        if type(max_plans) is not int or max_plans < 1:
-            raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
+        check_options(
+            unplaceable=unplaceable, outputs=outputs, reorder=reorder, inplace=inplace,
+            poison=poison, max_plans=max_plans, planner=planner, time_limit=time_limit,
+            resource=resource, pool=pool,
+        )
         self.name = name
         #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
         self.outputs: OutputPlacement = outputs

@@ -144,6 +144,13 @@ class ShapeBinder:
         return bindings
 
     def _check(self, spec: _Input, value: Any, bindings: dict[Any, int]) -> None:
+        import torch
+
+        if not isinstance(value, torch.Tensor):  # a NumPy array has a shape and a dtype too
+            raise InvalidArgumentError(
+                f"input {spec.name!r} must be a torch.Tensor, got {type(value).__module__}."
+                f"{type(value).__name__} (torch.from_numpy() shares a NumPy array's bytes)"
+            )
         shape = tuple(value.shape)
         if value.dtype != spec.dtype:
             raise ShapeNotCoveredError(

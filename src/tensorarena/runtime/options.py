@@ -1,0 +1,55 @@
+"""The options of a :class:`~tensorarena.runtime.PlannedProgram`, checked when it is made.
+
+A wrong option must fail where it is written, before anything is planned, not at the first
+call (a planner name, a time limit, a resource) or never (``reorder="sometimes"`` and
+``inplace="no"`` are truthy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
+from tensorarena.memory.resource import check_resource
+from tensorarena.planning._options import check_time_limit
+from tensorarena.planning.planners import PLANNERS
+
+__all__ = ["check_options"]
+
+
+def check_options(
+    *,
+    unplaceable: Any,
+    outputs: Any,
+    reorder: Any,
+    inplace: Any,
+    poison: Any,
+    max_plans: Any,
+    planner: Any,
+    time_limit: Any,
+    resource: Any,
+    pool: Any,
+) -> None:
+    """Raise :class:`~tensorarena.errors.InvalidArgumentError` (or a subclass) for the first
+    option that is not one the program takes."""
+    if unplaceable not in ("auto", "copy", "dynamic"):
+        raise InvalidArgumentError(
+            f"unplaceable must be 'auto', 'copy' or 'dynamic', got {unplaceable!r}"
+        )
+    if outputs not in ("fresh", "arena"):
+        raise InvalidArgumentError(f"outputs must be 'fresh' or 'arena', got {outputs!r}")
+    if not isinstance(reorder, bool) and reorder != "always":
+        raise InvalidArgumentError(f"reorder must be True, False or 'always', got {reorder!r}")
+    for name, value in (("inplace", inplace), ("poison", poison)):
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+    if type(max_plans) is not int or max_plans < 1:
+        raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
+    if not isinstance(planner, str) or planner not in PLANNERS:
+        raise UnknownPlannerError(
+            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}"
+        )
+    check_time_limit(time_limit)
+    for name, value in (("resource", resource), ("pool", pool)):
+        if value is not None:
+            check_resource(value, name=name)
