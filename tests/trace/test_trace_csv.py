@@ -13,6 +13,7 @@ from tensorarena.trace import (
     Event,
     MalformedTraceError,
     iter_csv,
+    iter_events,
     read_trace,
     write_csv,
 )
@@ -119,3 +120,15 @@ def test_the_streaming_writer_appears_only_when_closed(tmp_path: Path) -> None:
     aborted(Event("a", 0, 10))
     aborted.abort()
     assert sorted(os.listdir(tmp_path)) == ["rec.csv"]
+
+
+@pytest.mark.parametrize("source", [5, None, b"a,1,64\n", 2.5], ids=repr)
+@pytest.mark.parametrize("format", [None, "csv", "rmm"])
+def test_a_source_that_is_no_path_text_or_stream_is_a_malformed_trace(
+    source: object, format: str | None,
+) -> None:
+    # read_trace(5) raised AttributeError ('int' has no 'tell'), with a format TypeError.
+    with pytest.raises(MalformedTraceError, match="path, a text or a readable stream"):
+        read_trace(source, format=format)  # type: ignore[arg-type]
+    with pytest.raises(MalformedTraceError, match="path, a text or a readable stream"):
+        list(iter_events(source, format=format))  # type: ignore[arg-type]

@@ -33,6 +33,15 @@ def is_path(source: object) -> bool:
     return isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source)
 
 
+def check_source(source: object) -> None:
+    """Raise :class:`MalformedTraceError` unless ``source`` is a path, a text or a stream."""
+    if not (isinstance(source, (str, os.PathLike)) or hasattr(source, "read")):
+        raise MalformedTraceError(
+            f"expected a trace as a path, a text or a readable stream, got "
+            f"{type(source).__name__}"
+        )
+
+
 def source_name(source: object) -> str:
     """A short name for messages: the file name, or ``<text>``/``<stream>``."""
     if is_path(source):
@@ -86,6 +95,7 @@ def open_lines(source: Source) -> Iterator[Iterator[str]]:
     if isinstance(source, io.TextIOBase):
         yield iter(source)
         return
+    check_source(source)
     yield _decoded(iter(source))  # type: ignore[arg-type]
 
 

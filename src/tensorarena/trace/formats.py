@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.trace._text import Source, is_path, open_lines, source_name
+from tensorarena.trace._text import Source, check_source, is_path, open_lines, source_name
 from tensorarena.trace.csv_format import iter_csv, write_csv
 from tensorarena.trace.model import Event, LiveSet, MalformedTraceError, Trace
 from tensorarena.trace.rmm_format import RmmReadStats, iter_rmm, write_rmm
@@ -43,6 +43,7 @@ def _check_format(fmt: str) -> Format:
 
 def detect_format(source: Source) -> Format:
     """The format of ``source`` (a path, a text, or a stream that can seek), by its content."""
+    check_source(source)
     stream = None if is_path(source) or isinstance(source, str) else source
     if stream is None:
         head = b""
