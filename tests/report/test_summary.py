@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
 import tensorarena as ta
-from tensorarena.errors import InvalidArgumentError
+from tensorarena.errors import InvalidArgumentError, InvalidResourceError
 
 PYTORCH_KEYS = [
     f"{name}.all.{field}"
@@ -73,3 +73,12 @@ def test_a_resource_without_statistics_is_refused() -> None:
         ta.memory_stats(object())
     with pytest.raises(InvalidArgumentError):
         ta.memory_summary(42)
+
+
+@pytest.mark.parametrize("call", [ta.memory_summary, ta.memory_stats, ta.reset_peak_stats])
+def test_a_class_given_for_a_resource_is_refused_with_what_to_do(
+    call: Callable[[object], object],
+) -> None:
+    # memory_summary(Pool) called the unbound Pool.statistics(): TypeError missing 'self'.
+    with pytest.raises(InvalidResourceError, match=r"call it, e.g. Pool\(\)"):
+        call(ta.Pool)

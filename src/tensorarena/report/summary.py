@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Iterator
 
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.memory.resource import check_resource
 from tensorarena.sizes import format_size
 from tensorarena.stats import Count, MemoryStatistics, flatten
 
@@ -35,7 +36,10 @@ def _default() -> object:
 
 def resource_stack(source: object) -> Iterator[object]:
     """``source``, its upstream, the upstream's upstream, ... (adaptors and pools expose
-    ``.upstream``); stops at the first object without one."""
+    ``.upstream``); stops at the first object without one. A class (``Pool`` for ``pool``)
+    is an :class:`~tensorarena.errors.InvalidResourceError`: its methods need an instance."""
+    if isinstance(source, type):
+        check_resource(source, name="source")
     seen = 0
     while source is not None and seen < _MAX_DEPTH:
         yield source
