@@ -78,3 +78,24 @@ def test_a_missing_plotly_names_the_extra(trace_file: Path, tmp_path: Path) -> N
     assert result.returncode == 2
     assert "pip install 'tensorarena[viz]'" in result.stderr
     assert not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("options", [{"max_points": 0}, {"max_points": -1}, {"max_points": 2.5},
+                                     {"max_blocks": -1}, {"time_samples": 1}, {"top_sites": 0},
+                                     {"max_point": 100}, {"dpi": 0}], ids=repr)
+def test_a_bad_view_option_is_an_invalid_argument_before_anything_is_drawn(
+    options: dict[str, object], tmp_path: Path,
+) -> None:
+    # render_html(t, max_points=0) raised ZeroDivisionError, max_points=-1 NumPy's ValueError,
+    # a misspelt option TypeError; write_png(dpi=0) matplotlib's ValueError.
+    from tensorarena.errors import InvalidArgumentError
+    from tensorarena.report.viz import render_html, write_png
+
+    timeline = timeline_from_events(random_events(300))
+    picture = tmp_path / "t.png"
+    if "dpi" not in options:
+        with pytest.raises(InvalidArgumentError):
+            render_html(timeline, **options)
+    with pytest.raises(InvalidArgumentError):
+        write_png(timeline, picture, **options)  # type: ignore[arg-type]
+    assert not picture.exists()

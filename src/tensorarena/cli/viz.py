@@ -37,16 +37,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the page (and the PNG); print where; return the exit status."""
-    from tensorarena.errors import InvalidArgumentError
     from tensorarena.report.timeline import load_timeline
+    from tensorarena.report.views import check_view_options
     from tensorarena.report.viz import write_html, write_png
 
-    if args.max_points < 2 or args.max_blocks < 0:
-        raise InvalidArgumentError("--max-points must be at least 2 and --max-blocks >= 0")
+    options = {"max_points": args.max_points, "max_blocks": args.max_blocks}
+    check_view_options(**options)  # before a long load
     source = Path(args.input)
     output = Path(args.output) if args.output else source.with_suffix(".html")
     timeline = load_timeline(source, strategy=args.strategy, device=args.device)
-    options = {"max_points": args.max_points, "max_blocks": args.max_blocks}
     write_html(timeline, output, **options)
     print(f"wrote {output} ({timeline.steps:,} allocations and frees, "
           f"{timeline.blocks:,} blocks)")

@@ -21,10 +21,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.report.timeline import Timeline
 from tensorarena.sizes import format_size
 
-__all__ = ["Views", "views"]
+__all__ = ["Views", "check_view_options", "views"]
+
+#: Each option of :func:`views` and the least value it takes.
+_LEAST = {"max_points": 2, "max_blocks": 0, "time_samples": 2, "address_bins": 1, "top_sites": 1}
+
+
+def check_view_options(**options: object) -> None:
+    """Raise :class:`~tensorarena.errors.InvalidArgumentError` for an option :func:`views`
+    does not take, or a value out of its range (the renderers check before they import)."""
+    for name, value in options.items():
+        if name not in _LEAST:
+            raise InvalidArgumentError(
+                f"unknown view option {name!r}; expected one of {', '.join(_LEAST)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < _LEAST[name]:
+            raise InvalidArgumentError(
+                f"{name} must be an int of at least {_LEAST[name]}, not {value!r}"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +104,8 @@ def _occupancy(timeline: Timeline, y0: np.ndarray, y1: np.ndarray, samples: int,
 def views(timeline: Timeline, *, max_points: int = 2000, max_blocks: int = 2000,
           time_samples: int = 300, address_bins: int = 200, top_sites: int = 12) -> Views:
     """Everything the renderers draw for ``timeline`` (see the module docstring)."""
+    check_view_options(max_points=max_points, max_blocks=max_blocks, time_samples=time_samples,
+                       address_bins=address_bins, top_sites=top_sites)
     notes: list[str] = []
     time, live = _envelope(timeline.time, timeline.live, max_points)
     reserved = None

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from tensorarena._optional import require
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.report.timeline import Timeline
-from tensorarena.report.views import Views, views
+from tensorarena.report.views import Views, check_view_options, views
 from tensorarena.trace._atomic import atomic_binary
 
 __all__ = ["render_html", "write_html", "write_png"]
@@ -121,6 +122,7 @@ def _sites(go: Any, view: Views) -> Any:
 
 def render_html(timeline: Timeline, **options: Any) -> str:
     """The page for ``timeline`` as a string (``options`` go to :func:`views`)."""
+    check_view_options(**options)
     require("plotly", extra="viz", feature="the HTML memory timeline")
     import plotly.graph_objects as go
     import plotly.io as pio
@@ -157,6 +159,9 @@ def write_html(timeline: Timeline, path: str | os.PathLike[str], **options: Any)
 def write_png(timeline: Timeline, path: str | os.PathLike[str], *, dpi: int = 110,
               **options: Any) -> None:
     """Write the same three charts as one matplotlib picture to ``path``."""
+    check_view_options(**options)
+    if isinstance(dpi, bool) or not isinstance(dpi, int | float) or not dpi > 0:
+        raise InvalidArgumentError(f"dpi must be a positive number, not {dpi!r}")
     require("matplotlib", extra="plot", feature="the PNG memory timeline")
     from matplotlib import collections, patches
     from matplotlib.backends.backend_agg import FigureCanvasAgg
