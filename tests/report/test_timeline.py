@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from _events import live_bytes, random_events
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool
 from tensorarena.report import (
@@ -138,3 +139,12 @@ def test_views_aggregate_a_large_timeline_and_say_so() -> None:
         assert large.occupancy[row].sum() * band == pytest.approx(expected, rel=1e-6, abs=1)
     at_peak = timeline.live_at(timeline.peak_index)
     assert large.site_peak.sum() == timeline.block_size[at_peak].sum() == timeline.live.max()
+
+
+@pytest.mark.parametrize("index", [10**9, -10**9, 1.5, "0", None, True], ids=repr)
+def test_a_step_index_outside_the_timeline_is_an_invalid_argument(index: object) -> None:
+    # live_at(10**9) raised NumPy's IndexError, live_at(1.5) an IndexError about slices.
+    timeline = timeline_from_events(random_events(50))
+    with pytest.raises(InvalidArgumentError):
+        timeline.live_at(index)  # type: ignore[arg-type]
+    assert timeline.live_at(-1).shape == timeline.live_at(timeline.steps - 1).shape

@@ -108,7 +108,12 @@ class Timeline:
         return int((self.regions[:, 1] - self.regions[:, 0]).sum())
 
     def live_at(self, index: int) -> np.ndarray:
-        """A mask of the blocks live just after step ``index``."""
+        """A mask of the blocks live just after step ``index`` (negative: from the end)."""
+        if isinstance(index, bool) or not isinstance(index, int | np.integer) or not (
+                -self.steps <= index < self.steps):
+            raise InvalidArgumentError(
+                f"step index must be an int in [{-self.steps}, {self.steps}), not {index!r}"
+            )
         when = self.time[index]
         end = np.where(np.isnan(self.block_end), np.inf, self.block_end)
         mask: np.ndarray = (self.block_start <= when) & (end > when)
