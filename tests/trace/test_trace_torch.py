@@ -65,6 +65,28 @@ def test_a_failing_script_leaves_no_trace(tmp_path: Path,
     assert "Python programs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("output", ["folder", "missing/t.csv"])
+def test_an_unwritable_output_is_refused_before_the_program_runs(
+    output: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The program ran to its end, then its recording was lost when the file could not be
+    # written: a long training script's worth of work for a typo in -o.
+    (tmp_path / "folder").mkdir()
+    marker = tmp_path / "ran"
+    script = tmp_path / "work.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    assert main(["trace", "record", "-o", str(tmp_path / output), "--", "python",
+                 str(script)]) == 2
+    assert not marker.exists()
+    assert not list((tmp_path / "folder").iterdir())
+
+
+def test_python_options_other_than_m_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # python -c CODE was run as a script named '-c': a FileNotFoundError traceback, exit 1.
+    assert main(["trace", "record", "-o", "t.csv", "--", "python", "-c", "pass"]) == 2
+    assert "'-c' is not supported" in capsys.readouterr().err
+
+
 def test_convert_and_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = shipped_traces()["serving"]
     assert main(["trace", "convert", str(source), "-o", str(tmp_path / "s.pickle")]) == 0

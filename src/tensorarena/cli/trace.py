@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tensorarena.errors import TensorArenaError
+from tensorarena.errors import InvalidArgumentError, TensorArenaError
 from tensorarena.sizes import format_size
 
 __all__ = ["configure", "run"]
@@ -63,13 +63,16 @@ def _program(words: list[str]) -> list[str]:
     if words[:1] == ["--"]:
         words = words[1:]
     if not words:
-        raise TensorArenaError("no program to record: tensorarena trace record -o OUT -- "
+        raise InvalidArgumentError("no program to record: tensorarena trace record -o OUT -- "
                                "python SCRIPT [ARGS]")
     first = Path(words[0]).name
     if first.startswith("python") or words[0] == sys.executable:
         words = words[1:]
+    if words and words[0].startswith("-") and words[0] != "-m":
+        raise InvalidArgumentError(f"trace record runs 'python SCRIPT' or 'python -m MODULE'; "
+                                   f"the interpreter option {words[0]!r} is not supported")
     elif not words[0].endswith(".py") and words[0] != "-m":
-        raise TensorArenaError(f"trace record runs Python programs: give 'python SCRIPT' or "
+        raise InvalidArgumentError(f"trace record runs Python programs: give 'python SCRIPT' or "
                                f"'python -m MODULE', not {words[0]!r}")
     return words
 
@@ -85,10 +88,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "record":
+            from tensorarena.trace._atomic import check_writable
             from tensorarena.trace.torch_recorder import record_script
 
             program = _program(list(args.program))
             fmt = _format(args.output, args.to)
+            check_writable(args.output)  # now, not after the whole program has run
             try:
                 trace = record_script(program, device=args.device)
             except (KeyboardInterrupt, TensorArenaError):

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_binary", "atomic_text"]
+__all__ = ["atomic_binary", "atomic_text", "check_writable"]
 
 
 @contextlib.contextmanager
@@ -43,13 +43,25 @@ def _sync(handle: IO[str] | IO[bytes]) -> None:
     os.fsync(handle.fileno())
 
 
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise the ``OSError`` an atomic write to ``path`` would raise (a directory, a missing
+    folder, no permission), by making and removing its temporary file: for callers that would
+    otherwise find out only after a long recording."""
+    descriptor, temporary = _make_temporary(Path(path))
+    os.close(descriptor)
+    os.unlink(temporary)
+
+
+def _make_temporary(target: Path) -> tuple[int, str]:
+    if target.is_dir():  # else the rename fails after the whole file was written, naming both
+        raise IsADirectoryError(errno.EISDIR, "cannot write a file over a directory", str(target))
+    return tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+
+
 @contextlib.contextmanager
 def _temporary(target: Path) -> Iterator[tuple[int, str]]:
     """A temporary file next to ``target``, renamed onto it after the block, removed on error."""
-    if target.is_dir():  # else the rename fails after the whole file was written, naming both
-        raise IsADirectoryError(errno.EISDIR, "cannot write a file over a directory", str(target))
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                             dir=target.parent)
+    descriptor, temporary = _make_temporary(target)
     try:
         yield descriptor, temporary
         os.chmod(temporary, 0o644)  # mkstemp makes it 0600; a trace is an ordinary file
