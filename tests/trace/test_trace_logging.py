@@ -9,7 +9,7 @@ import pytest
 from _traces import random_trace
 
 from tensorarena.adaptors import Limiting, Logging, LogRecord
-from tensorarena.errors import DoubleFreeError, OutOfMemoryError
+from tensorarena.errors import DoubleFreeError, InvalidArgumentError, OutOfMemoryError
 from tensorarena.memory import Pool, VirtualMemory
 from tensorarena.trace import (
     CsvWriter,
@@ -123,3 +123,9 @@ def test_a_sink_that_raises_on_an_allocate_leaves_nothing_allocated() -> None:
     log.deallocate(kept, 100)
     assert pool.statistics().allocations.current == 0
     assert [(r.action, r.nbytes) for r in records] == [("allocate", 100), ("free", 100)]
+
+
+def test_a_sink_that_cannot_be_called_is_refused_when_the_adaptor_is_made() -> None:
+    # Logging(pool, sink=path) was accepted; every allocate then raised TypeError.
+    with pytest.raises(InvalidArgumentError, match="sink must be a callable"):
+        Logging(Pool(VirtualMemory()), sink="trace.csv")  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -60,6 +61,10 @@ class Logging:
     def __init__(self, upstream: MemoryResource, *,
                  sink: Callable[[LogRecord], object] | None = None) -> None:
         self._upstream = check_resource(upstream)
+        if sink is not None and not callable(sink):
+            raise InvalidArgumentError(
+                f"sink must be a callable taking a LogRecord, not {type(sink).__name__}"
+            )
         self._lock = threading.Lock()
         self._records: list[LogRecord] = []
         self._sink: Callable[[LogRecord], object] = self._records.append if sink is None \
