@@ -314,3 +314,11 @@ def test_a_block_used_on_a_stream_closed_since_can_still_be_freed() -> None:
     ordered.deallocate(declared, 64, stream=freeing)
     assert ordered.synchronize() == 128
     assert ordered.live_blocks() == {} and pool.statistics().allocations.current == 0
+
+
+def test_events_and_a_default_stream_it_cannot_use_are_refused_when_it_is_made() -> None:
+    # Both were accepted, and the first free on them raised AttributeError.
+    with pytest.raises(InvalidArgumentError, match="EventSource"):
+        StreamOrdered(_pool(), events=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="no record"):
+        StreamOrdered(_pool(), default_stream="cuda:0")

@@ -110,11 +110,19 @@ class StreamOrdered:
         default_stream: Stream = None,
     ) -> None:
         self._upstream = check_resource(upstream)
+        if events is not None and not (callable(getattr(events, "record", None))
+                                       and callable(getattr(events, "wait", None))):
+            raise InvalidArgumentError(
+                f"events must be an EventSource (record(stream), wait(stream, event)), not "
+                f"{type(events).__name__}"
+            )
         self._events: EventSource = StreamMethods() if events is None else events
+        self._stream_types: set[type] = set()  # the kinds of stream _check_stream accepted
+        if default_stream is not None:
+            self._check_stream(default_stream)
         self._default = default_stream
         self._lock = threading.RLock()
         self._live = LiveBlocks("StreamOrdered")
-        self._stream_types: set[type] = set()  # the kinds of stream _check_stream accepted
         self._used_on: dict[int, list[Any]] = {}  # address -> extra streams (record_stream)
         self._by_stream: dict[Any, deque[_Waiting]] = {}
         self._waiting: dict[int, _Waiting] = {}
