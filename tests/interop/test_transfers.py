@@ -154,6 +154,27 @@ def test_transfer_arguments_are_checked() -> None:
         stream.synchronize()
 
 
+def test_an_engine_or_stream_that_cannot_copy_is_refused_and_nothing_stays_allocated() -> None:
+    # Transfers(..., engine=3) was accepted, and to_device(..., stream="s") on StreamCopies
+    # raised AttributeError from inside the pipeline.
+    device, staging = AsDevice(), Pool(HostMemory())
+    with pytest.raises(InvalidArgumentError, match="CopyEngine"):
+        Transfers(device, staging, 3)  # type: ignore[arg-type]
+    with CpuStream() as stream:
+        transfers = Transfers(device, staging, StreamCopies(stream), chunk=64)
+        with pytest.raises(InvalidArgumentError, match="submit"):
+            transfers.to_device(np.arange(100.0), stream="s")
+        on_device = transfers.to_device(np.arange(100.0))
+        with pytest.raises(InvalidArgumentError, match="submit"):
+            transfers.to_host(on_device, stream=3)
+        assert (transfers.to_host(on_device) == np.arange(100.0)).all()
+        del on_device
+        gc.collect()
+    transfers.synchronize()
+    assert device.pool.statistics().allocations.current == 0
+    assert staging.statistics().allocations.current == 0
+
+
 def test_round_trip_through_the_cuda_path_on_the_fake_runtime() -> None:
     fake = FakeCudart()
     runtime = CudaRuntime(fake)

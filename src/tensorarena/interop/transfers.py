@@ -86,7 +86,13 @@ class StreamCopies:
         self._default = default
 
     def _stream(self, stream: Stream) -> Any:
-        return self._default if stream is None else stream
+        chosen = self._default if stream is None else stream
+        if not callable(getattr(chosen, "submit", None)):
+            raise InvalidArgumentError(
+                f"StreamCopies queues on stream objects with submit() (a CpuStream), not "
+                f"{chosen!r}"
+            )
+        return chosen
 
     def copy_async(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         """Queue ``ctypes.memmove(dst, src, nbytes)`` on the stream."""
@@ -128,6 +134,11 @@ class Transfers:
     ) -> None:
         self._device = check_device_accessible(check_resource(device, name="device"))
         self._staging = check_resource(staging, name="staging")
+        if not (callable(getattr(engine, "copy_async", None))
+                and callable(getattr(engine, "record", None))):
+            raise InvalidArgumentError(
+                f"engine must be a CopyEngine (copy_async, record), not {type(engine).__name__}"
+            )
         self._engine = engine
         self._chunk = parse_size(chunk, name="chunk")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
