@@ -145,3 +145,44 @@ def test_the_pinned_pool_refuses_a_cap_it_cannot_honour_instead_of_ignoring_it()
     assert pinned_pool() is pool
     if pool.maximum_size is not None:
         assert pinned_pool(maximum_size=pool.maximum_size) is pool
+
+
+class _ReuseOnFree:
+    """A pool whose deallocate, once the block is freed, lets ``then()`` run: another thread
+    being handed the same address at that moment, made deterministic."""
+
+    def __init__(self) -> None:
+        self.pool = Pool(HostMemory())
+        self.memory_kind = self.pool.memory_kind
+        self.then: list[object] = []
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        return self.pool.allocate(nbytes, alignment, stream)
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        self.pool.deallocate(address, nbytes, stream)
+        while self.then:
+            self.then.pop()()  # type: ignore[operator]
+
+
+def test_an_address_handed_out_again_during_a_free_keeps_its_new_owner() -> None:
+    # The owner was forgotten after the upstream free, so an address reused in between lost
+    # its owner: a later free of it into another device's pool was not named a mismatch.
+    upstream = _ReuseOnFree()
+    registry = DeviceRegistry(lambda device: upstream, runtime=SimulatedDevices(2))
+    pool = registry.pool(0)
+    first = pool.allocate(4096)
+    again: list[int] = []
+    upstream.then.append(lambda: again.append(pool.allocate(4096)))
+    pool.deallocate(first, 4096)
+    assert again == [first] and registry.owner_of(first) == 0
+    with pytest.raises(DeviceMismatchError):
+        registry.pool(1).deallocate(first, 4096)
+    with pytest.raises(InvalidAddressError):
+        pool.deallocate(first + 1, 4096)  # refused upstream: nothing recorded for it
+    assert registry.owner_of(first + 1) is None and registry.owner_of(first) == 0
+    with pytest.raises(InvalidAddressError):
+        pool.deallocate(first, 100)  # a size mismatch upstream: the owner is kept
+    assert registry.owner_of(first) == 0
+    pool.deallocate(first, 4096)
+    assert registry.owner_of(first) is None

@@ -127,8 +127,16 @@ class DevicePool:
                 allocated_on=owner,
                 freed_on=self._device,
             )
-        self._upstream.deallocate(address, nbytes, stream)
+        # Forget the owner while the block is still live upstream: once it is freed, another
+        # thread may be handed the same address and record its own owner, which a later
+        # _released would erase.
         self._registry._released(address)
+        try:
+            self._upstream.deallocate(address, nbytes, stream)
+        except BaseException:
+            if owner is not None:
+                self._registry._owned(address, owner)
+            raise
 
     def statistics(self) -> Any:
         """The upstream's statistics record."""
