@@ -43,6 +43,7 @@ from tensorarena.memory.resource import (
     MemoryResource,
     Stream,
     check_resource,
+    resource_stack,
 )
 from tensorarena.sizes import MAX_SIZE, check_address, check_nbytes, format_size
 
@@ -149,16 +150,12 @@ def group_by_site(allocations: Iterable[TrackedAllocation]) -> tuple[SiteReport,
 def stack_statistics(resource: MemoryResource) -> tuple[str, object] | None:
     """``(layer name, statistics)`` of the first layer at or below ``resource`` whose
     ``statistics()`` speaks of reserved and allocated bytes (a pool, an upstream), or None."""
-    layer: object = resource
-    for _ in range(64):  # deeper is a cycle
+    for layer in resource_stack(resource):
         method = getattr(layer, "statistics", None)
         if callable(method):
             stats = method()
             if hasattr(stats, "reserved_bytes") and hasattr(stats, "allocated_bytes"):
                 return type(layer).__name__, stats
-        layer = getattr(layer, "upstream", None)
-        if layer is None:
-            return None
     return None
 
 

@@ -21,7 +21,13 @@ import numpy as np
 
 from tensorarena._optional import require
 from tensorarena.errors import InvalidDtypeError, InvalidResourceError, InvalidSizeError
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, MemoryResource, Stream
+from tensorarena.memory.resource import (
+    DEFAULT_ALIGNMENT,
+    MemoryKind,
+    MemoryResource,
+    Stream,
+    resource_stack,
+)
 from tensorarena.memory_kind import memory_kind_of
 from tensorarena.sizes import format_size
 
@@ -47,13 +53,10 @@ def check_device_accessible(resource: object) -> MemoryResource:
 def device_of(resource: object) -> int | None:
     """The device a resource allocates on: its own ``device``, else its upstream's (through
     pools and adaptors); ``None`` when nothing in the chain says."""
-    seen = 0
-    while resource is not None and seen < 32:
-        device = getattr(resource, "device", None)
+    for layer in resource_stack(resource):
+        device = getattr(layer, "device", None)
         if isinstance(device, int) and not isinstance(device, bool):
             return device
-        resource = getattr(resource, "upstream", None)
-        seen += 1
     return None
 
 

@@ -16,12 +16,20 @@ unmaps or re-hands-out a live block's bytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from tensorarena.errors import InvalidResourceError
 from tensorarena.memory_kind import MemoryKind
 
-__all__ = ["DEFAULT_ALIGNMENT", "MemoryKind", "MemoryResource", "Stream", "check_resource"]
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "MemoryKind",
+    "MemoryResource",
+    "Stream",
+    "check_resource",
+    "resource_stack",
+]
 
 DEFAULT_ALIGNMENT = 256
 
@@ -69,3 +77,17 @@ def check_resource(resource: object, *, name: str = "upstream") -> MemoryResourc
             f"not {type(resource).__name__}"
         )
     return resource  # type: ignore[return-value]
+
+
+#: A stack of adaptors deeper than this is taken for a cycle of ``upstream`` references.
+MAX_STACK_DEPTH = 64
+
+
+def resource_stack(resource: object) -> Iterator[object]:
+    """``resource``, its ``upstream``, that one's ``upstream``, ... (adaptors and pools expose
+    it); stops at the first layer without one, or after :data:`MAX_STACK_DEPTH` layers."""
+    for _ in range(MAX_STACK_DEPTH):
+        if resource is None:
+            return
+        yield resource
+        resource = getattr(resource, "upstream", None)

@@ -30,7 +30,7 @@ from typing import Any
 from tensorarena.adaptors._sites import Stack, as_frames, format_site
 from tensorarena.core import Arena
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.memory.resource import check_resource
+from tensorarena.memory.resource import check_resource, resource_stack
 from tensorarena.sizes import format_size
 from tensorarena.trace import BlockState, SegmentState, SnapshotAction, build_snapshot
 
@@ -46,7 +46,6 @@ __all__ = [
 
 #: PyTorch's names for a block's state.
 ACTIVE, INACTIVE = "active_allocated", "inactive"
-_MAX_DEPTH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +144,7 @@ class MemorySnapshot:
 
 
 def _layers(resource: object) -> list[object]:
-    layers: list[object] = []
-    while resource is not None and len(layers) < _MAX_DEPTH:
-        layers.append(resource)
-        resource = getattr(resource, "upstream", None)
-    return layers
+    return list(resource_stack(resource))
 
 
 def _holds_arenas(layer: object) -> bool:

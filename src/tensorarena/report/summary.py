@@ -19,13 +19,13 @@ from collections.abc import Iterator
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.memory.resource import check_resource
+from tensorarena.memory.resource import resource_stack as layers_of
 from tensorarena.sizes import format_size
 from tensorarena.stats import Count, MemoryStatistics, flatten
 
 __all__ = ["memory_stats", "memory_summary", "reset_peak_stats", "resource_stack"]
 
 _HEADERS = ("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed")
-_MAX_DEPTH = 64  # a stack deeper than this is a cycle
 
 
 def _default() -> object:
@@ -40,11 +40,7 @@ def resource_stack(source: object) -> Iterator[object]:
     is an :class:`~tensorarena.errors.InvalidResourceError`: its methods need an instance."""
     if isinstance(source, type):
         check_resource(source, name="source")
-    seen = 0
-    while source is not None and seen < _MAX_DEPTH:
-        yield source
-        source = getattr(source, "upstream", None)
-        seen += 1
+    yield from layers_of(source)
 
 
 def _records(source: object) -> list[tuple[object, object]]:

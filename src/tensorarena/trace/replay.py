@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tensorarena.memory.resource import MemoryResource, check_resource
+from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
 from tensorarena.stats import MemoryStatistics
 from tensorarena.trace._text import Source, is_path
 from tensorarena.trace.formats import Format, iter_events
@@ -106,16 +106,12 @@ class ReplayResult:
 def statistics_of(resource: object) -> MemoryStatistics | None:
     """The first :class:`~tensorarena.stats.MemoryStatistics` down ``resource``'s stack
     (the resource, its ``upstream``, that one's...), or ``None``."""
-    layer: object = resource
-    for _ in range(64):
+    for layer in resource_stack(resource):
         method = getattr(layer, "statistics", None)
         if callable(method):
             stats = method()
             if isinstance(stats, MemoryStatistics):
                 return stats
-        layer = getattr(layer, "upstream", None)
-        if layer is None:
-            return None
     return None
 
 
