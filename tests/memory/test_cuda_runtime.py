@@ -184,6 +184,13 @@ def test_stream_handles_from_every_framework() -> None:
             stream_handle(bad)
 
 
+@pytest.mark.parametrize("bad", [1.5, 2.0, "7", b"7"], ids=repr)
+def test_a_float_or_a_string_is_no_stream_handle(bad: object) -> None:
+    # int() made handles of them: 2.7 was the per-thread default stream, "7" stream 7.
+    with pytest.raises(InvalidArgumentError, match="int handle"):
+        stream_handle(bad)
+
+
 def test_the_process_runtime_is_lazy_and_replaceable(fake: FakeCudart) -> None:
     previous = set_cuda_runtime(CudaRuntime(fake))
     try:

@@ -69,8 +69,10 @@ def stream_handle(stream: Any) -> int:
         if value is not None:
             stream = value
             break
-    if isinstance(stream, bool):
-        raise InvalidArgumentError("a stream handle is an int, not a bool")
+    if isinstance(stream, bool | float | str | bytes):  # int() would make a handle of them
+        raise InvalidArgumentError(
+            f"stream must be None, a stream object or an int handle, not {stream!r}"
+        )
     try:
         handle = int(stream)
     except (TypeError, ValueError):
