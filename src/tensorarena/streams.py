@@ -42,6 +42,7 @@ __all__ = [
     "Fence",
     "StreamLike",
     "StreamMethods",
+    "check_event",
     "completed",
 ]
 
@@ -139,6 +140,16 @@ class Fence:
     def __repr__(self) -> str:
         state = "done" if self._done.is_set() else "pending"
         return f"Fence({self._label}, {state})"
+
+
+def check_event(event: object) -> Event:
+    """Return ``event`` if it can be waited for (it has ``synchronize()``), else raise
+    :class:`~tensorarena.errors.InvalidArgumentError`: what every ``wait(event)`` checks."""
+    if not callable(getattr(event, "synchronize", None)):
+        raise InvalidArgumentError(
+            f"wait() needs an event (with synchronize()), not {type(event).__name__}"
+        )
+    return event  # type: ignore[return-value]
 
 
 def completed() -> Fence:
@@ -242,10 +253,7 @@ class CpuStream:
 
         Waiting on this stream's own fence is a no-op (its work runs in order anyway).
         """
-        if not callable(getattr(event, "synchronize", None)):
-            raise InvalidArgumentError(
-                f"wait() needs an event (with synchronize()), not {type(event).__name__}"
-            )
+        check_event(event)
         if isinstance(event, Fence) and event.query():
             return
         self._put(event.synchronize, (), {}, "wait")

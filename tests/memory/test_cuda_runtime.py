@@ -214,3 +214,16 @@ def test_missing_bindings_name_the_extra() -> None:
             assert isinstance(cuda_runtime(), CudaRuntime)
     finally:
         set_cuda_runtime(previous)
+
+
+@pytest.mark.parametrize("event", [3, None, "event"], ids=repr)
+def test_waiting_for_what_is_not_an_event_is_refused(fake: FakeCudart, event: object) -> None:
+    # CudaStream.wait(3) and CudaEvents.wait(stream, 3) raised AttributeError ('int' object
+    # has no attribute 'synchronize'); CpuStream.wait already refused it.
+    runtime = CudaRuntime(fake)
+    with pytest.raises(InvalidArgumentError, match="needs an event"):
+        CudaStream(runtime=runtime).wait(event)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="needs an event"):
+        CudaEvents(runtime).wait(0, event)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="int handle"):
+        CudaEvents(runtime).wait("stream", completed())
