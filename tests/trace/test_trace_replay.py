@@ -127,6 +127,36 @@ def test_a_malformed_file_midway_leaves_the_resource_as_it_was(tmp_path: Path) -
     assert info.value.line == 4 and pool.live_blocks() == {}
 
 
+class _FreesThenRaises:
+    """A resource whose every free succeeds and then raises (a Logging sink that fails)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.memory_kind = pool.memory_kind
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        return self.pool.allocate(nbytes, alignment, stream)
+
+    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+        self.pool.deallocate(address, nbytes, stream)
+        raise OSError("the log's disk is full")
+
+
+@pytest.mark.parametrize("frees_in_trace", [True, False])
+def test_a_free_that_raises_does_not_keep_the_other_blocks_from_being_given_back(
+    frees_in_trace: bool,
+) -> None:
+    # The blocks still live were freed one after the other until one raised; the rest were
+    # dropped with their addresses, live in the pool for good.
+    events = [Event("a", i, 100 * (i + 1)) for i in range(5)]
+    if frees_in_trace:
+        events.append(Event("f", 0, 100))
+    pool = _pool()
+    with pytest.raises(OSError, match="disk is full"):
+        replay(Trace.from_events(events), _FreesThenRaises(pool))  # type: ignore[arg-type]
+    assert pool.live_blocks() == {}
+
+
 def test_statistics_are_read_through_adaptors() -> None:
     pool = _pool()
     assert statistics_of(ThreadCached(Counting(pool))) == pool.statistics()

@@ -172,11 +172,17 @@ class _Loop:
         finally:
             self.level, self.peak, self.events, self.allocations = level, peak, count, allocations
 
-    def release(self) -> None:
-        """Free whatever is still live (the trace's leaks, or everything after an error)."""
+    def release(self) -> BaseException | None:
+        """Free whatever is still live (the trace's leaks, or everything after an error), each
+        block even when freeing another raised; return the first such error."""
+        first: BaseException | None = None
         for address, nbytes in self.live.values():
-            self.deallocate(address, nbytes, None)
+            try:
+                self.deallocate(address, nbytes, None)
+            except Exception as exc:  # the others are still ours to give back
+                first = first or exc
         self.live.clear()
+        return first
 
 
 def replay(source: Trace | Source | Iterable[Event], resource: MemoryResource, *,
@@ -219,7 +225,9 @@ def replay(source: Trace | Source | Iterable[Event], resource: MemoryResource, *
         seconds = time.perf_counter() - began - sampling
         end = statistics_of(resource)
     finally:
-        loop.release()
+        error = loop.release()  # raised below only when the replay itself did not raise
+    if error is not None:
+        raise error
     return ReplayResult(
         name=name or type(resource).__name__,
         events=loop.events,
