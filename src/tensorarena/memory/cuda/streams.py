@@ -1,313 +1,155 @@
-"""Streams, events and fences: the ordering that lets a freed block be reused safely.
+"""CUDA streams and events as the objects of :mod:`tensorarena.streams`.
 
-A *stream* runs the work submitted to it in order, asynchronously to the thread that submitted
-it; an *event* marks a point in a stream and tells when every piece of work submitted before it
-has finished. That is CUDA's model, and the source document's "interaction with asynchronous
-execution": a block freed while work that uses it is still queued may be reused at once *on the
-same stream* (stream order runs the new user after the old one), but by another stream only
-after the event of the freeing stream has completed (or once that stream has been told to wait
-for it).
+:class:`CudaStream` and :class:`CudaEvent` implement the same small protocols as
+:class:`~tensorarena.streams.CpuStream` and its fences (``record()``, ``wait(event)``,
+``query()``, ``synchronize()``), so :class:`~tensorarena.adaptors.StreamOrdered` and the
+transfer code run unchanged over either: on the CPU in the tests, on a GPU for real.
 
-Three small protocols say what the layers above need, so the same logic runs over CUDA streams
-on a GPU and over :class:`CpuStream` everywhere (which is how it is tested without a GPU):
-
-``Event``        ``query() -> bool`` (completed?), ``synchronize()`` (block until it is)
-``StreamLike``   ``record() -> Event``, ``wait(event)`` (later work waits), ``synchronize()``
-``EventSource``  ``record(stream) -> Event`` and ``wait(stream, event)`` for stream *handles*
-                 that have no methods (CUDA's raw ``cudaStream_t`` integers, say)
-
-:class:`CpuStream` is a real stream: one worker thread executes submitted callables in order and
-hands out :class:`Fence` objects (its events). Work that raises does not stop the stream; the
-exception is kept and raised by the next :meth:`CpuStream.synchronize` as
-:class:`~tensorarena.errors.AsyncWorkError`, so a failure is never silently lost. The worker holds
-no reference to its stream, so a stream that is garbage-collected stops its thread.
+Frameworks hand out raw stream handles (PyTorch's ``torch.cuda.current_stream().cuda_stream``,
+CuPy's ``stream.ptr``, the ``stream`` a pluggable allocator receives). :class:`CudaEvents` is
+the :class:`~tensorarena.streams.EventSource` for those: it records events on a handle and makes
+a handle wait. Streams compare equal by handle, so the same stream reached through a wrapper and
+through a raw handle is one free list in a stream-ordered pool. Events are created without timing
+(the cheapest kind) and destroyed when the object is collected.
 """
 
 from __future__ import annotations
 
-import itertools
-import queue
-import threading
+import contextlib
 import weakref
-from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from tensorarena.errors import AsyncWorkError, InvalidArgumentError, StreamClosedError
+from tensorarena.errors import CudaError, InvalidArgumentError
+from tensorarena.memory.cuda.runtime import CudaRuntime, cuda_runtime, stream_handle
+from tensorarena.streams import Event, check_event
 
-__all__ = [
-    "CpuStream",
-    "Event",
-    "EventSource",
-    "Fence",
-    "StreamLike",
-    "StreamMethods",
-    "check_event",
-    "completed",
-]
+__all__ = ["LEGACY_DEFAULT_STREAM", "PER_THREAD_DEFAULT_STREAM", "CudaEvent", "CudaEvents",
+           "CudaStream"]
+
+#: ``cudaStreamLegacy``'s handle, 0: the default stream that synchronises with the others.
+LEGACY_DEFAULT_STREAM = 0
+#: ``cudaStreamPerThread``'s handle.
+PER_THREAD_DEFAULT_STREAM = 2
 
 
-@runtime_checkable
-class Event(Protocol):
-    """A point in a stream's work."""
-
-    def query(self) -> bool:
-        """True once every piece of work submitted before this point has finished."""
-        ...
-
-    def synchronize(self) -> None:
-        """Block the calling thread until :meth:`query` would return True."""
-        ...
+def _destroy(runtime: CudaRuntime, destroy: str, handle: int) -> None:
+    with contextlib.suppress(CudaError):  # nobody to report to from a finalizer
+        getattr(runtime, destroy)(handle)
 
 
-@runtime_checkable
-class StreamLike(Protocol):
-    """A stream object that records its own events and waits on others."""
+class CudaEvent:
+    """A recorded CUDA event: reached once the work queued before it on its stream has run."""
 
-    def record(self) -> Event:
-        """An event at the current end of this stream's work."""
-        ...
-
-    def wait(self, event: Event) -> None:
-        """Make every piece of work submitted from now on wait for ``event`` (the host does
-        not block)."""
-        ...
-
-    def synchronize(self) -> None:
-        """Block until all work submitted so far has finished."""
-        ...
-
-
-class EventSource(Protocol):
-    """Records events on, and makes waits for, streams given as handles."""
-
-    def record(self, stream: Any) -> Event:
-        """An event at the current end of ``stream``'s work."""
-        ...
-
-    def wait(self, stream: Any, event: Event) -> None:
-        """Make later work on ``stream`` wait for ``event``."""
-        ...
-
-
-class StreamMethods:
-    """The :class:`EventSource` for stream objects that do it themselves (:class:`CpuStream`,
-    the CUDA layer's ``CudaStream``): ``stream.record()`` and ``stream.wait(event)``."""
-
-    def record(self, stream: Any) -> Event:
-        """``stream.record()``."""
-        return stream.record()  # type: ignore[no-any-return]
-
-    def wait(self, stream: Any, event: Event) -> None:
-        """``stream.wait(event)``."""
-        stream.wait(event)
-
-    def __repr__(self) -> str:
-        return "StreamMethods()"
-
-
-class Fence:
-    """An event of a :class:`CpuStream`: set once the work before it has run.
-
-    A fence made by :meth:`CpuStream.submit` also carries the outcome of its piece of work:
-    :attr:`exception` is what it raised (``None`` if it returned).
-    """
-
-    __slots__ = ("_done", "_label", "exception")
-
-    def __init__(self, label: str = "") -> None:
-        self._done = threading.Event()
-        self._label = label
-        self.exception: BaseException | None = None
-
-    def query(self) -> bool:
-        """True once the work before this fence has run."""
-        return self._done.is_set()
-
-    def synchronize(self, timeout: float | None = None) -> None:
-        """Block until the fence is reached; ``TimeoutError`` if ``timeout`` seconds pass."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"{self!r} not reached within {timeout} s")
-
-    @property
-    def done(self) -> bool:
-        """Same as :meth:`query`."""
-        return self._done.is_set()
-
-    def _set(self) -> None:
-        self._done.set()
-
-    def __repr__(self) -> str:
-        state = "done" if self._done.is_set() else "pending"
-        return f"Fence({self._label}, {state})"
-
-
-def check_event(event: object) -> Event:
-    """Return ``event`` if it can be waited for (it has ``synchronize()``), else raise
-    :class:`~tensorarena.errors.InvalidArgumentError`: what every ``wait(event)`` checks."""
-    if not callable(getattr(event, "synchronize", None)):
-        raise InvalidArgumentError(
-            f"wait() needs an event (with synchronize()), not {type(event).__name__}"
-        )
-    return event  # type: ignore[return-value]
-
-
-def completed() -> Fence:
-    """A fence that is already reached (the event of work that is known to be finished)."""
-    fence = Fence("completed")
-    fence._set()
-    return fence
-
-
-_STOP = object()
-_names = itertools.count()
-
-
-class _Shared:
-    """What the worker and the stream share: the queue and the failures not yet reported.
-    Kept apart from :class:`CpuStream` so the worker thread holds no reference to the stream."""
-
-    __slots__ = ("errors", "lock", "queue")
-
-    def __init__(self) -> None:
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.errors: list[BaseException] = []
-        self.lock = threading.Lock()
-
-
-def _work(shared: _Shared) -> None:
-    get = shared.queue.get
-    while True:
-        item = get()
-        if item is _STOP:
-            return
-        fn, args, kwargs, fence = item
-        if fn is not None:
-            try:
-                fn(*args, **kwargs)
-            except BaseException as exc:  # kept for synchronize(): the stream runs on
-                fence.exception = exc
-                with shared.lock:
-                    shared.errors.append(exc)
-        fence._set()
-
-
-def _stop(shared: _Shared) -> None:
-    shared.queue.put(_STOP)
-
-
-class CpuStream:
-    """A stream of work on the CPU: one worker thread runs submitted callables in order.
-
-    ``submit(fn, *args)`` returns at once with the :class:`Fence` of that piece of work;
-    ``record()`` returns a fence at the current end of the stream; ``wait(event)`` makes later
-    work wait for an event of any kind (another stream's fence, a CUDA event);
-    ``synchronize()`` blocks until everything submitted has run and raises
-    :class:`~tensorarena.errors.AsyncWorkError` if any of it raised since the last call.
-    ``close()`` (or leaving ``with CpuStream() as s:``) finishes the queued work and stops the
-    thread; a closed stream refuses new work (``submit``, ``wait``) with
-    :class:`~tensorarena.errors.StreamClosedError`.
-    """
-
-    def __init__(self, name: str | None = None) -> None:
-        self._name = name if name is not None else f"cpu-stream-{next(_names)}"
-        self._shared = _Shared()
-        self._last: Fence = completed()
-        self._closed = False
-        self._lock = threading.Lock()  # orders submissions from several threads
-        self._thread = threading.Thread(
-            target=_work, args=(self._shared,), name=self._name, daemon=True
-        )
-        self._thread.start()
-        self._finalizer = weakref.finalize(self, _stop, self._shared)
-
-    @property
-    def name(self) -> str:
-        """The stream's name (also its worker thread's)."""
-        return self._name
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._closed
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Fence:
-        """Queue ``fn(*args, **kwargs)`` after all earlier work; return its fence."""
-        if not callable(fn):
-            raise InvalidArgumentError(f"work must be callable, not {type(fn).__name__}")
-        return self._put(fn, args, kwargs, "work")
-
-    def record(self) -> Fence:
-        """A fence reached once every piece of work submitted so far has run.
-
-        A closed stream still answers (recording is no work): with its last piece of work's
-        fence, so a block freed on it, or declared used on it, can still be freed.
-        """
+    def __init__(self, runtime: CudaRuntime, stream: int) -> None:
+        self._runtime = runtime
+        self._handle = runtime.event_create()
+        self._finalizer = weakref.finalize(self, _destroy, runtime, "event_destroy", self._handle)
         try:
-            return self._put(None, (), {}, "record")
-        except StreamClosedError:  # closed for good: its last fence no longer moves
-            return self._last
+            runtime.event_record(self._handle, stream)
+        except BaseException:
+            self._finalizer()
+            raise
+        self._stream = stream
 
-    def wait(self, event: Event) -> None:
-        """Make all work submitted from now on wait until ``event`` completes.
-
-        Waiting on this stream's own fence is a no-op (its work runs in order anyway).
-        """
-        check_event(event)
-        if isinstance(event, Fence) and event.query():
-            return
-        self._put(event.synchronize, (), {}, "wait")
+    @property
+    def handle(self) -> int:
+        """The ``cudaEvent_t`` as an int."""
+        return self._handle
 
     def query(self) -> bool:
-        """True when every piece of work submitted so far has run."""
-        return self._last.query()
+        """``cudaEventQuery``: True once reached."""
+        return self._runtime.event_query(self._handle)
 
     def synchronize(self) -> None:
-        """Block until all submitted work has run; raise AsyncWorkError if any of it raised."""
-        self._last.synchronize()
-        with self._shared.lock:
-            errors, self._shared.errors = self._shared.errors, []
-        if errors:
-            raise AsyncWorkError(
-                f"{len(errors)} piece(s) of work on {self._name} raised; the first: "
-                f"{type(errors[0]).__name__}: {errors[0]}",
-                errors=errors,
-            ) from errors[0]
-
-    def close(self) -> None:
-        """Run the queued work to its end and stop the worker. Closing twice is harmless;
-        failures not yet reported are raised here as by :meth:`synchronize`."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._finalizer()
-        self._thread.join()
-        self.synchronize()
-
-    def __enter__(self) -> CpuStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        """``cudaEventSynchronize``: block the host until reached."""
+        self._runtime.event_synchronize(self._handle)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("idle" if self.query() else "busy")
-        return f"CpuStream({self._name!r}, {state})"
+        return f"CudaEvent({self._handle:#x}, stream={self._stream:#x})"
 
-    def _put(
-        self, fn: Callable[..., Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any],
-        label: str,
-    ) -> Fence:
-        fence = Fence(f"{self._name}:{label}")
-        with self._lock:
-            if self._closed:
-                raise StreamClosedError(f"{self._name} is closed: it takes no new work")
-            self._shared.queue.put((fn, args, kwargs, fence))
-            self._last = fence
-        return fence
+
+class CudaStream:
+    """A CUDA stream: created here (non-blocking, destroyed when collected) or wrapping an
+    existing ``handle`` (``CudaStream(handle=torch.cuda.current_stream().cuda_stream)``)."""
+
+    def __init__(self, *, handle: int | None = None, runtime: CudaRuntime | None = None) -> None:
+        self._runtime = cuda_runtime() if runtime is None else runtime
+        if handle is None:
+            self._handle = self._runtime.stream_create()
+            weakref.finalize(self, _destroy, self._runtime, "stream_destroy", self._handle)
+            self._owned = True
+        else:
+            if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+                raise InvalidArgumentError(f"a stream handle is a non-negative int, not {handle!r}")
+            self._handle = handle
+            self._owned = False
+
+    @classmethod
+    def legacy_default(cls, *, runtime: CudaRuntime | None = None) -> CudaStream:
+        """The legacy default stream (handle 0)."""
+        return cls(handle=LEGACY_DEFAULT_STREAM, runtime=runtime)
+
+    @property
+    def handle(self) -> int:
+        """The ``cudaStream_t`` as an int."""
+        return self._handle
+
+    def __int__(self) -> int:
+        return self._handle
+
+    def record(self) -> CudaEvent:
+        """An event at the current end of this stream's work."""
+        return CudaEvent(self._runtime, self._handle)
+
+    def wait(self, event: Event) -> None:
+        """Later work on this stream waits for ``event``: on the device for a CUDA event,
+        on the host (a blocking ``synchronize()``) for any other kind."""
+        if isinstance(event, CudaEvent):
+            self._runtime.stream_wait_event(self._handle, event.handle)
+        else:
+            check_event(event).synchronize()
+
+    def query(self) -> bool:
+        """True when all work queued so far has run (by an event: cheap, never blocks)."""
+        return self.record().query()
+
+    def synchronize(self) -> None:
+        """``cudaStreamSynchronize``."""
+        self._runtime.stream_synchronize(self._handle)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CudaStream):
+            return self._handle == other._handle
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self._handle == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def __repr__(self) -> str:
+        owned = "" if self._owned else ", borrowed"
+        return f"CudaStream({self._handle:#x}{owned})"
+
+
+class CudaEvents:
+    """The :class:`~tensorarena.streams.EventSource` for raw stream handles (ints, ``None`` for
+    the legacy default) and :class:`CudaStream` objects alike."""
+
+    def __init__(self, runtime: CudaRuntime | None = None) -> None:
+        self._runtime = cuda_runtime() if runtime is None else runtime
+
+    def record(self, stream: Any) -> CudaEvent:
+        """A CUDA event recorded on ``stream``."""
+        return CudaEvent(self._runtime, stream_handle(stream))
+
+    def wait(self, stream: Any, event: Event) -> None:
+        """Make ``stream`` wait for ``event`` (on the device when it is a CUDA event)."""
+        if isinstance(event, CudaEvent):
+            self._runtime.stream_wait_event(stream_handle(stream), event.handle)
+        else:
+            stream_handle(stream)  # a bad handle is refused whatever the event
+            check_event(event).synchronize()
+
+    def __repr__(self) -> str:
+        return f"CudaEvents({self._runtime!r})"
