@@ -89,7 +89,7 @@ def test_stops_at_the_gap_and_after_one_placement_out_of_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     placed: list[int] = []
-    real = llf.place
+    real = heuristics.place
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         placed.append(1)
@@ -125,3 +125,12 @@ def test_every_plan_is_valid_on_random_problems(alignment: int | None) -> None:
         assert result.height >= lower_bound(problem)
         through_plan = plan(problem, "long_lived_first", alignment=alignment)
         assert through_plan.offsets == result.offsets
+
+
+def test_auto_reports_the_stage_in_its_progress() -> None:
+    seen: list[tuple[str, int | None]] = []
+    result = plan(stack(), time_limit=5.0, progress=lambda p: seen.append((p.stage, p.height)))
+    stages = [stage for stage, _ in seen]
+    assert stages[0] == "heuristics" and stages[-1] == "done"
+    assert ("long_lived_first", 8) in seen
+    assert result.height == 8
