@@ -7,7 +7,7 @@ import sys
 import pytest
 from _traces import random_trace
 
-from tensorarena.errors import InvalidArgumentError
+from tensorarena.errors import InvalidArgumentError, TensorArenaError
 from tensorarena.trace.configs import configuration, smallest_fixed_arena
 from tensorarena.trace.recommend import recommend
 from tensorarena.trace.system import (
@@ -97,6 +97,9 @@ def test_other_allocators_run_or_say_what_to_install(name: str) -> None:
 def test_an_unknown_allocator_is_unavailable() -> None:
     with pytest.raises(SystemAllocatorUnavailable, match="unknown"):
         system_allocator_library("tcmalloc")
+    # It was a bare Exception: outside the one tree that callers catch.
+    with pytest.raises(TensorArenaError, match="unknown"):
+        replay_system(random_trace(10, seed=1), 3)  # type: ignore[arg-type]
     assert set(SYSTEM_ALLOCATORS) == {"glibc", "jemalloc", "mimalloc"}
 
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from tensorarena.errors import TensorArenaError
 from tensorarena.trace._text import Source, is_path
 from tensorarena.trace.csv_format import write_csv
 from tensorarena.trace.model import ALLOC, Event, Trace
@@ -50,8 +51,9 @@ _LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/us
 _CHILD_TIMEOUT = 3600.0
 
 
-class SystemAllocatorUnavailable(Exception):
-    """The allocator cannot run here; the message says why (and what to install)."""
+class SystemAllocatorUnavailable(TensorArenaError):
+    """The allocator cannot run here (unknown, not installed, its replay failed); the message
+    says why (and what to install)."""
 
 
 def system_allocator_library(name: str) -> str:
