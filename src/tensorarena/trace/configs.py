@@ -32,7 +32,7 @@ from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.memory.virtual import VirtualMemory
 from tensorarena.trace._text import Source
-from tensorarena.trace.formats import read_trace
+from tensorarena.trace.formats import read_all
 from tensorarena.trace.model import Event, Trace
 from tensorarena.trace.pytorch_like import PyTorchLike
 from tensorarena.trace.replay import ReplayResult, replay
@@ -133,18 +133,11 @@ def configuration(name: str, *, growth: str | None = None) -> Configuration:
     return Configuration(name, "pool", strategy, chosen, cached)
 
 
-def read_all(source: Source | Iterable[Event]) -> Trace:
-    """``source`` as a :class:`Trace`: a file or text read whole, events checked."""
-    if isinstance(source, str) or hasattr(source, "__fspath__") or hasattr(source, "read"):
-        return read_trace(source)  # type: ignore[arg-type]
-    return Trace.from_events(source)
-
-
 def smallest_fixed_arena(source: Trace | Source | Iterable[Event], config: Configuration
                          ) -> tuple[int, ReplayResult]:
     """The smallest single arena with which ``config``'s strategy replays ``source`` without a
     failure (bisection from the peak of live bytes), and that replay's result."""
-    trace = source if isinstance(source, Trace) else read_all(source)
+    trace = read_all(source)
     fixed = replace(config, growth="fixed")
     low = max(trace.summary().peak_live_bytes, 1)
     high = low * 2

@@ -26,7 +26,8 @@ from tensorarena.trace.model import Event, LiveSet, MalformedTraceError, Trace
 from tensorarena.trace.rmm_format import RmmReadStats, iter_rmm, write_rmm
 from tensorarena.trace.snapshot import read_snapshot, write_snapshot
 
-__all__ = ["FORMATS", "Format", "detect_format", "iter_events", "read_trace", "write_trace"]
+__all__ = ["FORMATS", "Format", "detect_format", "iter_events", "read_all", "read_trace",
+           "write_trace"]
 
 Format = Literal["csv", "rmm", "pytorch_snapshot"]
 #: Every format, by the name the functions and the command line take.
@@ -119,6 +120,16 @@ def read_trace(source: Source, *, format: Format | None = None, name: str | None
     else:
         events = list(iter_csv(source))
     return Trace.from_events(events, name=name, metadata=metadata)
+
+
+def read_all(source: Trace | Source | Iterable[Event]) -> Trace:
+    """``source`` as a :class:`Trace`: a Trace as it is, a file, text or stream read whole, events
+    in memory checked."""
+    if isinstance(source, Trace):
+        return source
+    if isinstance(source, str) or hasattr(source, "__fspath__") or hasattr(source, "read"):
+        return read_trace(source)  # type: ignore[arg-type]
+    return Trace.from_events(source)
 
 
 def write_trace(trace: Iterable[Event], path: str | os.PathLike[str], *,

@@ -103,7 +103,7 @@ def recommend(source: Trace | Source | Iterable[Event], *,
     ``report`` (optional) is called with each configuration's name before it runs (a progress
     line for the command line).
     """
-    trace = source if isinstance(source, Trace) else read_all(source)
+    trace = read_all(source)
     strategies = list(STRATEGIES) if strategies is None else list(strategies)
     growths = list(GROWTH_POLICIES) if growths is None else list(growths)
     entries: list[Ranked] = []

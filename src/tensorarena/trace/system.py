@@ -33,6 +33,7 @@ from pathlib import Path
 from tensorarena.errors import TensorArenaError
 from tensorarena.trace._text import Source, is_path
 from tensorarena.trace.csv_format import write_csv
+from tensorarena.trace.formats import read_all
 from tensorarena.trace.model import ALLOC, Event, Trace
 from tensorarena.trace.replay import ReplayResult
 
@@ -77,16 +78,6 @@ def system_allocator_library(name: str) -> str:
     raise SystemAllocatorUnavailable(f"{name} is not installed{hint}")
 
 
-def _as_trace(source: Trace | Source | Iterable[Event]) -> Trace:
-    if isinstance(source, Trace):
-        return source
-    if isinstance(source, str) or hasattr(source, "read"):  # a text or a stream
-        from tensorarena.trace.formats import read_trace
-
-        return read_trace(source)  # type: ignore[arg-type]
-    return Trace.from_events(source)  # type: ignore[arg-type]
-
-
 def replay_system(source: Trace | Source | Iterable[Event], name: str, *,
                   timeout: float = _CHILD_TIMEOUT) -> ReplayResult:
     """Replay ``source`` on the system allocator ``name`` in a child process (see above)."""
@@ -97,7 +88,7 @@ def replay_system(source: Trace | Source | Iterable[Event], name: str, *,
             path = str(source)
         else:
             path = os.path.join(folder, "trace.csv")
-            write_csv(_as_trace(source), path)
+            write_csv(read_all(source), path)
         env = dict(os.environ)
         if preload:
             env["LD_PRELOAD"] = library
