@@ -24,9 +24,14 @@ from tensorarena._version import COMPILED_MODULES, build, compiled_modules
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-# The suites the pure build must pass too: the hypothesis state machine over every strategy and
-# the conformance suite every resource is run through.
-PURE_SUITES = ["tests/core/test_strategy_conformance.py", "tests/test_resource_conformance.py"]
+# The suites the pure build must pass too: the hypothesis state machine over every strategy, the
+# arena's record of recent frees (a ring the compiled build indexes natively) and the
+# conformance suite every resource is run through.
+PURE_SUITES = [
+    "tests/core/test_strategy_conformance.py",
+    "tests/core/test_arena_recent_frees.py",
+    "tests/test_resource_conformance.py",
+]
 
 
 def test_the_build_is_all_or_nothing() -> None:

@@ -17,9 +17,8 @@ Three parts, each printed as a table (or one JSON object with ``--json``):
   a synthetic trace of 10^6 events replayed from its file in a child process (target: under
   10 s, reading included), with the child's resident-set growth beside that of a 10^5-event
   file with the same live set (1000 blocks), on best_fit and on VirtualMemory alone: the replay
-  holds only the live set (VirtualMemory alone stays flat); an ``Arena`` keeps a tombstone for
-  every distinct address it has freed (to name double frees), which grows with the addresses
-  used, not with the trace.
+  holds only the live set (VirtualMemory alone stays flat); an ``Arena`` remembers the
+  addresses of its last ``RECENT_FREES`` frees (to name double frees), a bounded record.
 
 Times are wall-clock on whatever machine runs it (noisy on a shared one: repeats and medians);
 the footprints are bookkeeping and exact. This is a benchmark: it asserts nothing.
