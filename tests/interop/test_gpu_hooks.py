@@ -16,6 +16,7 @@ import pytest
 from tensorarena.adaptors import Limiting
 from tensorarena.errors import (
     InvalidArgumentError,
+    InvalidResourceError,
     OutOfMemoryError,
     ShimUnavailableError,
     TensorArenaError,
@@ -111,6 +112,20 @@ def test_cupy_pinned_allocator_and_use_with_cupy_restores() -> None:
     with use_with_cupy(Pool(HostMemory()), pinned=False, cupy=cupy):
         assert cupy.state["pinned"] == "cupy-pinned-pool"
 
+
+
+@pytest.mark.parametrize("resource", [3, "device", HostMemory], ids=repr)
+def test_a_cupy_hook_over_what_is_not_a_resource_is_refused_when_made(resource: object) -> None:
+    # Accepted, and CuPy's first allocation through it raised AttributeError (or called the
+    # unbound HostMemory.allocate); use_with_cupy had already swapped CuPy's allocators.
+    cupy = fake_cupy()
+    before = dict(cupy.state)
+    for hook in (CupyAllocator, CupyPinnedAllocator):
+        with pytest.raises(InvalidResourceError):
+            hook(resource, cupy=cupy)  # type: ignore[arg-type]
+    with pytest.raises(InvalidResourceError), use_with_cupy(resource, cupy=cupy):  # type: ignore[arg-type]
+        pass
+    assert cupy.state == before
 
 # --- Numba --------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from tensorarena._optional import require
 from tensorarena.interop.device_arrays import device_of
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream
+from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream, check_resource
 
 __all__ = ["CupyAllocator", "CupyPinnedAllocator", "use_with_cupy"]
 
@@ -55,7 +55,7 @@ class _Hook:
 
     def __init__(self, resource: MemoryResource | None = None, *, cupy: Any = None) -> None:
         self._cupy = _cupy(cupy)
-        self._resource = resource
+        self._resource = None if resource is None else check_resource(resource, name="resource")
 
     @property
     def resource(self) -> MemoryResource:
