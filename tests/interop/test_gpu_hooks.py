@@ -127,6 +127,7 @@ def test_a_cupy_hook_over_what_is_not_a_resource_is_refused_when_made(resource: 
         pass
     assert cupy.state == before
 
+
 # --- Numba --------------------------------------------------------------------------------------
 
 
@@ -155,6 +156,19 @@ def fake_numba_cuda() -> Any:
         set_memory_manager=installed.append,
         installed=installed,
     )
+
+
+def test_a_numba_factory_that_cannot_make_a_resource_is_refused() -> None:
+    # use_with_numba(3) installed the plugin and Numba's first allocation raised TypeError;
+    # a factory that returned no resource failed with AttributeError in memalloc.
+    numba_cuda = fake_numba_cuda()
+    with pytest.raises(InvalidArgumentError, match="factory must be a callable"):
+        use_with_numba(3, numba_cuda=numba_cuda)  # type: ignore[arg-type]
+    assert numba_cuda.installed == []
+    manager_class = use_with_numba(lambda device: "pool", numba_cuda=numba_cuda)  # type: ignore[arg-type,return-value]
+    manager = manager_class(types.SimpleNamespace(device=types.SimpleNamespace(id=0)))
+    with pytest.raises(InvalidResourceError, match="factory"):
+        manager.memalloc(64)
 
 
 def test_numba_plugin_allocates_per_device_and_frees_through_the_finalizer() -> None:

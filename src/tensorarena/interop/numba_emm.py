@@ -25,8 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorarena._optional import require
-from tensorarena.errors import TensorArenaError
-from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource
+from tensorarena.errors import InvalidArgumentError, TensorArenaError
+from tensorarena.memory.resource import (
+    DEFAULT_ALIGNMENT,
+    MemoryResource,
+    check_resource,
+    resource_stack,
+)
 
 __all__ = ["memory_manager_class", "use_with_numba"]
 
@@ -66,6 +71,10 @@ def memory_manager_class(
     cuda = numba_cuda if numba_cuda is not None else require(
         "numba.cuda", extra="numba", feature="the Numba memory manager plugin"
     )
+    if factory is not None and not callable(factory):
+        raise InvalidArgumentError(
+            f"factory must be a callable device -> resource, not {type(factory).__name__}"
+        )
     make = factory or _default_factory
 
     class TensorArenaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore[misc,name-defined]
@@ -76,7 +85,7 @@ def memory_manager_class(
         def initialize(self) -> None:
             """Bind this context's device to its resource (safe to call again)."""
             if self._resource is None:
-                self._resource = make(self._device_id())
+                self._resource = check_resource(make(self._device_id()), name="factory(device)")
 
         def memalloc(self, size: int) -> Any:
             """``size`` bytes of device memory as a Numba ``MemoryPointer``."""
@@ -96,9 +105,8 @@ def memory_manager_class(
             """The device's free and total bytes (from the resource's ``mem_info()`` where it
             has one, e.g. a pool over CudaMemory; else the runtime's)."""
             self.initialize()
-            upstream = self._resource
-            while upstream is not None and not hasattr(upstream, "mem_info"):
-                upstream = getattr(upstream, "upstream", None)
+            upstream = next((layer for layer in resource_stack(self._resource)
+                             if hasattr(layer, "mem_info")), None)
             if upstream is None:
                 from tensorarena.memory.cuda import cuda_runtime
 
