@@ -64,6 +64,7 @@ from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.options import check_options
+from tensorarena.runtime.reordering import copied, reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
@@ -187,12 +188,12 @@ class PlannedProgram:
         #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
         self.schedule: Any = None
         if reorder:
-            self._gm, self._graph, self.schedule = _reordered(
+            self._gm, self._graph, self.schedule = reordered(
                 gm, problem_of, time_limit, always=reorder == "always",
                 with_outputs=outputs == "arena")
         #: whether the nodes run in :attr:`schedule`'s order
         self.reordered = self._graph is not gm.graph
-        self._gm, self._graph = _copy(self._gm)
+        self._gm, self._graph = copied(self._gm)
         #: matrix products whose broadcast operand is first copied into a planned buffer
         #: (:mod:`~tensorarena.runtime.operands`)
         self.contiguous_operands = tuple(contiguous_operands(self._graph))
@@ -306,7 +307,7 @@ class PlannedProgram:
         )
 
         def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
-            owner = gm if graph is gm.graph else _with_graph(gm, graph)
+            owner = gm if graph is gm.graph else with_graph(gm, graph)
             return problem_from_fx(owner, name=name, bindings=bindings or None)
 
         return cls(gm, problem_of, signature, name=name, reference=options.pop("reference", gm),
@@ -561,68 +562,6 @@ class PlannedProgram:
             f"PlannedProgram({self.name!r}, shapes_cached={len(self._cache)}, "
             f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
         )
-
-
-def _copy(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, torch.fx.Graph]:
-    """A copy of ``gm``'s graph (nodes, names and metadata) in a module sharing its attributes."""
-    import torch.fx
-
-    graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen  # how to (un)flatten inputs and outputs: unchanged
-    output = graph.graph_copy(gm.graph, {})
-    graph.output(output)
-    return _with_graph(gm, graph), graph
-
-
-def _reordered(
-    gm: torch.fx.GraphModule,
-    problem_of: Callable[[torch.fx.Graph, Mapping[Any, int]], GraphProblem],
-    time_limit: float,
-    *,
-    always: bool,
-    with_outputs: bool,
-) -> tuple[torch.fx.GraphModule, torch.fx.Graph, Any]:
-    """``gm`` with its nodes in the order :func:`tensorarena.planning.reorder` picks for the
-    graph's planning problem (at the example shapes), and that schedule; ``gm`` as it is (and
-    the schedule) when that order would not lower the peak of what *this* runtime plans.
-
-    The two objectives differ: reorder counts the graph's outputs, which live to the end of
-    every order, while the arena leaves them out (they are fresh for the caller). An order that
-    frees activations sooner by producing gradients later can lower the one and raise the
-    other (measured: tiny BERT's training step, 312 708 -> 337 536 bytes of arena). With
-    ``with_outputs`` (outputs planned in the arena) the objectives are the same."""
-    from tensorarena.planning.op_graph import op_graph_from_fx, reordered_graph
-    from tensorarena.planning.reorder import reorder
-    from tensorarena.runtime.materialize import BLOCK_ALIGNMENT
-
-    graph = gm.graph
-    sizes = hints(graph)
-    given = problem_of(graph, sizes)
-    ops = op_graph_from_fx(graph, given)
-    schedule = reorder(ops, time_limit=time_limit, plan_time_limit=time_limit,
-                       alignment=BLOCK_ALIGNMENT).schedule
-    new = reordered_graph(graph, schedule.order)
-    new._codegen = graph._codegen  # inputs and outputs (un)flatten as before
-    module = _with_graph(gm, new)
-    bound = functools.partial(_arena_bound, with_outputs=with_outputs)
-    if not always and bound(problem_of(new, sizes)) > bound(given):
-        return gm, graph, schedule
-    return module, new, schedule
-
-
-def _arena_bound(graph: GraphProblem, *, with_outputs: bool) -> int:
-    """The lower bound of the buffers this runtime plans: all but the graph's outputs, unless
-    ``with_outputs``."""
-    outputs = set() if with_outputs else set(graph.outputs)
-    return lower_bound(Problem(b for b in graph.problem.buffers if b.id not in outputs))
-
-
-def _with_graph(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
-    import torch.fx
-
-    module = torch.fx.GraphModule(gm, graph)
-    # Parameters and buffers by identity, so the front end tells parameters from constants.
-    return module
 
 
 _EMPTY = Generated(run=lambda inputs: None, source="", slots={}, failed={})
