@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tensorarena.errors import InvalidArgumentError, InvalidProblemError
+from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import schedules
 from tensorarena.planning.op_graph import OpGraph, check_order
-from tensorarena.planning.reorder import reorder
+from tensorarena.planning.reorder import reorder, reorder_graph
 from tensorarena.planning.validate import validate
 
 
@@ -206,3 +206,32 @@ def test_lifetimes_follow_the_order() -> None:
         users = [pos[v] for v, used in enumerate(graph.uses) if b in used]
         assert start[b] == pos[b]
         assert end[b] == (6 if b in graph.outputs else max([pos[b], *users]) + 1)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"plan_time_limit": "2"}, InvalidArgumentError, "plan_time_limit"),
+        ({"plan_time_limit": -1.0}, InvalidArgumentError, "plan_time_limit"),
+        ({"seed": "x"}, InvalidArgumentError, "seed"),
+        ({"seed": 1.5}, InvalidArgumentError, "seed"),
+        ({"seed": None}, InvalidArgumentError, "seed"),
+        ({"alignment": 3}, InvalidAlignmentError, "alignment"),
+        ({"time_limit": float("nan")}, InvalidArgumentError, "time_limit"),
+    ],
+)
+def test_reorder_refuses_a_bad_option_before_searching(
+    options: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    # A 60-node graph: seed="x" reached the local search's seed + k (TypeError) only here, and
+    # plan_time_limit="2" the plan at the end, after the whole search.
+    graph = random_graph(1, 60)
+    with pytest.raises(error, match=match):
+        reorder(graph, **{"time_limit": 0.2, **options})
+
+
+def test_reorder_graph_refuses_what_is_not_an_op_graph_or_a_bad_seed() -> None:
+    with pytest.raises(InvalidArgumentError, match="OpGraph"):
+        reorder_graph("graph")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="seed"):
+        reorder_graph(random_graph(1, 60), time_limit=0.2, seed="x")  # type: ignore[arg-type]

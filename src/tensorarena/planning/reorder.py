@@ -30,6 +30,7 @@ from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.op_graph import OpGraph, check_order, op_graph_from_fx, reordered_graph
 from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.sizes import check_alignment
 
 if TYPE_CHECKING:
     import torch.fx
@@ -84,6 +85,9 @@ def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0
     """Candidate orders of ``graph`` (method, node indices), lowest peak first; Inductor's
     peaks by heuristic; whether the first is proven optimal; the bound no order can beat.
     Every order is checked."""
+    if not isinstance(graph, OpGraph):
+        raise InvalidArgumentError(f"reorder_graph() takes an OpGraph, got {type(graph).__name__}")
+    _check_seed(seed)
     deadline = time.monotonic() + check_time_limit(time_limit)
     found: list[tuple[str, list[int]]] = [("original", list(range(len(graph))))]
     for name in INDUCTOR_HEURISTICS:
@@ -130,6 +134,12 @@ def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2
     GPT-2 training at its bound in 1.1 s when allowed 5 s, 0.8 % above after 2 s);
     ``alignment`` is every buffer's.
     """
+    # Every option is checked before the graph is read or searched: a bad one raises at once,
+    # not after the whole search has run.
+    check_time_limit(time_limit)
+    check_time_limit(plan_time_limit, name="plan_time_limit")
+    check_alignment(alignment)
+    _check_seed(seed)
     started = time.perf_counter()
     graph_of, rebuild = _adapt(source, alignment)
     searched = time.monotonic()
@@ -165,6 +175,11 @@ def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2
         seconds=time.perf_counter() - started,
     )
     return Reordering(schedule, problem, planned, graph)
+
+
+def _check_seed(seed: object) -> None:
+    if type(seed) is not int:
+        raise InvalidArgumentError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
 
 
 def _adapt(source: Any, alignment: int) -> tuple[OpGraph, Any]:
