@@ -38,7 +38,6 @@ import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena.errors import (
@@ -68,6 +67,12 @@ from tensorarena.runtime.reordering import copied, reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
+from tensorarena.runtime.specialization import (
+    NOT_GENERATED,
+    Specialization,
+    inside_plan,
+    planned_problem,
+)
 from tensorarena.runtime.workspace import Concurrency, Workspace
 
 if TYPE_CHECKING:
@@ -83,21 +88,6 @@ OutputPlacement = Literal["fresh", "arena"]
 
 #: Seconds the exact search may spend on one shape's plan by default.
 DEFAULT_TIME_LIMIT = 2.0
-
-
-@dataclass
-class _Specialization:
-    """Everything built for one input shape."""
-
-    bindings: dict[Any, int]
-    graph: GraphProblem
-    lowering: Lowering
-    plan: Plan
-    planner_note: str
-    generated: Generated
-    generation: int
-    seconds: float
-    arenas: HeldArenas | None = None  # outputs="arena": the blocks the calls' outputs keep
 
 
 class PlannedProgram:
@@ -228,10 +218,10 @@ class PlannedProgram:
             self._max_bindings = self._binder.bind_shapes(max_shapes)
             self._binder.limit({s: v for s, v in self._max_bindings.items()
                                 if s not in self._growing})
-        self._max: _Specialization | None = None
-        self._cache: OrderedDict[tuple[int, ...], _Specialization] = OrderedDict()
+        self._max: Specialization | None = None
+        self._cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
         self._demoted: dict[str, str] = {}
-        self._last: _Specialization | None = None
+        self._last: Specialization | None = None
         self._bindings: Mapping[Any, int] = {}
         self._values = _result_values(self._graph)
         self._elsewhere = off_device(self._values, self.device)
@@ -336,7 +326,7 @@ class PlannedProgram:
                 self._relower(current)
         return outputs
 
-    def _specialization(self, bindings: dict[Any, int]) -> _Specialization:
+    def _specialization(self, bindings: dict[Any, int]) -> Specialization:
         key = tuple(bindings[s] for s in self._key_symbols)
         current = self._cache.get(key)
         if current is None:
@@ -355,35 +345,33 @@ class PlannedProgram:
     # Building one shape
     # ------------------------------------------------------------------------------------------
 
-    def _build(self, bindings: dict[Any, int]) -> _Specialization:
+    def _build(self, bindings: dict[Any, int]) -> Specialization:
         start = time.perf_counter()
         graph = self._problem_of(bindings)
         lowering = self._classify(graph)
-        planned = Problem(
-            (b for b in graph.problem.buffers if b.id not in lowering.dynamic), name=graph.name
-        )
+        planned = planned_problem(graph, lowering)
         plan, note = self._plan_for(planned, bindings)
         if self.outputs == "arena":
-            current = _Specialization(bindings, graph, lowering, plan, note, _EMPTY,
+            current = Specialization(bindings, graph, lowering, plan, note, NOT_GENERATED,
                                       self.workspace.generation, 0.0)
             current.arenas = self._held_arenas(current)
         else:
             self.workspace.reserve(plan.height)
-            current = _Specialization(
+            current = Specialization(
                 bindings, graph, lowering, plan, note,
                 self._generate(graph, lowering, plan, poison=self._poison),
                 self.workspace.generation, 0.0)
         current.seconds = time.perf_counter() - start
         return current
 
-    def _held_arenas(self, current: _Specialization) -> HeldArenas:
+    def _held_arenas(self, current: Specialization) -> HeldArenas:
         def make_code(memory: torch.Tensor) -> Generated:
             return self._generate(current.graph, current.lowering, current.plan,
                                   poison=self._poison, memory=memory)
 
         return HeldArenas(make_code, current.plan.height, self.workspace.resource, self.device)
 
-    def _call_memory(self, current: _Specialization) -> torch.Tensor:
+    def _call_memory(self, current: Specialization) -> torch.Tensor:
         """The arena for a one-off call (verify, traced, recorded): the workspace's block, or
         with ``outputs="arena"`` a block of its own that its outputs keep."""
         if current.arenas is None:
@@ -415,27 +403,17 @@ class PlannedProgram:
         if self._max is None:
             assert self._max_bindings is not None
             self._max = self._build_max(self._max_bindings)
-        maximum = self._max.plan
-        offsets = maximum.as_dict()
-        sizes = {b.id: b.nbytes for b in maximum.problem.buffers}
-        if any(b.id not in sizes or b.nbytes > sizes[b.id] for b in planned.buffers):
-            return None  # a buffer grew where the dimensions shrank: plan this shape anew
-        # Same lifetimes, no larger sizes, same offsets: no two buffers can overlap. The
-        # arena keeps the maximum plan's height, so any shape up to the maximum fits.
-        return Plan(planned, tuple(offsets[b.id] for b in planned.buffers),
-                    planner=maximum.planner, optimal=False)
+        return inside_plan(self._max.plan, planned)
 
-    def _build_max(self, bindings: dict[Any, int]) -> _Specialization:
+    def _build_max(self, bindings: dict[Any, int]) -> Specialization:
         graph = self._problem_of(bindings)
         lowering = self._classify(graph)
-        planned = Problem(
-            (b for b in graph.problem.buffers if b.id not in lowering.dynamic), name=graph.name
-        )
+        planned = planned_problem(graph, lowering)
         self.plans_made += 1
         plan = make_plan(planned, self._planner, time_limit=self._time_limit)
         self.workspace.reserve(plan.height)
-        return _Specialization(bindings, graph, lowering, plan, "maximum shapes",
-                               _EMPTY, self.workspace.generation, 0.0)
+        return Specialization(bindings, graph, lowering, plan, "maximum shapes",
+                               NOT_GENERATED, self.workspace.generation, 0.0)
 
     def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
                   poison: bool, memory: torch.Tensor | None = None) -> Generated:
@@ -443,7 +421,7 @@ class PlannedProgram:
                         self.workspace.memory if memory is None else memory, poison=poison,
                         pool_tensor=self._pool_tensor)
 
-    def _regenerate(self, current: _Specialization) -> None:
+    def _regenerate(self, current: Specialization) -> None:
         """New slots over a new block (the workspace grew, or nodes were demoted): same plan,
         new code. Held arenas start over: blocks the caller holds die with its tensors."""
         if current.arenas is not None:
@@ -453,7 +431,7 @@ class PlannedProgram:
                                                poison=self._poison)
         current.generation = self.workspace.generation
 
-    def _relower(self, current: _Specialization) -> None:
+    def _relower(self, current: Specialization) -> None:
         """Nodes whose out variant failed take the copy path from now on."""
         for node, reason in current.generated.failed.items():
             self._demoted[node] = reason
@@ -564,9 +542,6 @@ class PlannedProgram:
         )
 
 
-_EMPTY = Generated(run=lambda inputs: None, source="", slots={}, failed={})
-
-
 def _layout(tensor: torch.Tensor) -> tuple[Any, ...]:
     return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
 
@@ -590,7 +565,7 @@ def _result_values(graph: torch.fx.Graph) -> dict[str, Any]:
     return values
 
 
-def _report(name: str, current: _Specialization, binder: ShapeBinder) -> ExecutionReport:
+def _report(name: str, current: Specialization, binder: ShapeBinder) -> ExecutionReport:
     graph, lowering, plan = current.graph, current.lowering, current.plan
     sizes = {b.id: b.nbytes for b in graph.problem.buffers}
     shapes = {binder.labels.get(s, str(s)): v for s, v in current.bindings.items()}

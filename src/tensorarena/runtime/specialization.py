@@ -1,0 +1,59 @@
+"""What a :class:`~tensorarena.runtime.PlannedProgram` builds for one input shape.
+
+A :class:`Specialization` holds one shape's planning problem, the path of every node, the plan of
+the buffers that live in the arena (:func:`planned_problem`) and the code generated over the
+arena's block. The program caches one per shape (least recently used first out); with
+``max_shapes`` a smaller shape reuses the plan made for the maximum sizes (:func:`inside_plan`)
+instead of planning anew.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tensorarena.planning.graph_problem import GraphProblem
+from tensorarena.planning.problem import Plan, Problem
+from tensorarena.runtime.held_arenas import HeldArenas
+from tensorarena.runtime.lowering import Generated, Lowering
+
+__all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem"]
+
+
+@dataclass
+class Specialization:
+    """Everything built for one input shape."""
+
+    bindings: dict[Any, int]
+    graph: GraphProblem
+    lowering: Lowering
+    plan: Plan
+    planner_note: str
+    generated: Generated
+    generation: int  # the workspace's generation the code was generated for
+    seconds: float
+    arenas: HeldArenas | None = None  # outputs="arena": the blocks the calls' outputs keep
+
+
+#: The code of a specialization that has none of its own (outputs="arena": each held arena has
+#: its code; the maximum shapes' plan, which never runs).
+NOT_GENERATED = Generated(run=lambda inputs: None, source="", slots={}, failed={})
+
+
+def planned_problem(graph: GraphProblem, lowering: Lowering) -> Problem:
+    """The buffers of ``graph`` that live in the arena: all but those ``lowering`` left out."""
+    return Problem(
+        (b for b in graph.problem.buffers if b.id not in lowering.dynamic), name=graph.name
+    )
+
+
+def inside_plan(maximum: Plan, planned: Problem) -> Plan | None:
+    """``maximum``'s offsets for ``planned`` if every buffer of it fits in its slot there."""
+    offsets = maximum.as_dict()
+    sizes = {b.id: b.nbytes for b in maximum.problem.buffers}
+    if any(b.id not in sizes or b.nbytes > sizes[b.id] for b in planned.buffers):
+        return None  # a buffer grew where the dimensions shrank: plan this shape anew
+    # Same lifetimes, no larger sizes, same offsets: no two buffers can overlap. The
+    # arena keeps the maximum plan's height, so any shape up to the maximum fits.
+    return Plan(planned, tuple(offsets[b.id] for b in planned.buffers),
+                planner=maximum.planner, optimal=False)
