@@ -235,3 +235,34 @@ def test_reorder_graph_refuses_what_is_not_an_op_graph_or_a_bad_seed() -> None:
         reorder_graph("graph")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="seed"):
         reorder_graph(random_graph(1, 60), time_limit=0.2, seed="x")  # type: ignore[arg-type]
+
+
+def _two_nodes(**fields: Any) -> OpGraph:
+    given: dict[str, Any] = {
+        "names": ("a", "b"), "preds": ((), (0,)), "produces": ((0,), (1,)), "uses": ((), (0,)),
+        "buffer_ids": ("x", "y"), "sizes": (16, 16), "outputs": frozenset({1}),
+    }
+    return OpGraph(**{**given, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"produces": ((0,), (-1,))}, "node 'b' produces -1"),  # read as buffer 1 from the end
+        ({"produces": ((0,), (7,))}, "node 'b' produces 7"),  # IndexError
+        ({"uses": ((), (7,))}, "node 'b' uses 7"),  # IndexError
+        ({"uses": ((), ("x",))}, "node 'b' uses 'x'"),
+        ({"preds": ((), ("a",))}, "node 'b' depends on 'a'"),  # TypeError
+        ({"outputs": frozenset({9})}, "output 9"),
+        ({"sizes": (-16, 16)}, "buffer 'x': size"),
+        ({"sizes": ("16", 16)}, "buffer 'x': size"),
+        ({"names": ("a", "a")}, "node name 'a'"),
+        ({"buffer_ids": ("x", "x")}, "buffer name 'x'"),
+    ],
+)
+def test_an_op_graph_refuses_indices_that_are_not_nodes_or_buffers(
+    fields: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(InvalidProblemError, match=match):
+        _two_nodes(**fields)
+    assert _two_nodes().peak([0, 1]) == 32

@@ -56,6 +56,7 @@ class OpGraph:
             raise InvalidProblemError("an OpGraph needs preds, produces and uses for every node")
         if len(self.sizes) != m:
             raise InvalidProblemError("an OpGraph needs one size per buffer")
+        _check_fields(self)
         _check_acyclic(self.names, self.preds)
         producer = np.full(m, -1, np.int64)
         for v, made in enumerate(self.produces):
@@ -130,6 +131,38 @@ class OpGraph:
         return int(self.profile(order).max(initial=0))
 
 
+def _is_index(value: object, limit: int) -> bool:
+    return type(value) in (int, np.int64) and 0 <= value < limit  # type: ignore[operator]
+
+
+def _check_fields(graph: OpGraph) -> None:
+    """Refuse names that repeat, sizes that are not byte counts, and buffer indices that are not
+    buffers (a negative one would silently index from the end of the NumPy arrays)."""
+    m = len(graph.buffer_ids)
+    for kind, names in (("node", graph.names), ("buffer", graph.buffer_ids)):
+        seen: set[object] = set()
+        for name in names:
+            if not isinstance(name, str) or name in seen:
+                raise InvalidProblemError(f"{kind} name {name!r} is not a str used once")
+            seen.add(name)
+    for b, size in enumerate(graph.sizes):
+        if type(size) is not int or size < 0:
+            raise InvalidProblemError(
+                f"buffer {graph.buffer_ids[b]!r}: size must be a non-negative int, got {size!r}"
+            )
+    for role, lists in (("produces", graph.produces), ("uses", graph.uses)):
+        for v, buffers in enumerate(lists):
+            bad = next((b for b in buffers if not _is_index(b, m)), None)
+            if bad is not None:
+                raise InvalidProblemError(
+                    f"node {graph.names[v]!r} {role} {bad!r}: not a buffer index (0 to {m - 1})",
+                    column=graph.names[v],
+                )
+    bad = next((b for b in graph.outputs if not _is_index(b, m)), None)
+    if bad is not None:
+        raise InvalidProblemError(f"output {bad!r} is not a buffer index (0 to {m - 1})")
+
+
 def _check_acyclic(names: Sequence[str], preds: Sequence[Sequence[int]]) -> None:
     """Refuse dependencies with a cycle (Kahn's algorithm), naming a node on it."""
     n = len(names)
@@ -137,7 +170,7 @@ def _check_acyclic(names: Sequence[str], preds: Sequence[Sequence[int]]) -> None
     succ: list[list[int]] = [[] for _ in range(n)]
     for v, ps in enumerate(preds):
         for p in ps:
-            if not 0 <= p < n or p == v:
+            if not _is_index(p, n) or p == v:
                 raise InvalidProblemError(f"node {names[v]!r} depends on {p!r}: not another node")
             succ[p].append(v)
     ready = [v for v in range(n) if waiting[v] == 0]
