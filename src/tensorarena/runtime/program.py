@@ -48,7 +48,7 @@ from tensorarena.errors import (
 from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
-from tensorarena.planning.problem import Plan, Problem, lower_bound
+from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.inplace import hints, rewrite_inplace
@@ -64,7 +64,7 @@ from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.options import check_options
 from tensorarena.runtime.reordering import copied, reordered, with_graph
-from tensorarena.runtime.report import ExecutionReport
+from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
 from tensorarena.runtime.specialization import (
@@ -455,7 +455,7 @@ class PlannedProgram:
         """How the most recent call ran: paths per node, planned and dynamic bytes, the plan."""
         if self._last is None:
             raise InvalidArgumentError("the program has not run yet: call it once first")
-        return _report(self.name, self._last, self._binder)
+        return execution_report(self.name, self._last, self._binder)
 
     def verify(self, *args: Any, **kwargs: Any) -> Any:
         """Run once with every slot poisoned at the end of its buffer's lifetime (and the whole
@@ -563,24 +563,3 @@ def _result_values(graph: torch.fx.Graph) -> dict[str, Any]:
                 if _is_tensor_like(v):
                     values[name] = v
     return values
-
-
-def _report(name: str, current: Specialization, binder: ShapeBinder) -> ExecutionReport:
-    graph, lowering, plan = current.graph, current.lowering, current.plan
-    sizes = {b.id: b.nbytes for b in graph.problem.buffers}
-    shapes = {binder.labels.get(s, str(s)): v for s, v in current.bindings.items()}
-    return ExecutionReport(
-        name=name,
-        nodes=tuple(lowering.paths.values()),
-        dynamic=dict(lowering.dynamic),
-        buffers=len(plan.problem),
-        lower_bound=lower_bound(plan.problem),
-        planned_bytes=plan.height,
-        naive_bytes=sum(b.nbytes for b in plan.problem.buffers),
-        dynamic_bytes=sum(sizes.get(b, 0) for b in lowering.dynamic),
-        graph_lower_bound=graph.lower_bound(),
-        planner=plan.planner + (f" ({current.planner_note})" if current.planner_note else ""),
-        optimal=plan.optimal,
-        shapes=shapes,
-        seconds=current.seconds,
-    )

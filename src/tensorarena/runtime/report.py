@@ -1,15 +1,22 @@
-"""What a planned program did with each node and each byte: :class:`ExecutionReport`."""
+"""What a planned program did with each node and each byte: :class:`ExecutionReport`, which
+:func:`execution_report` builds from one shape's
+:class:`~tensorarena.runtime.specialization.Specialization`."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tensorarena.planning.problem import lower_bound
 from tensorarena.runtime.lowering import PATHS, NodePath
 from tensorarena.sizes import format_size
 
-__all__ = ["ExecutionReport"]
+if TYPE_CHECKING:
+    from tensorarena.runtime.shapes import ShapeBinder
+    from tensorarena.runtime.specialization import Specialization
+
+__all__ = ["ExecutionReport", "execution_report"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +100,25 @@ class ExecutionReport:
                 why = "; ".join(f"{n} {reason}" for reason, n in self.reasons[path].items())
                 lines.append(f"  {path:<8}{count:>5}  {why}")
         return "\n".join(lines)
+
+
+def execution_report(name: str, current: Specialization, binder: ShapeBinder) -> ExecutionReport:
+    """The report of one shape of the program ``name``, its size symbols named by ``binder``."""
+    graph, lowering, plan = current.graph, current.lowering, current.plan
+    sizes = {b.id: b.nbytes for b in graph.problem.buffers}
+    shapes = {binder.labels.get(s, str(s)): v for s, v in current.bindings.items()}
+    return ExecutionReport(
+        name=name,
+        nodes=tuple(lowering.paths.values()),
+        dynamic=dict(lowering.dynamic),
+        buffers=len(plan.problem),
+        lower_bound=lower_bound(plan.problem),
+        planned_bytes=plan.height,
+        naive_bytes=sum(b.nbytes for b in plan.problem.buffers),
+        dynamic_bytes=sum(sizes.get(b, 0) for b in lowering.dynamic),
+        graph_lower_bound=graph.lower_bound(),
+        planner=plan.planner + (f" ({current.planner_note})" if current.planner_note else ""),
+        optimal=plan.optimal,
+        shapes=shapes,
+        seconds=current.seconds,
+    )
