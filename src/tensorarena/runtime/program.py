@@ -73,6 +73,7 @@ from tensorarena.runtime.specialization import (
     inside_plan,
     planned_problem,
 )
+from tensorarena.runtime.verification import verify_call
 from tensorarena.runtime.workspace import Concurrency, Workspace
 
 if TYPE_CHECKING:
@@ -462,34 +463,7 @@ class PlannedProgram:
         arena before the first node) and compare the outputs with the unplanned graph's
         (``torch.testing.assert_close``); also check that no op moved or reshaped a slot.
         Returns the planned outputs; raises :class:`PlanVerificationError`."""
-        torch = _torch()
-        if self._reference is None:
-            raise InvalidArgumentError("this program has no reference to compare with")
-        # Both runs draw the same random numbers (dropout masks): same state before each.
-        rng = torch.random.get_rng_state()
-        with self._no_grad():
-            expected = self._reference(*args, **kwargs)
-        torch.random.set_rng_state(rng)
-        inputs = self._signature.flatten(args, kwargs)
-        with self.workspace.use(), self._no_grad():
-            bindings = self._binder.bind(inputs)
-            current = self._specialization(bindings)
-            self._bindings = bindings
-            checked = self._generate(current.graph, current.lowering, current.plan, poison=True,
-                                     memory=self._call_memory(current))
-            layouts = {k: _layout(t) for k, t in checked.slots.items()}
-            flat = checked.run(inputs)
-            moved = [k for k, t in checked.slots.items() if _layout(t) != layouts[k]]
-        got = self._signature.unflatten(flat, inputs)
-        if moved:
-            raise PlanVerificationError(f"ops changed the layout of the slots of {moved}")
-        try:
-            torch.testing.assert_close(got, expected, equal_nan=False)
-        except AssertionError as exc:
-            raise PlanVerificationError(
-                f"outputs differ from the unplanned graph's with dead buffers poisoned: {exc}"
-            ) from None
-        return got
+        return verify_call(self, args, kwargs)
 
     def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
         """Run once with every node annotated and return the result and what torch's allocator
@@ -540,10 +514,6 @@ class PlannedProgram:
             f"PlannedProgram({self.name!r}, shapes_cached={len(self._cache)}, "
             f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
         )
-
-
-def _layout(tensor: torch.Tensor) -> tuple[Any, ...]:
-    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
 
 
 def _result_values(graph: torch.fx.Graph) -> dict[str, Any]:

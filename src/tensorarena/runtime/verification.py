@@ -1,0 +1,60 @@
+"""Checking a plan by running it: :func:`verify_call`, behind :meth:`PlannedProgram.verify`.
+
+The call runs code generated with ``poison=True``: the whole arena is overwritten before the first
+node and every slot at the end of its buffer's lifetime, so a lifetime computed too short (a
+buffer read after the plan let another take its bytes) shows as outputs that differ from the
+unplanned graph's, instead of passing by luck because the stale bytes were still there. It also
+checks that no op moved or reshaped a slot (the data pointer, shape, strides and offset of every
+slot are the same after the call as before).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.errors import InvalidArgumentError, PlanVerificationError
+from tensorarena.runtime.materialize import _torch
+
+if TYPE_CHECKING:
+    import torch
+
+    from tensorarena.runtime.program import PlannedProgram
+
+__all__ = ["verify_call"]
+
+
+def verify_call(program: PlannedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``program(*args, **kwargs)`` poisoned and compare with its reference (module
+    docstring); return the planned outputs or raise :class:`PlanVerificationError`."""
+    torch = _torch()
+    if program._reference is None:
+        raise InvalidArgumentError("this program has no reference to compare with")
+    # Both runs draw the same random numbers (dropout masks): same state before each.
+    rng = torch.random.get_rng_state()
+    with program._no_grad():
+        expected = program._reference(*args, **kwargs)
+    torch.random.set_rng_state(rng)
+    inputs = program._signature.flatten(args, kwargs)
+    with program.workspace.use(), program._no_grad():
+        bindings = program._binder.bind(inputs)
+        current = program._specialization(bindings)
+        program._bindings = bindings
+        checked = program._generate(current.graph, current.lowering, current.plan,
+                                    poison=True, memory=program._call_memory(current))
+        layouts = {k: _layout(t) for k, t in checked.slots.items()}
+        flat = checked.run(inputs)
+        moved = [k for k, t in checked.slots.items() if _layout(t) != layouts[k]]
+    got = program._signature.unflatten(flat, inputs)
+    if moved:
+        raise PlanVerificationError(f"ops changed the layout of the slots of {moved}")
+    try:
+        torch.testing.assert_close(got, expected, equal_nan=False)
+    except AssertionError as exc:
+        raise PlanVerificationError(
+            f"outputs differ from the unplanned graph's with dead buffers poisoned: {exc}"
+        ) from None
+    return got
+
+
+def _layout(tensor: torch.Tensor) -> tuple[Any, ...]:
+    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
