@@ -12,6 +12,7 @@ import pytest
 
 from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import schedules
+from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.op_graph import OpGraph, check_order
 from tensorarena.planning.reorder import reorder, reorder_graph
 from tensorarena.planning.validate import validate
@@ -107,7 +108,7 @@ def test_a_cycle_or_a_broken_order_is_refused() -> None:
     graph = random_graph(1, 5)
     with pytest.raises(InvalidArgumentError, match="depends on"):
         check_order(graph, [4, 3, 2, 1, 0])
-    with pytest.raises(InvalidArgumentError, match="not a node"):
+    with pytest.raises(InvalidArgumentError, match="node 'n0' runs twice"):
         check_order(graph, [0, 0, 1, 2, 3])
     with pytest.raises(InvalidArgumentError, match="OpGraph"):
         reorder("graph")  # type: ignore[arg-type]
@@ -266,3 +267,31 @@ def test_an_op_graph_refuses_indices_that_are_not_nodes_or_buffers(
     with pytest.raises(InvalidProblemError, match=match):
         _two_nodes(**fields)
     assert _two_nodes().peak([0, 1]) == 32
+
+
+@pytest.mark.parametrize(
+    ("order", "match"),
+    [
+        ([0, 1, 2], "node 'n3' never runs"),
+        ([0, 1, 2, 3, 4, 5, 6, 99], "step 7 is 99, not a node"),
+        ([0, 1, 2, 3, 4, 5, 6, -1], "step 7 is -1, not a node"),
+        ([True, 1, 2, 3, 4, 5, 6, 7], "step 0 is True"),
+        (["n0"] * 8, "step 0 is 'n0'"),
+        (None, "order must be a sequence"),  # TypeError
+        ("n0", "order must be a sequence"),
+    ],
+)
+def test_check_order_names_what_is_wrong(order: Any, match: str) -> None:
+    graph = random_graph(0, 8)
+    with pytest.raises(InvalidArgumentError, match=match):
+        check_order(graph, order)
+    with pytest.raises(InvalidArgumentError, match=match):
+        CutBound(graph).bound(order)  # a ValueError from NumPy's profile, or a wrong bound
+    check_order(graph, np.arange(8, dtype=np.int32))  # NumPy's ints are indices too
+
+
+def test_check_order_and_cut_bound_refuse_what_is_not_an_op_graph() -> None:
+    with pytest.raises(InvalidArgumentError, match="OpGraph"):
+        check_order("graph", [0])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="OpGraph"):
+        CutBound("graph")  # type: ignore[arg-type]

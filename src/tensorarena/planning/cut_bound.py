@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.planning.op_graph import OpGraph
+from tensorarena.planning.op_graph import OpGraph, check_order
 from tensorarena.planning.schedules import _successors, _topological
 
 __all__ = ["CutBound"]
@@ -39,6 +39,8 @@ class CutBound:
     """Minimum-cut lower bounds on the live bytes while each node of ``graph`` runs."""
 
     def __init__(self, graph: OpGraph) -> None:
+        if not isinstance(graph, OpGraph):
+            raise InvalidArgumentError(f"CutBound takes an OpGraph, got {type(graph).__name__}")
         self.graph = graph
         n = len(graph)
         order = _topological(graph)
@@ -115,6 +117,7 @@ class CutBound:
         bytes in ``order`` (any valid order), which bound their :meth:`at` from above, until
         those fall to the bound so far; at the deadline the bound found so far is returned,
         still a lower bound, as incomplete."""
+        check_order(self.graph, order)
         if time.monotonic() > deadline:
             return floor, False
         profile = self.graph.profile(order)

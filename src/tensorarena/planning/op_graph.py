@@ -132,7 +132,9 @@ class OpGraph:
 
 
 def _is_index(value: object, limit: int) -> bool:
-    return type(value) in (int, np.int64) and 0 <= value < limit  # type: ignore[operator]
+    """An int (Python's or NumPy's, never a bool) in ``[0, limit)``."""
+    return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            and 0 <= int(value) < limit)
 
 
 def _check_fields(graph: OpGraph) -> None:
@@ -189,21 +191,35 @@ def _check_acyclic(names: Sequence[str], preds: Sequence[Sequence[int]]) -> None
 
 
 def check_order(graph: OpGraph, order: Sequence[int]) -> None:
-    """Refuse an order that is not a permutation of the nodes or breaks a dependency."""
+    """Refuse an order that is not a permutation of the nodes or breaks a dependency
+    (:class:`InvalidArgumentError` naming the node)."""
+    if not isinstance(graph, OpGraph):
+        raise InvalidArgumentError(f"check_order() takes an OpGraph, got {type(graph).__name__}")
+    if isinstance(order, (str, bytes)) or not isinstance(order, (Sequence, np.ndarray)):
+        raise InvalidArgumentError(
+            f"order must be a sequence of node indices, got {type(order).__name__}"
+        )
     n = len(graph)
-    seen = np.zeros(n, np.bool_)
+    ran_at = np.full(n, -1, np.int64)
     for step, v in enumerate(order):
-        if type(v) not in (int, np.int64) or not 0 <= v < n or seen[v]:
-            raise InvalidArgumentError(f"order: step {step} is {v!r}, not a node not yet run")
+        if not _is_index(v, n):
+            raise InvalidArgumentError(f"order: step {step} is {v!r}, not a node (0 to {n - 1})")
+        if ran_at[v] >= 0:
+            raise InvalidArgumentError(
+                f"order: node {graph.names[v]!r} runs twice (steps {ran_at[v]} and {step})"
+            )
         for p in graph.preds[v]:
-            if not seen[p]:
+            if ran_at[p] < 0:
                 raise InvalidArgumentError(
                     f"order: node {graph.names[v]!r} runs before {graph.names[p]!r}, which it "
                     "depends on"
                 )
-        seen[v] = True
+        ran_at[v] = step
     if len(order) != n:
-        raise InvalidArgumentError(f"order: {len(order)} steps for {n} nodes")
+        never = graph.names[int(np.flatnonzero(ran_at < 0)[0])]
+        raise InvalidArgumentError(
+            f"order: node {never!r} never runs ({len(order)} steps for {n} nodes)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
