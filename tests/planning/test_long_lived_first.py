@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import heuristics, planners
 from tensorarena.planning import long_lived_first as llf
 from tensorarena.planning.exact import ExactResult, solve_exact
@@ -134,3 +135,15 @@ def test_auto_reports_the_stage_in_its_progress() -> None:
     assert stages[0] == "heuristics" and stages[-1] == "done"
     assert ("long_lived_first", 8) in seen
     assert result.height == 8
+
+
+def test_an_initial_plan_of_another_problem_or_not_a_plan_is_refused() -> None:
+    problem = stack()
+    other = Problem([Buffer("z", 0, 1, 8)])
+    # 8 bytes high, below any plan of the stack: it was returned as the stack's plan.
+    with pytest.raises(InvalidArgumentError, match="initial must be a Plan of this problem"):
+        long_lived_first(problem, initial=plan(other))
+    with pytest.raises(InvalidArgumentError, match="initial must be a Plan"):
+        long_lived_first(problem, initial="plan")  # type: ignore[arg-type]  # AttributeError
+    same = Problem(list(problem.buffers), name=problem.name)  # equal, not the same object
+    validate(problem, long_lived_first(problem, initial=plan(same)))

@@ -31,6 +31,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning._options import check_capacity, check_gap, check_time_limit
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.heuristics import _Arrays, place
@@ -76,6 +77,12 @@ def long_lived_first(problem: Problem, *, alignment: int | None = None, gap: flo
     before a placement that would not end within ``time_limit`` seconds.
     """
     arrays = _Arrays(problem, alignment)
+    if initial is not None and (not isinstance(initial, Plan) or (
+            initial.problem is not problem and initial.problem != problem)):
+        raise InvalidArgumentError(
+            f"initial must be a Plan of this problem, got {type(initial).__name__}"
+            + (f" of problem {initial.problem.name!r}" if isinstance(initial, Plan) else "")
+        )
     gap = check_gap(gap)
     stop = check_capacity(target, name="target")
     limit = check_time_limit(time_limit)
