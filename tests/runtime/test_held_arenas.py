@@ -127,3 +127,21 @@ def test_a_training_steps_gradients_reuse_the_bytes_of_its_activations() -> None
     # One arena for activations and gradients, smaller than activations + gradients apart.
     gradient_bytes = sum(g.untyped_storage().nbytes() for g in grads.values())
     assert report.planned_bytes < fresh.program.report().planned_bytes + gradient_bytes
+
+
+def test_a_call_never_overwrites_an_output_whose_storage_object_alone_is_kept() -> None:
+    # torch keeps one UntypedStorage object per storage and it holds one use of the storage
+    # however many names refer to it: the use count alone would call this block free.
+    memory = CountingMemory()
+    program, _ = program_over(memory)
+    x1, x2 = torch.randn(2, 4, 8)
+    first = program(x1)[0]
+    storage = first.untyped_storage()
+    kept = first.clone()
+    del first
+    gc.collect()
+    program(x2)
+    program(x2)
+    again = torch.empty(0).set_(storage, 0, kept.shape, kept.stride())
+    torch.testing.assert_close(again, kept)
+    assert memory.allocations == 2  # the held block was never taken

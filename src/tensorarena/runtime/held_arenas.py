@@ -9,10 +9,13 @@ takes a block that no caller's tensor holds, making one (with its code) when all
 loop that keeps one step's outputs while running the next alternates between two blocks.
 
 Whether a block is held is read from its storage's use count (how many tensors share the
-storage). The count of this runtime's own tensors over a block (the block and the slots of the
-code generated over it) is taken once, when both are made and before any output exists, and
-nothing else is generated over these blocks afterwards, so it never changes: a larger count is
-a tensor of the caller's (an output, a view or slice of one, its numpy array, its storage).
+storage) plus the Python references to its storage object: torch keeps one ``UntypedStorage``
+object per storage, which holds one use however many names refer to it, so a caller keeping
+only ``output.untyped_storage()`` shows in the second number alone. The count of this runtime's
+own references to a block (the block and the slots of the code generated over it) is taken once,
+when both are made and before any output exists, and nothing else is generated over these blocks
+afterwards, so it never changes: a larger count is a reference of the caller's (an output, a view
+or slice of one, its numpy array, its storage).
 Outputs are handed over as new views (``aten.alias``), never the slot tensors themselves, so
 that each one counts. A block is never taken while the count says held: live memory is never
 aliased. Idle blocks beyond the one a call takes go back to their resource at that call.
@@ -20,6 +23,7 @@ aliased. Idle blocks beyond the one a call takes go back to their resource at th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,9 +40,11 @@ __all__ = ["HeldArenas", "storage_uses"]
 
 
 def storage_uses(memory: torch.Tensor) -> int:
-    """How many references the storage under ``memory`` has now (tensors and storages)."""
+    """How many references the storage under ``memory`` has now: its use count (tensors, and the
+    storage object) plus the Python references to its storage object (module docstring)."""
     torch = _torch()
-    return int(torch._C._storage_Use_Count(memory.untyped_storage()._cdata))
+    storage = memory.untyped_storage()
+    return int(torch._C._storage_Use_Count(storage._cdata)) + sys.getrefcount(storage)
 
 
 @dataclass
