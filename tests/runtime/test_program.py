@@ -122,6 +122,14 @@ def test_verify_passes_a_correct_plan() -> None:
     program.verify(x)
 
 
+def test_verify_refuses_inputs_the_program_refuses_before_running_the_reference() -> None:
+    program, _, x = block_program()
+    with pytest.raises(ShapeNotCoveredError, match="has dtype torch"):
+        program.verify(x.double())  # the reference alone would fail on mixed dtypes
+    with pytest.raises(tensorarena.InvalidArgumentError, match="structured as"):
+        program.verify()  # the reference alone would raise torch's ValueError
+
+
 def test_poisoning_catches_a_lifetime_computed_too_short() -> None:
     program, _, x = block_program(unplaceable="copy")
     honest = program._problem_of

@@ -29,14 +29,16 @@ def verify_call(program: PlannedProgram, args: tuple[Any, ...], kwargs: dict[str
     torch = _torch()
     if program._reference is None:
         raise InvalidArgumentError("this program has no reference to compare with")
+    # Inputs the program refuses are refused before the reference sees them, with the
+    # program's own error rather than whatever the reference's ops raise.
+    inputs = program._signature.flatten(args, kwargs)
+    bindings = program._binder.bind(inputs)
     # Both runs draw the same random numbers (dropout masks): same state before each.
     rng = torch.random.get_rng_state()
     with program._no_grad():
         expected = program._reference(*args, **kwargs)
     torch.random.set_rng_state(rng)
-    inputs = program._signature.flatten(args, kwargs)
     with program.workspace.use(), program._no_grad():
-        bindings = program._binder.bind(inputs)
         current = program._specialization(bindings)
         program._bindings = bindings
         checked = program._generate(current.graph, current.lowering, current.plan,
