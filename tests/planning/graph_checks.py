@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tensorarena.planning import GraphProblem, naive, validate
+from tensorarena.planning.op_graph import OpGraph
 
 
 def check_consistent(gp: GraphProblem) -> None:
@@ -18,3 +19,36 @@ def check_consistent(gp: GraphProblem) -> None:
     for out in gp.outputs:
         assert next(b for b in gp.problem.buffers if b.id == out).end == gp.steps
     validate(gp.problem, naive(gp.problem))
+
+
+def forced_live_bound(graph: OpGraph) -> int:
+    """No order of ``graph`` peaks lower: while a node runs, every buffer made by one of its
+    ancestors (or itself) and used by one of its descendants (or itself, or a graph output) is
+    necessarily live. The largest such total over all nodes, by bitsets of ancestors and
+    descendants: a weaker bound than :class:`~tensorarena.planning.cut_bound.CutBound`'s, and
+    written without it, so the tests compare the two."""
+    n = len(graph)
+    order = graph.topological_order
+    ancestors = [0] * n
+    for v in order:
+        mask = 1 << v
+        for p in graph.preds[v]:
+            mask |= ancestors[p]
+        ancestors[v] = mask
+    descendants = [0] * n
+    for v in reversed(order):
+        mask = 1 << v
+        for s in graph.successors[v]:
+            mask |= descendants[s]
+        descendants[v] = mask
+    producers = graph.producer.tolist()
+    users = [sum(1 << u for u in set(us)) for us in graph.users]
+    best = 0
+    for x in range(n):
+        above, below = ancestors[x], descendants[x]
+        total = 0
+        for b, size in enumerate(graph.sizes):
+            if above >> producers[b] & 1 and (b in graph.outputs or users[b] & below):
+                total += size
+        best = max(best, total)
+    return best

@@ -7,6 +7,7 @@ import itertools
 import random
 
 import pytest
+from graph_checks import forced_live_bound
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import schedules
@@ -78,7 +79,7 @@ def test_the_bound_at_each_node_is_the_fewest_bytes_any_order_has_live_there(see
     bound, complete = cuts.bound(schedules.bfs(graph))
     assert complete
     assert bound == max(cuts.at(x) for x in range(len(graph))) <= optimum
-    assert bound >= schedules.peak_lower_bound(graph)
+    assert bound >= forced_live_bound(graph)
 
 
 def gelu_like() -> OpGraph:
@@ -99,7 +100,7 @@ def test_the_cut_bound_proves_an_optimum_that_forced_buffers_miss() -> None:
     graph = gelu_like()
     optimum = min(max(live.values())
                   for live in (live_at_each_node(graph, o) for o in all_orders(graph)))
-    assert schedules.peak_lower_bound(graph) < optimum
+    assert forced_live_bound(graph) < optimum
     assert CutBound(graph).bound(list(range(len(graph))))[0] == optimum
     schedule = reorder(graph, time_limit=1.0, plan_time_limit=0.5).schedule
     assert schedule.bound == schedule.lower_bound == optimum

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graph_checks import forced_live_bound
 
 from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import schedules
@@ -71,7 +72,7 @@ def test_every_heuristic_gives_a_valid_order_and_the_exact_one_the_lowest(seed: 
     assert exact is not None
     check_order(graph, exact)
     assert graph.peak(exact) == optimum
-    assert schedules.peak_lower_bound(graph) <= optimum
+    assert forced_live_bound(graph) <= optimum
     improved = schedules.improve(graph, schedules.bfs(graph), deadline=float("inf"), seed=seed)
     check_order(graph, improved)
     assert optimum <= graph.peak(improved) <= graph.peak(schedules.bfs(graph))
@@ -295,3 +296,10 @@ def test_check_order_and_cut_bound_refuse_what_is_not_an_op_graph() -> None:
         check_order("graph", [0])  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="OpGraph"):
         CutBound("graph")  # type: ignore[arg-type]
+
+
+def test_successors_and_the_topological_order_follow_the_dependencies() -> None:
+    graph = random_graph(5, 30)
+    check_order(graph, graph.topological_order)
+    for v, after in enumerate(graph.successors):
+        assert sorted(after) == [s for s in range(len(graph)) if v in graph.preds[s]]

@@ -1,7 +1,7 @@
 """A lower bound on the peak of every order of a graph, by minimum cuts: how far reordering can go.
 
-:func:`~tensorarena.planning.schedules.peak_lower_bound` counts, while a node ``x`` runs, only
-the buffers that *must* be live then (made by an ancestor, used by a descendant). It misses what
+Counting, while a node ``x`` runs, only the buffers that *must* be live then (made by an
+ancestor, used by a descendant; the tests keep that bound as a reference) misses what
 is live in every order without any single buffer being forced: in a GPT-2 training graph the
 forward computes ``3 * x**2`` for GELU's backward, so at the loss either ``x``, ``x**2`` or
 ``3 * x**2`` is live, whichever order runs them, yet none of the three is forced. Here the bound
@@ -30,7 +30,6 @@ from collections.abc import Iterable, Sequence
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.op_graph import OpGraph, check_order
-from tensorarena.planning.schedules import _successors, _topological
 
 __all__ = ["CutBound"]
 
@@ -43,8 +42,8 @@ class CutBound:
             raise InvalidArgumentError(f"CutBound takes an OpGraph, got {type(graph).__name__}")
         self.graph = graph
         n = len(graph)
-        order = _topological(graph)
-        succ = _successors(graph)
+        order = graph.topological_order
+        succ = graph.successors
         self._ancestors = [0] * n  # bitsets, each node included
         for v in order:
             mask = 1 << v

@@ -57,7 +57,9 @@ class OpGraph:
         if len(self.sizes) != m:
             raise InvalidProblemError("an OpGraph needs one size per buffer")
         _check_fields(self)
-        _check_acyclic(self.names, self.preds)
+        successors, topological = _check_acyclic(self.names, self.preds)
+        object.__setattr__(self, "_successors", successors)
+        object.__setattr__(self, "_topological", topological)
         producer = np.full(m, -1, np.int64)
         for v, made in enumerate(self.produces):
             for b in made:
@@ -96,6 +98,16 @@ class OpGraph:
     def producer(self) -> IntArray:
         """The node that creates each buffer."""
         return self._producer  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def successors(self) -> tuple[tuple[int, ...], ...]:
+        """The nodes that depend on each node (the inverse of :attr:`preds`)."""
+        return self._successors  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def topological_order(self) -> tuple[int, ...]:
+        """One valid order (Kahn's, the one the acyclicity check found)."""
+        return self._topological  # type: ignore[attr-defined, no-any-return]
 
     @property
     def users(self) -> tuple[tuple[int, ...], ...]:
@@ -165,8 +177,10 @@ def _check_fields(graph: OpGraph) -> None:
         raise InvalidProblemError(f"output {bad!r} is not a buffer index (0 to {m - 1})")
 
 
-def _check_acyclic(names: Sequence[str], preds: Sequence[Sequence[int]]) -> None:
-    """Refuse dependencies with a cycle (Kahn's algorithm), naming a node on it."""
+def _check_acyclic(names: Sequence[str], preds: Sequence[Sequence[int]]
+                   ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """Refuse dependencies with a cycle (Kahn's algorithm), naming a node on it; else every
+    node's successors and the order Kahn's algorithm ran the nodes in."""
     n = len(names)
     waiting = [len(p) for p in preds]
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -176,18 +190,19 @@ def _check_acyclic(names: Sequence[str], preds: Sequence[Sequence[int]]) -> None
                 raise InvalidProblemError(f"node {names[v]!r} depends on {p!r}: not another node")
             succ[p].append(v)
     ready = [v for v in range(n) if waiting[v] == 0]
-    done = 0
+    order: list[int] = []
     while ready:
         v = ready.pop()
-        done += 1
+        order.append(v)
         for s in succ[v]:
             waiting[s] -= 1
             if waiting[s] == 0:
                 ready.append(s)
-    if done < n:
+    if len(order) < n:
         stuck = next(v for v in range(n) if waiting[v] > 0)
         raise InvalidProblemError(f"the graph has a cycle: node {names[stuck]!r} can never run",
                                   column=names[stuck])
+    return tuple(tuple(s) for s in succ), tuple(order)
 
 
 def check_order(graph: OpGraph, order: Sequence[int]) -> None:

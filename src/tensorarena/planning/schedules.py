@@ -32,15 +32,7 @@ import numpy as np
 
 from tensorarena.planning.op_graph import OpGraph
 
-__all__ = ["bfs", "dfs", "exact", "exact_window", "improve", "lpmf", "peak_lower_bound"]
-
-
-def _successors(graph: OpGraph) -> list[list[int]]:
-    succ: list[list[int]] = [[] for _ in graph.names]
-    for v, preds in enumerate(graph.preds):
-        for p in preds:
-            succ[p].append(v)
-    return succ
+__all__ = ["bfs", "dfs", "exact", "exact_window", "improve", "lpmf"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,7 +42,7 @@ def _successors(graph: OpGraph) -> list[list[int]]:
 
 def lpmf(graph: OpGraph) -> list[int]:
     """Least peak memory first: key (max(live + allocated, peak so far), allocated - freed)."""
-    succ = _successors(graph)
+    succ = graph.successors
     sizes = graph.sizes
     waiting = [len(p) for p in graph.preds]
     # Users not yet run of each buffer; when one is left, running it frees the buffer.
@@ -87,7 +79,7 @@ def lpmf(graph: OpGraph) -> list[int]:
 
 def bfs(graph: OpGraph) -> list[int]:
     """The ready node whose predecessors ran earliest first (sorted predecessor positions)."""
-    succ = _successors(graph)
+    succ = graph.successors
     waiting = [len(p) for p in graph.preds]
     pos: dict[int, int] = {}
     heap: list[tuple[tuple[int, ...], int]] = [((), v) for v, w in enumerate(waiting) if w == 0]
@@ -156,7 +148,7 @@ def improve(graph: OpGraph, order: Sequence[int], *, deadline: float,
     better, or until the peak is down to ``target`` (a lower bound: nothing can do better).
     """
     rng = random.Random(seed)
-    succ = _successors(graph)
+    succ = graph.successors
     current = list(order)
     score = _score(graph, current)
     best, best_score = current, score
@@ -178,7 +170,7 @@ def improve(graph: OpGraph, order: Sequence[int], *, deadline: float,
     return best
 
 
-def _descend(graph: OpGraph, succ: list[list[int]], current: list[int],
+def _descend(graph: OpGraph, succ: Sequence[Sequence[int]], current: list[int],
              score: tuple[int, int, int], rng: random.Random,
              deadline: float) -> tuple[list[int], tuple[int, int, int]]:
     while time.monotonic() < deadline:
@@ -298,7 +290,7 @@ def _closure(start: int, links: Sequence[Sequence[int]], keep: np.ndarray) -> li
     return list(found)
 
 
-def _moves(graph: OpGraph, succ: list[list[int]], order: list[int],
+def _moves(graph: OpGraph, succ: Sequence[Sequence[int]], order: list[int],
            rng: random.Random, *, high: bool = False) -> list[list[int]]:
     """Orders one move away that might lower the first peak step ``t``.
 
@@ -346,7 +338,7 @@ def _moves(graph: OpGraph, succ: list[list[int]], order: list[int],
     return moves
 
 
-def _latest(rest: list[int], kept: list[int], succ: list[list[int]]) -> list[int]:
+def _latest(rest: list[int], kept: list[int], succ: Sequence[Sequence[int]]) -> list[int]:
     """``kept`` inserted into ``rest`` as late as its successors allow."""
     members = set(kept)
     where = {w: k for k, w in enumerate(rest)}
@@ -361,55 +353,6 @@ def _earliest(rest: list[int], kept: list[int], preds: Sequence[Sequence[int]]) 
     return max((where[p] + 1 for w in kept for p in preds[w] if p not in members), default=0)
 
 
-def peak_lower_bound(graph: OpGraph) -> int:
-    """No order of ``graph`` peaks lower: while a node runs, every buffer made by one of its
-    ancestors (or itself) and used by one of its descendants (or itself, or a graph output) is
-    necessarily live. The largest such total over all nodes, by bitsets of ancestors and
-    descendants (a training graph's turn from forward to backward is where it bites)."""
-    n = len(graph)
-    order = _topological(graph)
-    ancestors = [0] * n
-    for v in order:
-        mask = 1 << v
-        for p in graph.preds[v]:
-            mask |= ancestors[p]
-        ancestors[v] = mask
-    succ = _successors(graph)
-    descendants = [0] * n
-    for v in reversed(order):
-        mask = 1 << v
-        for s in succ[v]:
-            mask |= descendants[s]
-        descendants[v] = mask
-    producers = graph.producer.tolist()
-    users = [sum(1 << u for u in set(us)) for us in graph.users]
-    outputs = graph.outputs
-    best = 0
-    for x in range(n):
-        above, below = ancestors[x], descendants[x]
-        total = 0
-        for b, size in enumerate(graph.sizes):
-            if above >> producers[b] & 1 and (b in outputs or users[b] & below):
-                total += size
-        best = max(best, total)
-    return best
-
-
-def _topological(graph: OpGraph) -> list[int]:
-    succ = _successors(graph)
-    waiting = [len(p) for p in graph.preds]
-    ready = [v for v in range(len(graph)) if waiting[v] == 0]
-    order: list[int] = []
-    while ready:
-        v = ready.pop()
-        order.append(v)
-        for s in succ[v]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                ready.append(s)
-    return order
-
-
 # ---------------------------------------------------------------------------------------------
 # Exact, for small graphs
 # ---------------------------------------------------------------------------------------------
@@ -420,7 +363,7 @@ def exact(graph: OpGraph, *, max_states: int = 200_000,
     """An order with the lowest possible peak, or None if the search would pass ``max_states``
     sets of run nodes (or the deadline): the whole graph as one window of
     :func:`exact_window` (the search recurses once per node: small graphs only)."""
-    return exact_window(graph, _topological(graph), 0, len(graph), max_states=max_states,
+    return exact_window(graph, list(graph.topological_order), 0, len(graph), max_states=max_states,
                         deadline=deadline)
 
 
