@@ -5,7 +5,12 @@ in topological order (the order of ``graph.node`` when it is already topological
 requires; otherwise a stable topological sort). Graph inputs, initializers, the outputs of
 ``Constant`` nodes and whatever shape arithmetic folds to a constant are not planned: their bytes
 are part of the model (runtimes fold constants into initializers) and are reported with their
-sizes. Initializers are reported as parameters: ONNX does not tell weights from other constants.
+sizes. So are the outputs of deterministic nodes whose inputs are all constants (a ``Transpose``
+of a tied embedding for the LM head, as the dynamo exporter writes GPT-2's): ONNX Runtime's
+constant folding makes them initializers when the session loads, never arena tensors. As there,
+an initializer that is also a graph input (IR < 4) can be overridden at run time, so it and what
+is computed from it are not constant. Initializers are reported as parameters: ONNX does not
+tell weights from other constants.
 Graph outputs live to the end. An output nothing reads (an optional output such as a training
 ``Dropout``'s mask) lives for its node's step only, and one whose size cannot be known is left
 out: nobody needs its bytes.
@@ -36,7 +41,12 @@ from typing import TYPE_CHECKING, Any
 from tensorarena._optional import require
 from tensorarena.errors import InvalidProblemError
 from tensorarena.planning.graph_problem import GraphProblem, Liveness
-from tensorarena.planning.onnx_shapes import FOLDED, infer_concrete_shapes, run_for_shapes
+from tensorarena.planning.onnx_shapes import (
+    FOLDED,
+    UNFOLDABLE,
+    infer_concrete_shapes,
+    run_for_shapes,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -179,6 +189,15 @@ def _pin_inputs(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]
 _SHAPE_ONLY_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
+def _folds(node: Any, constants: set[str]) -> bool:
+    """True if a runtime folds ``node`` into initializers: a deterministic standard op, no
+    subgraph, every input it names a constant."""
+    names = [name for name in node.input if name]
+    return (bool(names) and all(name in constants for name in names)
+            and node.op_type not in UNFOLDABLE
+            and not any(attr.g.ByteSize() or attr.graphs for attr in node.attribute))
+
+
 def _walk(
     graph: onnx.GraphProto, *, alias_reshapes: bool, alignment: int, name: str,
     measured: dict[str, int],
@@ -187,6 +206,8 @@ def _walk(
     for value in (*graph.input, *graph.value_info, *graph.output):
         types[value.name] = value.type
     live = Liveness()
+    overridable = {value.name for value in graph.input}
+    constants = {init.name for init in graph.initializer if init.name not in overridable}
     for init in graph.initializer:
         nbytes = _packed(_product(init.dims), _bits(init.data_type, init.name))
         live.external(init.name, nbytes, "constant" if init.doc_string == FOLDED else "parameter")
@@ -222,11 +243,15 @@ def _walk(
                                           column=out) from None
             standard = node.domain in ("", "ai.onnx")
             shape_only = alias_reshapes and standard and node.op_type in _SHAPE_ONLY_OPS
+            folds = standard and _folds(node, constants)
             if shape_only and node.input and node.input[0] in live:
                 live.alias(out, node.input[0], step)
+                if folds:
+                    constants.add(out)
                 continue
-            if standard and node.op_type == "Constant":
+            if standard and (node.op_type == "Constant" or folds):
                 live.external(out, nbytes, "constant")
+                constants.add(out)
             else:
                 live.produce(out, step, nbytes)
     live.output((out.name for out in graph.output if out.name in live), steps)

@@ -30,7 +30,7 @@ from typing import Any
 
 from tensorarena.errors import InvalidProblemError
 
-__all__ = ["FOLDED", "FOLD_LIMIT", "infer_concrete_shapes", "run_for_shapes"]
+__all__ = ["FOLDED", "FOLD_LIMIT", "UNFOLDABLE", "infer_concrete_shapes", "run_for_shapes"]
 
 #: The ``doc_string`` of an initializer that folding made (a constant, not a weight).
 FOLDED = "tensorarena: folded constant"
@@ -39,8 +39,8 @@ FOLDED = "tensorarena: folded constant"
 FOLD_LIMIT = 4096
 # Rounds of inference and folding before giving up (each folds at least one node).
 _MAX_ROUNDS = 32
-# Ops never folded: their output is not a function of their inputs.
-_UNFOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
+#: Ops never folded: their output is not a function of their inputs.
+UNFOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
                          "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
 
 
@@ -150,7 +150,7 @@ def _fold(onnx: Any, model: Any) -> bool:
     outputs = {v.name for v in graph.output}
     folded: list[tuple[Any, list[Any]]] = []
     for node in graph.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type in _UNFOLDABLE:
+        if node.domain not in ("", "ai.onnx") or node.op_type in UNFOLDABLE:
             continue
         if node.op_type == "Constant" or any(o in outputs for o in node.output):
             continue
