@@ -29,6 +29,7 @@ import io
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -43,6 +44,7 @@ from tensorarena.planning import planners
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.models import ARCHITECTURES, Size, build_model
 from tensorarena.planning.onnx_frontend import problem_from_onnx
+from tensorarena.planning.torch_frontend import trace_training
 from tensorarena.planning.validate import validate
 
 EXPORTERS: tuple[str, ...] = ("dynamo", "legacy")
@@ -54,7 +56,7 @@ class PlanRow:
     """One ONNX graph planned by ``auto`` at one time limit."""
 
     model: str  #: architecture or zoo file name
-    source: str  #: "dynamo", "legacy" or "zoo"
+    source: str  #: "dynamo", "legacy", "dynamo-train", "legacy-train" or "zoo"
     buffers: int  #: planned buffers
     lower_bound: int  #: peak of live bytes, in bytes
     height: int  #: the plan's arena size, in bytes
@@ -97,31 +99,53 @@ def plan_graph(problem: GraphProblem, model: str, source: str,
 
 
 def export_architecture(name: str, exporter: str, folder: Path, *, size: Size = "base",
-                        batch: int | None = None) -> Path:
-    """Export one architecture (eval mode, its example inputs) to ``folder/<name>.onnx``.
+                        batch: int | None = None, training: bool = False) -> Path:
+    """Export one architecture with its example inputs to ``folder/<name>-<size>-<how>.onnx``.
 
-    Raises whatever the exporter raises when it cannot export the model.
+    Inference: the model in eval mode. ``training``: one training step (forward, loss and the
+    gradient of every parameter, train mode) as :func:`trace_training` traces it, whose
+    parameters become graph inputs and gradients graph outputs. Raises whatever the exporter
+    raises when it cannot export the model.
     """
     import torch
 
     model, (args, kwargs) = build_model(name, size=size, batch=batch)
-    model.eval()
     names = list(kwargs)
+    inputs: tuple[Any, ...] = (*args, *kwargs.values())
+    if training:
+        model.train()
+        step = trace_training(model, args, kwargs)
+        params = list(dict(model.named_parameters()).values())
+        buffers = list(dict(model.named_buffers()).values())
+        counts = (len(params), len(buffers), len(args))
+        inputs = (*params, *buffers, *inputs)
+
+        def call(*flat: Any) -> Any:  # the traced step takes (params, buffers, args, kwargs)
+            p, b, a = counts
+            rest = flat[p + b:]
+            return step(list(flat[:p]), list(flat[p:p + b]), tuple(rest[:a]),
+                        dict(zip(names, rest[a:], strict=True)))
+    else:
+        model.eval()
+
+        def call(*flat: Any) -> Any:
+            split = len(flat) - len(names)
+            return model(*flat[:split], **dict(zip(names, flat[split:], strict=True)))
 
     class Positional(torch.nn.Module):
-        """The model with its keyword inputs passed by position: the legacy exporter binds a
-        trailing dict of inputs to the wrong parameters (BERT: 'multiple values for use_cache')."""
+        """The model with every input passed by position: the legacy exporter binds a trailing
+        dict of inputs to the wrong parameters (BERT: 'multiple values for use_cache'), and the
+        traced step's nested (params, buffers, args, kwargs) is no exporter's input format."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.model = model
+            self.model = model if not training else step
 
-        def forward(self, *inputs: Any) -> Any:
-            split = len(inputs) - len(names)
-            return self.model(*inputs[:split], **dict(zip(names, inputs[split:], strict=True)))
+        def forward(self, *flat: Any) -> Any:
+            return call(*flat)
 
-    path = folder / f"{name}-{size}-{exporter}.onnx"
-    inputs = (*args, *kwargs.values())
+    how = f"{exporter}-train" if training else exporter
+    path = folder / f"{name}-{size}-{how}.onnx"
     # The exporters report progress on stdout, the legacy one its whole graph on stderr (from
     # C++) when it fails, and both warn about deprecations and torchvision.
     with _quiet(), warnings.catch_warnings():
@@ -163,11 +187,14 @@ def zoo_models() -> list[Path]:
 def _cases(args: argparse.Namespace, folder: Path
            ) -> Iterator[tuple[str, str, Callable[[], Path]]]:
     only = {n.strip() for n in args.only.split(",") if n.strip()}
-    for name in ARCHITECTURES:
-        for exporter in args.exporter.split(","):
-            if not only or name in only:
-                yield name, exporter, partial(export_architecture, name, exporter, folder,
-                                              size=args.size)
+    modes = (False, True) if args.training else (False,)
+    for training in modes:
+        for name in ARCHITECTURES:
+            for exporter in args.exporter.split(","):
+                if not only or name in only:
+                    yield (name, f"{exporter}-train" if training else exporter,
+                           partial(export_architecture, name, exporter, folder, size=args.size,
+                                   training=training))
     if not args.no_zoo:
         for path in zoo_models():
             if not only or path.stem in only:
@@ -175,7 +202,8 @@ def _cases(args: argparse.Namespace, folder: Path
 
 
 def _reason(exc: BaseException) -> str:
-    text = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # the exporter colours its messages
+    text = [line.strip() for line in plain.splitlines() if line.strip()]
     reason = f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
     cause = exc.__cause__
     return reason if cause is None else f"{reason} (caused by {_reason(cause)})"
@@ -204,13 +232,13 @@ def run(args: argparse.Namespace) -> tuple[list[PlanRow], list[Skipped]]:
     return rows, skipped
 
 
-_HEADER = (f"{'model':<18} {'source':<7} {'buffers':>7} {'LB MiB':>9} {'limit':>5} "
+_HEADER = (f"{'model':<18} {'source':<12} {'buffers':>7} {'LB MiB':>9} {'limit':>5} "
            f"{'height/LB':>10} {'s':>6} {'valid s':>7}  stage")
 
 
 def _line(row: PlanRow) -> str:
     flag = "" if row.ratio <= TARGET_RATIO else "  > +1 %"
-    return (f"{row.model:<18} {row.source:<7} {row.buffers:>7} {row.lower_bound / 2**20:>9.2f} "
+    return (f"{row.model:<18} {row.source:<12} {row.buffers:>7} {row.lower_bound / 2**20:>9.2f} "
             f"{row.time_limit:>5.0f} {row.ratio:>10.4f} {row.seconds:>6.2f} "
             f"{row.validate_seconds:>7.2f}  {row.planner}{' (optimal)' if row.optimal else ''}"
             f"{flag}")
@@ -222,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--exporter", default=",".join(EXPORTERS))
     parser.add_argument("--size", default="base", choices=("tiny", "base"))
+    parser.add_argument("--training", action="store_true",
+                        help="also export and plan each architecture's training step")
     parser.add_argument("--no-zoo", action="store_true", help="leave out onnx's light zoo")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(argv)

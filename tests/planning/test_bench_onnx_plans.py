@@ -47,17 +47,23 @@ def test_an_exported_tiny_model_is_planned_validated_and_within_the_bound(
         assert row.planner.startswith("auto:")
 
 
-def test_json_accounts_for_every_exporter_planned_or_skipped_with_why(
+@pytest.mark.slow  # two dynamo exports, ~10 s
+def test_json_accounts_for_every_export_planned_or_skipped_with_why(
     onnx_plans: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # GPT-2 exports with the dynamo exporter; the legacy one has no aten::diff (transformers'
-    # masks) in torch 2.13: either way each case is a row or a skip with its reason.
-    argv = ["--size", "tiny", "--only", "gpt2", "--no-zoo", "--time-limit", "1", "--json"]
+    # GPT-2 exports with the dynamo exporter, its training step too; the legacy one has no
+    # aten::diff (transformers' masks) in torch 2.13: each case is a row or a skip with why.
+    argv = ["--size", "tiny", "--only", "gpt2", "--no-zoo", "--time-limit", "1", "--training",
+            "--json"]
     assert onnx_plans.main(argv) == 0
     document = json.loads(capsys.readouterr().out)
-    planned = {(r["model"], r["source"]) for r in document["rows"]}
+    rows = {(r["model"], r["source"]): r for r in document["rows"]}
     skipped = {(s["model"], s["source"]) for s in document["skipped"]}
-    assert planned | skipped == {("gpt2", "dynamo"), ("gpt2", "legacy")}
-    assert ("gpt2", "dynamo") in planned and not planned & skipped
-    assert all(s["reason"] for s in document["skipped"])
-    assert all(r["ratio"] >= 1.0 and r["buffers"] > 0 for r in document["rows"])
+    assert set(rows) | skipped == {("gpt2", s) for s in
+                                   ("dynamo", "legacy", "dynamo-train", "legacy-train")}
+    assert not set(rows) & skipped and all(s["reason"] for s in document["skipped"])
+    infer, train = rows["gpt2", "dynamo"], rows["gpt2", "dynamo-train"]
+    # The step adds the backward pass and the gradients: more buffers, a higher peak.
+    assert train["buffers"] > infer["buffers"] > 0
+    assert train["lower_bound"] > infer["lower_bound"]
+    assert all(r["ratio"] >= 1.0 for r in rows.values())
