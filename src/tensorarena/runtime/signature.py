@@ -10,7 +10,8 @@ Three conventions, one small class each:
   ``aot_autograd`` graphs); a graph with a pytree code generator is (un)flattened by its specs.
 - :class:`StateSignature` — a flat graph whose leading placeholders are a module's parameters and
   buffers, read from the module at every call (a training step traced by
-  :func:`~tensorarena.planning.trace_training`).
+  :func:`~tensorarena.planning.trace_training`), so one replaced since is the one used, and
+  checked like an input.
 
 Each also names its checked placeholders (``input_ids``, ``input0``) for error messages.
 """
@@ -161,20 +162,25 @@ class FlatSignature(Signature):
 
 class StateSignature(Signature):
     """``parameters + buffers + flattened (args, kwargs)``, the first two read from ``module``
-    at each call (so an optimizer's in-place updates are seen)."""
+    at each call (so an optimizer's in-place updates and replaced parameters are seen)."""
 
     def __init__(self, module: torch.nn.Module, gm: torch.fx.GraphModule,
                  example: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
         from torch.utils import _pytree as pytree
 
         self._module = module
-        self._params = [p for _, p in module.named_parameters()]
-        self._buffers = [b for _, b in module.named_buffers()]
+        self._state = self._state_names()
         flat, self._in_spec = pytree.tree_flatten(example)
         info = getattr(gm.graph._codegen, "pytree_info", None)
         self._out_spec = getattr(info, "out_spec", None)
-        fixed = len(self._params) + len(self._buffers)
-        self.checked = [(fixed + i, f"input{i}") for i in range(len(flat))]
+        # Parameters and buffers are checked like inputs: one replaced by a tensor of another
+        # shape or dtype (model.half(), a new head) is refused naming it.
+        self.checked = [*enumerate(self._state),
+                        *((len(self._state) + i, f"input{i}") for i in range(len(flat)))]
+
+    def _state_names(self) -> list[str]:
+        return [*(name for name, _ in self._module.named_parameters()),
+                *(name for name, _ in self._module.named_buffers())]
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         from torch.utils import _pytree as pytree
@@ -184,7 +190,15 @@ class StateSignature(Signature):
             raise InvalidArgumentError(
                 f"the step was traced for inputs structured as {self._in_spec}, got {spec}"
             )
-        return [*self._params, *self._buffers, *flat]
+        state = [*(p for _, p in self._module.named_parameters()),
+                 *(b for _, b in self._module.named_buffers())]
+        if len(state) != len(self._state):
+            raise InvalidArgumentError(
+                f"the module has {len(state)} parameters and buffers now, the step was traced "
+                f"with {len(self._state)} ({self._state_names()} now, {self._state} then): "
+                "make a new TrainingStep"
+            )
+        return [*state, *flat]
 
     def unflatten(self, outputs: Any, inputs: list[Any]) -> Any:
         from torch.utils import _pytree as pytree
