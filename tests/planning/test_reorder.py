@@ -303,3 +303,20 @@ def test_successors_and_the_topological_order_follow_the_dependencies() -> None:
     check_order(graph, graph.topological_order)
     for v, after in enumerate(graph.successors):
         assert sorted(after) == [s for s in range(len(graph)) if v in graph.preds[s]]
+
+
+def test_an_unlimited_search_over_orders_still_bounds_each_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tensorarena.planning import planners
+
+    limits: list[float] = []
+    real_plan = planners.plan
+
+    def recording_plan(*args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs["time_limit"])
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(planners, "plan", recording_plan)
+    reorder(random_graph(0, 30), time_limit=float("inf"), plan_time_limit=0.5)
+    assert limits and all(limit == 0.5 for limit in limits)  # was inf: plans without end

@@ -19,6 +19,7 @@ which runs as the original does (the runtime's planned executor takes it like an
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -145,7 +146,10 @@ def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2
     searched = time.monotonic()
     candidates, baselines, proven, bound = reorder_graph(graph_of, time_limit=time_limit,
                                                          seed=seed)
-    spare = max(0.0, time_limit - (time.monotonic() - searched)) / _PLANNED
+    # What the search left unused, shared by the plans; none when unlimited: time_limit=inf
+    # asks for an unbounded search over orders, not for plans that may never stop.
+    unused = time_limit - (time.monotonic() - searched)
+    spare = max(0.0, unused) / _PLANNED if math.isfinite(unused) else 0.0
     original = graph_of.peak(list(range(len(graph_of))))
     ceiling = min(original, *baselines.values())
     from tensorarena.planning.planners import plan
