@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from tensorarena.errors import InvalidArgumentError, InvalidResourceError
+from tensorarena.memory.resource import check_resource
 from tensorarena.memory_kind import MemoryKind, memory_kind_of
 from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
     from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["BLOCK_ALIGNMENT", "CPU", "common_device", "device_block", "graph_device",
+__all__ = ["BLOCK_ALIGNMENT", "CPU", "check_arena", "common_device", "device_block", "graph_device",
            "off_device"]
 
 CPU = "cpu"
@@ -90,6 +91,16 @@ def _index(device: str) -> int:
     if kind != "cuda" or not index.isdigit():
         raise InvalidArgumentError(f"an arena lives on 'cpu' or 'cuda:N', not {device!r}")
     return int(index)
+
+
+def check_arena(resource: object, device: str) -> None:
+    """Raise now what :func:`device_block` would raise at the first block for ``resource`` and
+    ``device``: a device that is not ``"cpu"`` or ``"cuda:N"``, a resource of the wrong kind."""
+    if device != CPU:
+        _index(device)
+    if resource is not None:
+        check_resource(resource, name="resource")
+        _check_resource(resource, device)
 
 
 def _check_resource(resource: object, device: str) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tensorarena.errors import ConcurrentUseError, InvalidArgumentError
-from tensorarena.runtime.device import CPU
+from tensorarena.runtime.device import CPU, check_arena
 from tensorarena.runtime.materialize import block
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class Workspace:
             raise InvalidArgumentError(
                 f"concurrency must be 'serialize' or 'refuse', got {concurrency!r}"
             )
+        check_arena(resource, device)  # here, not at the first call that needs the block
         self.resource = resource
         #: where the block lives: ``"cpu"`` or ``"cuda:N"`` (:mod:`~tensorarena.runtime.device`)
         self.device = device
