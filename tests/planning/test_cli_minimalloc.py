@@ -167,3 +167,16 @@ def test_validate_reads_the_solution_from_stdin(capsys: pytest.CaptureFixture[st
     monkeypatch.setattr(sys, "stdin", io.StringIO(_solution(tmp_path, GOOD).read_text()))
     assert cli_main.main(["validate", str(TOY), "-"]) == 0
     assert capsys.readouterr().out.startswith("valid")
+
+
+@pytest.mark.parametrize("garbage", ["garbage\x00\xff\n", "", "id,lower,upper,size\na,0,x,8\n"])
+def test_garbage_on_stdin_is_one_error_line_that_names_stdin_once(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, garbage: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(garbage))
+    assert cli_main.main(["plan", "-", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    # It read "tensorarena plan: error: -: line 1: <stdin>: ...".
+    assert line.startswith("tensorarena plan: error: ") and "error: -:" not in line
+    assert line.count("<stdin>") == 1

@@ -273,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_problem(source if source == "-" else Path(source), input_shapes=shapes)
     except TensorArenaError as exc:
         message = str(exc)
-        return _fail(message if source in message else f"{source}: {message}")
+        shown = "<stdin>" if source == "-" else source  # as csv_io names stdin
+        return _fail(message if shown in message else f"{shown}: {message}")
     problem = loaded.problem if isinstance(loaded, GraphProblem) else loaded
 
     start = time.perf_counter()
