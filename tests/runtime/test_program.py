@@ -204,6 +204,14 @@ def test_programs_sharing_a_workspace_share_one_block() -> None:
     assert a.workspace is b.workspace and workspace.statistics().grows == 1
 
 
+def test_a_workspace_option_must_be_a_workspace_and_comes_without_a_resource() -> None:
+    with pytest.raises(tensorarena.InvalidArgumentError, match="must be a Workspace, got str"):
+        block_program(workspace="shared")
+    with pytest.raises(tensorarena.InvalidArgumentError, match="not both"):
+        # the resource would be silently ignored: the workspace has one
+        block_program(workspace=Workspace(), resource=CountingMemory())
+
+
 # A custom op with a functional form and an out variant that refuses every call.
 _lib = torch.library.Library("tensorarena_test", "DEF")
 _lib.define("twice(Tensor x) -> Tensor")

@@ -99,7 +99,8 @@ class PlannedProgram:
     ``resource``
         where the arena's block comes from (default: tensorarena's default resource; for a
         graph on ``cuda:N``, that device's pool ``device_pool(N)``: the arena lives on the
-        graph's device, :attr:`device`, see :mod:`~tensorarena.runtime.device`);
+        graph's device, :attr:`device`, see :mod:`~tensorarena.runtime.device`; not with
+        ``workspace``, whose resource it is);
     ``workspace``
         a :class:`Workspace` to share with other programs that never run at the same time
         (default: one of its own over ``resource``);
@@ -197,6 +198,15 @@ class PlannedProgram:
         self._reference = reference
         #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
         self.device = graph_device(self._graph)
+        if workspace is not None and not isinstance(workspace, Workspace):
+            raise InvalidArgumentError(
+                f"workspace must be a Workspace, got {type(workspace).__name__}"
+            )
+        if workspace is not None and resource is not None:
+            raise InvalidArgumentError(
+                "give resource or workspace, not both: a program given a workspace takes its "
+                "memory from the workspace's resource (Workspace(resource))"
+            )
         if workspace is not None and workspace.device != self.device:
             raise InvalidArgumentError(
                 f"the graph runs on {self.device} but the workspace given is on "
