@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from graph_checks import check_consistent
 
@@ -14,7 +15,11 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from tensorarena.errors import InvalidProblemError  # noqa: E402
+from tensorarena.errors import (  # noqa: E402
+    InvalidAlignmentError,
+    InvalidArgumentError,
+    InvalidProblemError,
+)
 from tensorarena.planning.onnx_frontend import problem_from_onnx  # noqa: E402
 
 pytestmark = pytest.mark.onnx
@@ -93,12 +98,30 @@ def test_symbolic_dimension_names_the_tensor_and_input_shapes_pins_it() -> None:
         ({"nope": (2, 4)}, "not a graph input"),
         ({"x": (2, 4, 1)}, "rank 2"),
         ({"x": (2, -4)}, "non-negative"),
+        ({"x": 8}, "sequence of non-negative ints"),  # TypeError: not iterable
+        ({"x": None}, "sequence of non-negative ints"),
+        ({"x": "2,4"}, "sequence of non-negative ints"),  # was read as ['2', ',', '4']
+        ({"x": (True, 4)}, "non-negative ints"),
     ],
 )
-def test_bad_input_shapes_are_rejected(shapes: dict[str, tuple[int, ...]], match: str) -> None:
+def test_bad_input_shapes_are_rejected(shapes: dict[str, Any], match: str) -> None:
     model = small_graph(batch="batch")
     with pytest.raises(InvalidProblemError, match=match):
         problem_from_onnx(model, input_shapes=shapes)
+
+
+def test_bad_options_are_refused_before_the_model_is_read() -> None:
+    model = small_graph(batch="batch")
+    with pytest.raises(InvalidArgumentError, match="input_shapes must map"):
+        problem_from_onnx(model, input_shapes=[("x", (2, 4))])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="alias_reshapes must be a bool"):
+        problem_from_onnx(model, input_shapes={"x": (2, 4)},
+                          alias_reshapes="no")  # type: ignore[arg-type]  # was truthy: on
+    with pytest.raises(InvalidAlignmentError, match="alignment"):
+        problem_from_onnx(model, input_shapes={"x": (2, 4)}, alignment=3)
+    pinned = problem_from_onnx(model, input_shapes={"x": np.array([2, 4])})
+    assert pinned.problem.lower_bound() == problem_from_onnx(
+        model, input_shapes={"x": (2, 4)}).problem.lower_bound()
 
 
 def test_unknown_output_type_names_the_tensor() -> None:

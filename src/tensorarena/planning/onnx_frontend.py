@@ -35,11 +35,12 @@ the node that makes it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from numbers import Integral
 from typing import TYPE_CHECKING, Any
 
 from tensorarena._optional import require
-from tensorarena.errors import InvalidProblemError
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError
 from tensorarena.planning.graph_problem import GraphProblem, Liveness
 from tensorarena.planning.onnx_shapes import (
     FOLDED,
@@ -47,6 +48,7 @@ from tensorarena.planning.onnx_shapes import (
     infer_concrete_shapes,
     run_for_shapes,
 )
+from tensorarena.sizes import check_alignment
 
 if TYPE_CHECKING:
     import onnx
@@ -73,6 +75,14 @@ def problem_from_onnx(
     ``alias_reshapes`` (default True, as ONNX Runtime does) lets shape-only ops share their
     input's storage (see the module doc).
     """
+    if input_shapes is not None and not isinstance(input_shapes, Mapping):
+        raise InvalidArgumentError(
+            "input_shapes must map input names to shapes ({'ids': [8, 128]}), got "
+            f"{type(input_shapes).__name__}"
+        )
+    if not isinstance(alias_reshapes, bool):
+        raise InvalidArgumentError(f"alias_reshapes must be a bool, got {alias_reshapes!r}")
+    check_alignment(alignment)
     onnx = _onnx()
     path: str | None = None
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -168,17 +178,24 @@ def _pin_inputs(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]
                 column=input_name,
             )
         dims = inputs[input_name].type.tensor_type.shape.dim
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+            raise InvalidProblemError(
+                f"input_shapes[{input_name!r}] must be a sequence of non-negative ints, got "
+                f"{type(shape).__name__} {shape!r:.60}",
+                column=input_name,
+            )
         shape = list(shape)
         if len(dims) and len(dims) != len(shape):
             raise InvalidProblemError(
                 f"input {input_name!r} has rank {len(dims)}, but input_shapes gives {shape}",
                 column=input_name,
             )
-        if any(type(d) is not int or d < 0 for d in shape):
+        if any(not isinstance(d, Integral) or isinstance(d, bool) or d < 0 for d in shape):
             raise InvalidProblemError(
                 f"input_shapes[{input_name!r}] must be non-negative ints, got {shape}",
                 column=input_name,
             )
+        shape = [int(d) for d in shape]  # NumPy's ints too
         tensor_shape = inputs[input_name].type.tensor_type.shape
         del tensor_shape.dim[:]
         for d in shape:
