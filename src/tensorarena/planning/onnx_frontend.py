@@ -35,8 +35,7 @@ the node that makes it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from numbers import Integral
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorarena._optional import require
@@ -46,6 +45,7 @@ from tensorarena.planning.onnx_shapes import (
     FOLDED,
     UNFOLDABLE,
     infer_concrete_shapes,
+    pin_inputs,
     run_for_shapes,
 )
 from tensorarena.sizes import check_alignment
@@ -106,7 +106,7 @@ def problem_from_onnx(
         )
     name = name or model.graph.name
     if input_shapes:
-        _pin_inputs(model.graph, input_shapes)
+        pin_inputs(model.graph, input_shapes)
     ordered = _topological(model.graph)  # shape inference, too, needs the nodes in order
     if [id(n) for n in ordered] != [id(n) for n in model.graph.node]:
         copies = [type(n)() for n in ordered]
@@ -166,40 +166,6 @@ def _consumed(graph: Any) -> set[str]:
     for node in graph.node:
         used.update(_used_names(node))
     return used
-
-
-def _pin_inputs(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
-    inputs = {value.name: value for value in graph.input}
-    for input_name, shape in input_shapes.items():
-        if input_name not in inputs:
-            raise InvalidProblemError(
-                f"input_shapes names {input_name!r}, which is not a graph input; inputs are "
-                f"{sorted(inputs)}",
-                column=input_name,
-            )
-        dims = inputs[input_name].type.tensor_type.shape.dim
-        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
-            raise InvalidProblemError(
-                f"input_shapes[{input_name!r}] must be a sequence of non-negative ints, got "
-                f"{type(shape).__name__} {shape!r:.60}",
-                column=input_name,
-            )
-        shape = list(shape)
-        if len(dims) and len(dims) != len(shape):
-            raise InvalidProblemError(
-                f"input {input_name!r} has rank {len(dims)}, but input_shapes gives {shape}",
-                column=input_name,
-            )
-        if any(not isinstance(d, Integral) or isinstance(d, bool) or d < 0 for d in shape):
-            raise InvalidProblemError(
-                f"input_shapes[{input_name!r}] must be non-negative ints, got {shape}",
-                column=input_name,
-            )
-        shape = [int(d) for d in shape]  # NumPy's ints too
-        tensor_shape = inputs[input_name].type.tensor_type.shape
-        del tensor_shape.dim[:]
-        for d in shape:
-            tensor_shape.dim.add().dim_value = d
 
 
 #: Ops whose output may share the bytes of input 0 (ONNX Runtime's ``Alias(0, 0)`` kernels).

@@ -10,7 +10,8 @@ ONNX's own shape inference stops short on the graphs people have:
   model; pinning the inputs does not change them, and inference keeps them rather than deriving
   the concrete ones.
 
-So :func:`infer_concrete_shapes` works in rounds, like ONNX Runtime's graph optimiser and
+:func:`pin_inputs` first replaces the inputs' symbolic dimensions with the shapes the caller
+gives. Then :func:`infer_concrete_shapes` works in rounds, like ONNX Runtime's graph optimiser and
 onnx-simplifier do: drop every stored hint that is not concrete (when inputs were pinned), infer
 with data propagation, then *fold* what is now constant: a ``Shape`` of a tensor whose shape is
 known, and any small node whose inputs are all constants (evaluated by ONNX's reference
@@ -26,11 +27,14 @@ unplanned constants, not planned.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 from tensorarena.errors import InvalidProblemError
 
-__all__ = ["FOLDED", "FOLD_LIMIT", "UNFOLDABLE", "infer_concrete_shapes", "run_for_shapes"]
+__all__ = ["FOLDED", "FOLD_LIMIT", "UNFOLDABLE", "infer_concrete_shapes", "pin_inputs",
+           "run_for_shapes"]
 
 #: The ``doc_string`` of an initializer that folding made (a constant, not a weight).
 FOLDED = "tensorarena: folded constant"
@@ -42,6 +46,41 @@ _MAX_ROUNDS = 32
 #: Ops never folded: their output is not a function of their inputs.
 UNFOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
                          "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+
+
+def pin_inputs(graph: Any, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    """Give the graph inputs named in ``input_shapes`` those concrete shapes (in place)."""
+    inputs = {value.name: value for value in graph.input}
+    for input_name, shape in input_shapes.items():
+        if input_name not in inputs:
+            raise InvalidProblemError(
+                f"input_shapes names {input_name!r}, which is not a graph input; inputs are "
+                f"{sorted(inputs)}",
+                column=input_name,
+            )
+        dims = inputs[input_name].type.tensor_type.shape.dim
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+            raise InvalidProblemError(
+                f"input_shapes[{input_name!r}] must be a sequence of non-negative ints, got "
+                f"{type(shape).__name__} {shape!r:.60}",
+                column=input_name,
+            )
+        shape = list(shape)
+        if len(dims) and len(dims) != len(shape):
+            raise InvalidProblemError(
+                f"input {input_name!r} has rank {len(dims)}, but input_shapes gives {shape}",
+                column=input_name,
+            )
+        if any(not isinstance(d, Integral) or isinstance(d, bool) or d < 0 for d in shape):
+            raise InvalidProblemError(
+                f"input_shapes[{input_name!r}] must be non-negative ints, got {shape}",
+                column=input_name,
+            )
+        shape = [int(d) for d in shape]  # NumPy's ints too
+        tensor_shape = inputs[input_name].type.tensor_type.shape
+        del tensor_shape.dim[:]
+        for d in shape:
+            tensor_shape.dim.add().dim_value = d
 
 
 def infer_concrete_shapes(onnx: Any, model: Any, *, pinned: bool) -> Any:
