@@ -88,6 +88,9 @@ def test_max_shapes_must_name_every_dynamic_dimension(gpt2: tuple[Any, Any]) -> 
         PlannedProgram.from_exported(ep, max_shapes={})
     with pytest.raises(InvalidArgumentError, match="static"):
         PlannedProgram.from_exported(ep, max_shapes={"input_ids": (3, 32)})
+    with pytest.raises(InvalidArgumentError, match=r"names no input \['input'\]"):
+        # a misspelt input was ignored, and the program planned without the maximum
+        PlannedProgram.from_exported(ep, max_shapes={"input_ids": (2, 32), "input": (2, 32)})
 
 
 class Decoder(torch.nn.Module):

@@ -121,6 +121,12 @@ class ShapeBinder:
 
     def bind_shapes(self, shapes: Mapping[str, Sequence[int]]) -> dict[Any, int]:
         """The symbols' values for declared shapes by input name (``max_shapes``)."""
+        names = [spec.name for spec in self._inputs if spec.dtype is not None]
+        unknown = [name for name in shapes if name not in names]
+        if unknown:
+            raise InvalidArgumentError(
+                f"max_shapes names no input {unknown}; the inputs are {names}"
+            )
         bindings: dict[Any, int] = {}
         for spec in self._inputs:
             if spec.name not in shapes or spec.dtype is None:
