@@ -266,6 +266,12 @@ def test_a_missing_or_foreign_file_is_a_problem_error(tmp_path: Path) -> None:
     csv.write_text("id,lower,upper,size\na,0,1,4\n")
     with pytest.raises(InvalidProblemError, match="is not an ONNX model"):
         problem_from_onnx(csv)  # was protobuf's DecodeError
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(InvalidProblemError, match="is not an ONNX model: it has no graph"):
+        problem_from_onnx(empty)  # parsed as a model with no graph: an empty problem, planned
+    with pytest.raises(InvalidProblemError, match="no graph"):
+        problem_from_onnx(onnx.ModelProto())
 
 
 # -- models exported from torch ----------------------------------------------------------------

@@ -104,6 +104,8 @@ def problem_from_onnx(
         raise InvalidProblemError(
             f"expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}"
         )
+    if not model.HasField("graph"):  # what an empty file, or other bytes, parse to
+        raise InvalidProblemError(f"{path or 'the model'!r} is not an ONNX model: it has no graph")
     name = name or model.graph.name
     if input_shapes:
         pin_inputs(model.graph, input_shapes)
