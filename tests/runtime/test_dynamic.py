@@ -140,3 +140,6 @@ def test_growing_must_name_a_dynamic_dimension(gpt2: tuple[Any, Any]) -> None:
     _, ep = gpt2
     with pytest.raises(InvalidArgumentError, match=r"no dynamic dimension 'input_ids\.shape\[0\]'"):
         PlannedProgram.from_exported(ep, growing=["input_ids.shape[0]"])
+    with pytest.raises(InvalidArgumentError, match=r"list of dimension names"):
+        # not the dimensions 'i', 'n', 'p', ...
+        PlannedProgram.from_exported(ep, growing="input_ids.shape[1]")

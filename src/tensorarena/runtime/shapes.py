@@ -251,4 +251,9 @@ def ranges_of(ep: Any) -> dict[Any, tuple[int, int | None]]:
 
 def growing_symbols(binder: ShapeBinder, labels: Iterable[str]) -> frozenset[Any]:
     """The symbols of the dimensions named in ``labels``."""
+    if isinstance(labels, str):  # iterated, it would name its characters
+        raise InvalidArgumentError(
+            f"growing takes a list of dimension names, got the str {labels!r}: "
+            f"write growing=[{labels!r}]"
+        )
     return frozenset(binder.symbol(label) for label in labels)
