@@ -1,4 +1,4 @@
-"""TrainingStep: parameters read from the module at every call, and checked like inputs."""
+"""TrainingStep: example inputs and parameters checked, parameters read at every call."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorarena.errors import ShapeNotCoveredError  # noqa: E402
-from tensorarena.runtime import TrainingStep  # noqa: E402
+from tensorarena.errors import InvalidArgumentError, ShapeNotCoveredError  # noqa: E402
+from tensorarena.runtime import PlannedProgram, TrainingStep  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -44,3 +44,13 @@ def test_a_parameter_of_another_dtype_or_shape_is_refused_by_name() -> None:
     model[0].weight.data = torch.randn(32, 8)
     with pytest.raises(ShapeNotCoveredError, match=r"0\.weight\.shape\[0\] is 32"):
         step(x)
+
+
+def test_an_example_tensor_instead_of_a_tuple_is_refused_not_iterated_by_rows() -> None:
+    model, x = net(), torch.randn(4, 8)
+    with pytest.raises(InvalidArgumentError, match=r"write \(x,\)"):
+        TrainingStep(model, x)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"write \(x,\)"):
+        PlannedProgram.from_module(model.eval(), x)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="kwargs must be a dict"):
+        PlannedProgram.from_module(model.eval(), (x,), [x])  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ call (a planner name, a time limit, a resource) or never (``reorder="sometimes"`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
@@ -14,7 +15,7 @@ from tensorarena.memory.resource import check_resource
 from tensorarena.planning._options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
 
-__all__ = ["check_options"]
+__all__ = ["check_example", "check_options"]
 
 
 def check_options(
@@ -53,3 +54,18 @@ def check_options(
     for name, value in (("resource", resource), ("pool", pool)):
         if value is not None:
             check_resource(value, name=name)
+
+
+def check_example(args: Any, kwargs: Any) -> None:
+    """Raise :class:`~tensorarena.errors.InvalidArgumentError` unless ``args`` is a sequence
+    of example inputs and ``kwargs`` a mapping or None: a tensor given for ``(x,)`` would be
+    iterated row by row, each row taken for an argument."""
+    if isinstance(args, str) or not isinstance(args, Sequence):
+        raise InvalidArgumentError(
+            f"args must be a tuple of example inputs, got {type(args).__name__}: "
+            "write (x,) for one input"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidArgumentError(
+            f"kwargs must be a dict of example inputs, got {type(kwargs).__name__}"
+        )

@@ -62,7 +62,7 @@ from tensorarena.runtime.lowering import (
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
-from tensorarena.runtime.options import check_options
+from tensorarena.runtime.options import check_example, check_options
 from tensorarena.runtime.reordering import copied, reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
@@ -271,6 +271,7 @@ class PlannedProgram:
         """Export ``model`` with ``torch.export.export`` (under ``no_grad``, in the mode it is
         in: call ``model.eval()`` first for inference) and plan the program. A model that cannot
         be exported raises :class:`ExportFailedError` carrying torch's error."""
+        check_example(args, kwargs)
         torch = _torch()
         try:
             with torch.no_grad():

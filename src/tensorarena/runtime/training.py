@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.runtime.options import check_example
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.signature import StateSignature
 
@@ -58,6 +59,7 @@ class TrainingStep:
     ) -> None:
         from tensorarena.planning.torch_frontend import trace_training
 
+        check_example(args, kwargs)
         args = tuple(args)
         kwargs = dict(kwargs or {})
         self.model = model
