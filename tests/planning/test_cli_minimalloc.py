@@ -180,3 +180,9 @@ def test_garbage_on_stdin_is_one_error_line_that_names_stdin_once(
     # It read "tensorarena plan: error: -: line 1: <stdin>: ...".
     assert line.startswith("tensorarena plan: error: ") and "error: -:" not in line
     assert line.count("<stdin>") == 1
+
+
+def test_offsets_without_json_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["plan", str(TOY), "--offsets"]) == 2  # was 0, and no offset shown
+    captured = capsys.readouterr()
+    assert "--offsets" in captured.err and "--json" in captured.err and captured.out == ""

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.errors import InvalidPlanError, TensorArenaError
+from tensorarena.errors import InvalidArgumentError, InvalidPlanError, TensorArenaError
 from tensorarena.sizes import SIZE_RULE, check_alignment, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -133,8 +133,6 @@ _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns":
 
 def _duration(text: str) -> float:
     """minimalloc's ``--timeout`` (an absl duration: ``10s``, ``500ms``, ``2m``, ``inf``)."""
-    from tensorarena.errors import InvalidArgumentError
-
     if text.strip().lower() in ("inf", "infinite"):
         return float("inf")
     match = _DURATION.match(text)
@@ -247,9 +245,13 @@ def run(args: argparse.Namespace) -> int:
     source = args.input if args.input is not None else args.problem
     try:
         if args.input is not None and args.problem is not None and args.input != args.problem:
-            raise TensorArenaError(f"two problems given: {args.problem} and --input={args.input}")
+            raise InvalidArgumentError(
+                f"two problems given: {args.problem} and --input={args.input}"
+            )
         if source is None:
-            raise TensorArenaError("no problem given: tensorarena plan PROBLEM (or --input=FILE)")
+            raise InvalidArgumentError(
+                "no problem given: tensorarena plan PROBLEM (or --input=FILE)"
+            )
         capacity = (None if args.capacity is None
                     else parse_size(args.capacity, name="--capacity", allow_zero=True))
         alignment = None
@@ -263,7 +265,12 @@ def run(args: argparse.Namespace) -> int:
         params = _solver_params(args)
         shapes = dict(parse_input_shape(text) for text in args.input_shape)
         if args.out == "-" and args.json:
-            raise TensorArenaError("--output - and --json both want stdout: choose one")
+            raise InvalidArgumentError("--output - and --json both want stdout: choose one")
+        if args.offsets and not args.json:
+            raise InvalidArgumentError(
+                "--offsets adds the offsets to --json's object: add --json, or write them "
+                "with --output FILE (- for stdout)"
+            )
     except TensorArenaError as exc:
         return _fail(str(exc))
     try:
