@@ -204,6 +204,14 @@ def test_programs_sharing_a_workspace_share_one_block() -> None:
     assert a.workspace is b.workspace and workspace.statistics().grows == 1
 
 
+def test_the_constructors_refuse_a_module_where_a_program_or_graph_is_due() -> None:
+    model = Block().eval()
+    with pytest.raises(tensorarena.InvalidArgumentError, match="ExportedProgram, got Block"):
+        PlannedProgram.from_exported(model)  # type: ignore[arg-type]
+    with pytest.raises(tensorarena.InvalidArgumentError, match="GraphModule, got Block"):
+        PlannedProgram.from_graph_module(model)  # type: ignore[arg-type]
+
+
 def test_a_workspace_option_must_be_a_workspace_and_comes_without_a_resource() -> None:
     with pytest.raises(tensorarena.InvalidArgumentError, match="must be a Workspace, got str"):
         block_program(workspace="shared")

@@ -249,6 +249,11 @@ class PlannedProgram:
         """Plan and run an ``ExportedProgram``; call the result as ``ep.module()`` is called."""
         from tensorarena.planning.torch_frontend import problem_from_exported
 
+        if not isinstance(ep, _torch().export.ExportedProgram):
+            raise InvalidArgumentError(
+                f"from_exported takes a torch.export.ExportedProgram, got {type(ep).__name__} "
+                "(for a module: PlannedProgram.from_module(model, (x,)))"
+            )
         name = options.pop("name", "") or "exported"
 
         def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
@@ -303,6 +308,11 @@ class PlannedProgram:
         ``check_inputs=False`` skips the shape checks (for callers that guard already)."""
         from tensorarena.planning.torch_frontend import problem_from_fx
 
+        if not isinstance(gm, _torch().fx.GraphModule):
+            raise InvalidArgumentError(
+                f"from_graph_module takes a torch.fx.GraphModule, got {type(gm).__name__} "
+                "(for a module: PlannedProgram.from_module(model, (x,)))"
+            )
         name = options.pop("name", "") or "graph"
         signature = options.pop("signature", None) or FlatSignature(
             gm, input_names, check=check_inputs
