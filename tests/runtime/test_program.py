@@ -212,6 +212,14 @@ def test_the_constructors_refuse_a_module_where_a_program_or_graph_is_due() -> N
         PlannedProgram.from_graph_module(model)  # type: ignore[arg-type]
 
 
+def test_run_flat_refuses_a_list_of_the_wrong_length() -> None:
+    program, _, x = block_program()
+    with pytest.raises(tensorarena.InvalidArgumentError, match="placeholder values"):
+        program.run_flat([x])  # the parameters come first
+    with pytest.raises(tensorarena.InvalidArgumentError, match="got 0"):
+        program.run_flat([])
+
+
 def test_a_workspace_option_must_be_a_workspace_and_comes_without_a_resource() -> None:
     with pytest.raises(tensorarena.InvalidArgumentError, match="must be a Workspace, got str"):
         block_program(workspace="shared")

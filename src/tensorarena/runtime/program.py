@@ -235,6 +235,7 @@ class PlannedProgram:
         self._last: Specialization | None = None
         self._bindings: Mapping[Any, int] = {}
         self._values = _result_values(self._graph)
+        self._placeholders = sum(node.op == "placeholder" for node in self._graph.nodes)
         self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
         self._annotated_memory = None
@@ -335,6 +336,11 @@ class PlannedProgram:
 
     def run_flat(self, inputs: list[Any]) -> Any:
         """Run with the placeholder values in graph order; return the graph's flat outputs."""
+        if len(inputs) != self._placeholders:
+            raise InvalidArgumentError(
+                f"run_flat takes the graph's {self._placeholders} placeholder values "
+                f"(parameters and buffers included), got {len(inputs)}"
+            )
         with self.workspace.use(), self._no_grad():
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
