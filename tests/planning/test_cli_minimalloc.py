@@ -186,3 +186,17 @@ def test_offsets_without_json_is_refused_not_ignored(capsys: pytest.CaptureFixtu
     assert cli_main.main(["plan", str(TOY), "--offsets"]) == 2  # was 0, and no offset shown
     captured = capsys.readouterr()
     assert "--offsets" in captured.err and "--json" in captured.err and captured.out == ""
+
+
+def test_validate_says_which_file_a_bad_line_is_in(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    bad_problem = tmp_path / "bad_problem.csv"
+    bad_problem.write_text("id,lower,upper,size\na,0,x,4\n")
+    good = _solution(tmp_path, GOOD)
+    assert cli_main.main(["validate", str(bad_problem), str(good)]) == 2
+    assert f"problem {bad_problem}: line 2, column 'upper'" in capsys.readouterr().err
+    # The same bad line in a solution on stdin: it read 'line 2, column 'upper'' alone.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("id,lower,upper,size,offset\na,0,x,4,0\n"))
+    assert cli_main.main(["validate", str(TOY), "-"]) == 2
+    assert "solution <stdin>: line 2, column 'upper'" in capsys.readouterr().err

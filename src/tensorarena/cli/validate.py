@@ -53,10 +53,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         capacity = (None if args.capacity is None
                     else parse_size(args.capacity, name="--capacity", allow_zero=True))
-        problem = read_problem(sys.stdin if args.problem == "-" else Path(args.problem))
-        plan = read_solution(sys.stdin if args.solution == "-" else Path(args.solution), problem)
     except TensorArenaError as exc:
         return _fail(str(exc))
+    # Each file's errors name it: a bad line could be in either, and stdin in both.
+    source = args.problem
+    try:
+        problem = read_problem(sys.stdin if source == "-" else Path(source))
+        source = args.solution
+        plan = read_solution(sys.stdin if source == "-" else Path(source), problem)
+    except TensorArenaError as exc:
+        kind = "problem" if source is args.problem else "solution"
+        shown = "<stdin>" if source == "-" else source
+        message = str(exc)
+        return _fail(f"{kind}: {message}" if shown in message else f"{kind} {shown}: {message}")
     error: str | None = None
     try:
         validate(problem, plan, capacity=capacity)
