@@ -93,3 +93,26 @@ def test_cli_prints_the_version() -> None:
     assert done.stdout.startswith(f"tensorarena {tensorarena.__version__} (Python ")
     assert f"NumPy {np.__version__}" in done.stdout
     assert done.stderr == ""
+
+
+def test_the_types_the_planning_entry_points_take_are_exported_with_them() -> None:
+    """plan(params=SolverParams(...), progress=...) needed tensorarena.planning.exact_params and
+    .progress, and reorder(OpGraph(...)) .op_graph: private-looking module paths."""
+    import typing
+
+    import tensorarena.planning as planning
+
+    taken: set[type] = set()
+    for function in (planning.plan, planning.solve_exact, planning.reorder):
+        for hint in typing.get_type_hints(function).values():
+            stack = [hint]
+            while stack:
+                item = stack.pop()
+                stack.extend(typing.get_args(item))
+                if inspect.isclass(item) and item.__module__.startswith("tensorarena.planning"):
+                    taken.add(item)
+    taken |= {planning.OpGraph}  # reorder's source is typed Any (it takes fx graphs too)
+    for cls in taken:
+        assert cls.__name__ in planning.__all__, cls
+        assert getattr(planning, cls.__name__) is cls
+    assert {"SolverParams", "Progress", "OpGraph", "check_order"} <= set(planning.__all__)

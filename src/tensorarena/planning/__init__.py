@@ -12,6 +12,7 @@ from tensorarena.planning.csv_io import (
     write_solution,
 )
 from tensorarena.planning.exact import ExactResult, solve_exact
+from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.heuristics import (
     greedy_breadth,
@@ -22,8 +23,10 @@ from tensorarena.planning.heuristics import (
     portfolio,
 )
 from tensorarena.planning.onnx_frontend import problem_from_onnx
+from tensorarena.planning.op_graph import OpGraph, check_order
 from tensorarena.planning.planners import PLANNERS, plan
 from tensorarena.planning.problem import Buffer, Plan, PlanStatistics, Problem, lower_bound
+from tensorarena.planning.progress import Progress
 from tensorarena.planning.reorder import Reordering, Schedule, reorder
 from tensorarena.planning.torch_frontend import (
     problem_from_exported,
@@ -37,12 +40,16 @@ __all__ = [
     "Buffer",
     "ExactResult",
     "GraphProblem",
+    "OpGraph",
     "Plan",
     "PlanStatistics",
     "Problem",
+    "Progress",
     "Reordering",
     "Schedule",
+    "SolverParams",
     "capacity_from_name",
+    "check_order",
     "greedy_breadth",
     "greedy_size",
     "greedy_size_first_fit",
