@@ -336,3 +336,16 @@ def test_auto_skips_an_exact_search_too_big_for_its_time_limit(
     by_name = plan(tight(), "exact", time_limit=2.0)
     assert len(spy_exact) == 1 and by_name.optimal and by_name.height == 5
     assert by_name.statistics is not None and not by_name.statistics.exact_skipped
+
+
+@pytest.mark.parametrize("planner", ["greedy_size", "portfolio", "long_lived_first"])
+def test_solver_params_for_a_planner_without_the_exact_search_are_refused(planner: str) -> None:
+    from tensorarena.planning import SolverParams
+
+    problem = Problem([Buffer("a", 0, 2, 32), Buffer("b", 1, 3, 32)])
+    # They were ignored: a benchmark of --nocheck_dominance with --planner portfolio measured
+    # nothing.
+    with pytest.raises(InvalidArgumentError, match="runs no exact search"):
+        plan(problem, planner, params=SolverParams(check_dominance=False))
+    for searching in ("auto", "exact"):
+        validate(problem, plan(problem, searching, params=SolverParams(check_dominance=False)))

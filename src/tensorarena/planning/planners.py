@@ -271,6 +271,10 @@ PLANNERS: dict[str, PlannerFn] = {
 }
 
 
+#: The planners that run the exact search, and so take ``params``.
+_SEARCHING = ("auto", "exact")
+
+
 def plan(
     problem: Problem,
     planner: str = "auto",
@@ -315,6 +319,11 @@ def plan(
     check_progress(progress)
     if params is not None and not isinstance(params, SolverParams):
         raise InvalidArgumentError(f"params must be a SolverParams, got {type(params).__name__}")
+    if params is not None and planner not in _SEARCHING:
+        raise InvalidArgumentError(
+            f"params switch the exact search's techniques, and planner {planner!r} runs no "
+            f"exact search: use {' or '.join(map(repr, _SEARCHING))}"
+        )
     options = PlanOptions(
         capacity=problem.capacity if capacity is None else check_capacity(capacity),
         time_limit=check_time_limit(time_limit),
