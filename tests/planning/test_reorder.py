@@ -325,3 +325,10 @@ def test_an_unlimited_search_over_orders_still_bounds_each_plan(
     monkeypatch.setattr(planners, "plan", recording_plan)
     reorder(random_graph(0, 30), time_limit=float("inf"), plan_time_limit=0.5)
     assert limits and all(limit == 0.5 for limit in limits)  # was inf: plans without end
+
+
+def test_a_planning_problem_is_refused_with_what_to_pass_instead() -> None:
+    from tensorarena.planning import Buffer, Problem
+
+    with pytest.raises(InvalidArgumentError, match="pass the graph it was made from"):
+        reorder(Problem([Buffer("a", 0, 1, 8)]))  # type: ignore[arg-type]

@@ -181,6 +181,9 @@ def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2
     return Reordering(schedule, problem, planned, graph)
 
 
+_TAKES = "reorder() takes an OpGraph, a torch.fx.GraphModule or a torch.export ExportedProgram"
+
+
 def _check_seed(seed: object) -> None:
     if type(seed) is not int:
         raise InvalidArgumentError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
@@ -196,6 +199,12 @@ def _adapt(source: Any, alignment: int) -> tuple[OpGraph, Any]:
             return Problem(buffers), None
 
         return source, from_lifetimes
+    if isinstance(source, (GraphProblem, Problem)):  # refused without torch, too
+        raise InvalidArgumentError(
+            f"{_TAKES}, got {type(source).__name__}: a planning problem has the lifetimes of "
+            "one order, not the dependencies that say which other orders are valid; pass the "
+            "graph it was made from"
+        )
     from tensorarena._optional import require
 
     th = require("torch", extra="torch", feature="reordering PyTorch graphs")
@@ -216,10 +225,7 @@ def _adapt(source: Any, alignment: int) -> tuple[OpGraph, Any]:
                 return problem_from_fx(module, alignment=alignment)
             return problem_from_fx(th.fx.GraphModule(module, new), alignment=alignment)
     else:
-        raise InvalidArgumentError(
-            "reorder() takes an OpGraph, a torch.fx.GraphModule or a torch.export "
-            f"ExportedProgram, got {type(source).__name__}"
-        )
+        raise InvalidArgumentError(f"{_TAKES}, got {type(source).__name__}")
     op_graph = op_graph_from_fx(graph, problem_of(graph))
 
     def rebuild(order: list[int]) -> tuple[GraphProblem, torch.fx.Graph]:
