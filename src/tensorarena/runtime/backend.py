@@ -19,12 +19,15 @@ registers nothing, as it must not import torch); a ``torch_dynamo_backends`` ent
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.runtime.device import common_device
 from tensorarena.runtime.materialize import _torch
+from tensorarena.runtime.options import check_options
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.workspace import Workspace
 
@@ -48,6 +51,7 @@ class Backend:
     """
 
     def __init__(self, *, workspace: Workspace | None = None, **options: Any) -> None:
+        _check(workspace, options)
         self.workspace = workspace
         self.options = options
         self.programs: list[PlannedProgram] = []
@@ -87,6 +91,26 @@ class Backend:
             bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"),
         )(gm, example_inputs)
+
+
+def _check(workspace: Workspace | None, options: dict[str, Any]) -> None:
+    """Refuse here what the first compiled graph would refuse inside dynamo (as a
+    BackendCompilerFailed): an option programs do not take, a bad value, a workspace that is
+    not one or that comes with a resource it would ignore."""
+    parameters = inspect.signature(PlannedProgram.__init__).parameters
+    taken = {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(options) - (taken - {"name", "workspace", "reference", "ranges"}))
+    if unknown:
+        raise InvalidArgumentError(f"Backend takes no option {unknown}")
+    if workspace is not None and not isinstance(workspace, Workspace):
+        raise InvalidArgumentError(f"workspace must be a Workspace, got {type(workspace).__name__}")
+    if workspace is not None and options.get("resource") is not None:
+        raise InvalidArgumentError(
+            "give resource or workspace, not both: the programs take their memory from the "
+            "workspace's resource (Workspace(resource))"
+        )
+    checked = inspect.signature(check_options).parameters
+    check_options(**{name: options.get(name, parameters[name].default) for name in checked})
 
 
 _default = Backend()
