@@ -12,8 +12,9 @@ shape it:
    :class:`~tensorarena.runtime.workspace.Workspace`, one block from a tensorarena resource;
 4. generates straight-line code that writes each result into its slot.
 
-and caches the result, up to ``max_plans`` shapes (least recently used first out), as ONNX
-Runtime caches its memory patterns. ``max_shapes`` plans once for declared maximum sizes instead
+and caches the result (a :class:`~tensorarena.runtime.specialization.Specialization`), up to
+``max_plans`` shapes (least recently used first out), as ONNX Runtime caches its memory
+patterns. ``max_shapes`` plans once for declared maximum sizes instead
 and serves every smaller shape inside that plan (each buffer at the same offset, never larger);
 ``growing`` names dimensions that change at every call (a growing KV cache): their buffers are
 allocated per call from the dynamic pool and never trigger a new plan.
@@ -30,6 +31,12 @@ its activations) instead of coming on top of the arena.
 
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
+
+Elsewhere: the graph copied and reordered before anything is planned
+(:mod:`~tensorarena.runtime.reordering`), the report of a shape
+(:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
+(:mod:`~tensorarena.runtime.verification`) and :meth:`~PlannedProgram.record_memory`'s snapshot
+(:mod:`~tensorarena.runtime.recording`).
 """
 
 from __future__ import annotations
