@@ -101,7 +101,12 @@ DEFAULT_TIME_LIMIT = 2.0
 class PlannedProgram:
     """A graph run in one planned arena; call it like the program it was built from.
 
-    Use :meth:`from_exported` or :meth:`from_graph_module`. Options (keyword-only):
+    Calls run under ``torch.no_grad()``: outputs carry no autograd history, even from inputs
+    that require grad (for gradients: :class:`~tensorarena.runtime.TrainingStep`, or
+    ``torch.compile(model, backend="tensorarena")``).
+
+    Use :meth:`from_exported`, :meth:`from_module` or :meth:`from_graph_module`. Options
+    (keyword-only):
 
     ``resource``
         where the arena's block comes from (default: tensorarena's default resource; for a
