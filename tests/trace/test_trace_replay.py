@@ -11,7 +11,7 @@ from _traces import brute_force_peak, random_events, random_trace
 
 from tensorarena.adaptors import Counting, Limiting, ThreadCached
 from tensorarena.core import STRATEGIES
-from tensorarena.memory import Doubling, Pool, SameAsRequested, VirtualMemory
+from tensorarena.memory import Doubling, Fixed, Pool, SameAsRequested, VirtualMemory
 from tensorarena.trace import (
     Event,
     MalformedTraceError,
@@ -91,10 +91,15 @@ def _steady_file(path: Path, events: int, live: int = 64) -> None:
 
 def test_replay_memory_follows_the_live_set_not_the_file_length(tmp_path: Path) -> None:
     peaks = []
-    for events in (4_000, 40_000):
+    # One arena: each arena keeps a record of its last RECENT_FREES frees (bounded, but filled
+    # only as frees come), so a pool that grew eight small arenas would measure their filling,
+    # not the replay. From 10 000 events on the one record is full.
+    for events in (10_000, 100_000):
         _steady_file(tmp_path / f"{events}.csv", events)
         tracemalloc.start()
-        result = replay(tmp_path / f"{events}.csv", _pool())
+        pool = Pool(VirtualMemory(), initial_size="16MiB", growth=Fixed(), thread_safe=False)
+        result = replay(tmp_path / f"{events}.csv", pool)
+        assert len(pool.arenas) == 1
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
         assert result.events >= events - 2
