@@ -25,6 +25,7 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── AsyncWorkError                                work submitted to a stream raised
     ├── StreamClosedError                             work submitted to a stream after its close()
     ├── CudaError                 (also RuntimeError) a CUDA runtime call returned an error status
+    ├── DeviceUnavailableError    (also RuntimeError) no GPU a consumer library can reach
     ├── InvariantError            (also AssertionError) internal state found corrupt by a check
     ├── MemoryCorruptionError                         bytes written where no live block is
     │   ├── BufferOverflowError                       a red zone around a live block was written
@@ -58,6 +59,7 @@ __all__ = [
     "ConcurrentUseError",
     "CudaError",
     "DeviceMismatchError",
+    "DeviceUnavailableError",
     "DoubleFreeError",
     "ExportFailedError",
     "InfeasibleError",
@@ -293,6 +295,11 @@ class CudaError(TensorArenaError, RuntimeError):
         self.status = status
         self.name = name
         super().__init__(f"{call} failed: {name} (cudaError_t {status})")
+
+
+class DeviceUnavailableError(TensorArenaError, RuntimeError):
+    """A GPU was needed but none can be reached: a CPU-only build of the consumer library
+    (``torch`` without CUDA, say), no driver, or a device index the machine does not have."""
 
 
 class InvariantError(TensorArenaError, AssertionError):

@@ -6,13 +6,19 @@ from __future__ import annotations
 import ctypes
 import gc
 import time
+import weakref
 from typing import Any
 
 import numpy as np
 import pytest
 
 from _fake_cuda import FakeCudart
-from tensorarena.errors import InvalidArgumentError, InvalidDtypeError, InvalidResourceError
+from tensorarena.errors import (
+    DeviceUnavailableError,
+    InvalidArgumentError,
+    InvalidDtypeError,
+    InvalidResourceError,
+)
 from tensorarena.interop import DeviceArray, Transfers, device_empty
 from tensorarena.interop.transfers import CudaCopies, StreamCopies
 from tensorarena.memory import HostMemory, MemoryKind, PinnedHostMemory, Pool
@@ -190,3 +196,35 @@ def test_round_trip_through_the_cuda_path_on_the_fake_runtime() -> None:
     assert np.array_equal(back, data)
     transfers.synchronize()
     fake.close()
+
+
+def test_to_torch_without_cuda_raises_our_error_and_keeps_nothing_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch.as_tensor raising for a missing CUDA kept a reference to the array (torch 2.13),
+    so its block never went back; to_torch() now asks torch about CUDA first."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    device = AsDevice()
+    array = device_empty(16, np.float32, resource=device)
+    alive = weakref.ref(array)
+    with pytest.raises(DeviceUnavailableError, match="cannot use CUDA"):
+        array.to_torch()
+    del array
+    gc.collect()
+    assert alive() is None
+    assert device.pool.statistics().allocations.current == 0
+
+
+def test_to_torch_refuses_a_device_torch_does_not_see(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    device = AsDevice()
+    address = device.allocate(64)
+    array = DeviceArray(device, address, (16,), np.dtype(np.float32), device=3)
+    with pytest.raises(DeviceUnavailableError, match="device 3 but torch sees 1"):
+        array.to_torch()
+    del array
+    gc.collect()
+    assert device.pool.statistics().allocations.current == 0

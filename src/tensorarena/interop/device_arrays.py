@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 
 from tensorarena._optional import require
-from tensorarena.errors import InvalidDtypeError, InvalidResourceError, InvalidSizeError
+from tensorarena.errors import (
+    DeviceUnavailableError,
+    InvalidDtypeError,
+    InvalidResourceError,
+    InvalidSizeError,
+)
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -127,8 +132,23 @@ class DeviceArray:
         self._interface["stream"] = _interface_stream(stream)
 
     def to_torch(self) -> Any:
-        """A ``torch.Tensor`` over the same bytes (no copy); it keeps this array alive."""
+        """A ``torch.Tensor`` over the same bytes (no copy); it keeps this array alive.
+
+        Raises :class:`~tensorarena.errors.DeviceUnavailableError` when torch cannot reach the
+        device (a CPU-only build, no driver, no such device index)."""
         torch = require("torch", extra="torch", feature="DeviceArray.to_torch()")
+        # Asked before torch sees the array: torch.as_tensor raising for a missing CUDA keeps
+        # a reference to its argument (torch 2.13), so the block would never go back.
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(
+                f"DeviceArray.to_torch(): torch {torch.__version__} cannot use CUDA "
+                "(a CPU-only build, or no driver or GPU on this machine)"
+            )
+        if self.device is not None and not 0 <= self.device < torch.cuda.device_count():
+            raise DeviceUnavailableError(
+                f"DeviceArray.to_torch(): the array is on device {self.device} but torch sees "
+                f"{torch.cuda.device_count()} CUDA device(s)"
+            )
         device = "cuda" if self.device is None else f"cuda:{self.device}"
         return torch.as_tensor(self, device=device)
 
