@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import sys
 import time
 import weakref
 from typing import Any
@@ -18,6 +19,7 @@ from tensorarena.errors import (
     InvalidArgumentError,
     InvalidDtypeError,
     InvalidResourceError,
+    InvalidSizeError,
 )
 from tensorarena.interop import DeviceArray, Transfers, device_empty
 from tensorarena.interop.transfers import CudaCopies, StreamCopies
@@ -228,3 +230,34 @@ def test_to_torch_refuses_a_device_torch_does_not_see(monkeypatch: pytest.Monkey
     del array
     gc.collect()
     assert device.pool.statistics().allocations.current == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ((0x1000, (4,), "not a dtype"), InvalidDtypeError),
+        ((0x1000, (-4,), np.dtype(np.float32)), InvalidSizeError),
+        ((-1, (4,), np.dtype(np.float32)), InvalidArgumentError),
+        ((None, (4,), np.dtype(np.float32)), InvalidArgumentError),
+    ],
+)
+def test_a_device_array_that_fails_to_build_frees_nothing_and_says_nothing(
+    arguments: tuple[Any, ...], error: type[Exception]
+) -> None:
+    """Its __del__ used to run on the half-built object: an AttributeError printed as
+    'Exception ignored in __del__', or, had the fields been set, a free of the caller's block."""
+    device = AsDevice()
+    address = device.allocate(64)
+    unraisable: list[object] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        with pytest.raises(error):
+            DeviceArray(device, *arguments)
+        with pytest.raises(InvalidResourceError):  # host memory: a GPU would fault on it
+            DeviceArray(Pool(HostMemory()), address, (4,), np.dtype(np.float32))
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []
+    assert device.streams == []  # nothing was freed on the caller's behalf
+    device.deallocate(address, 64)  # the block is still the caller's

@@ -22,6 +22,7 @@ import numpy as np
 from tensorarena._optional import require
 from tensorarena.errors import (
     DeviceUnavailableError,
+    InvalidArgumentError,
     InvalidDtypeError,
     InvalidResourceError,
     InvalidSizeError,
@@ -80,12 +81,37 @@ def _interface_stream(stream: Stream) -> int | None:
     return handle or _LEGACY_DEFAULT
 
 
+def _checked_shape(shape: object) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or any(
+        isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in shape
+    ):
+        raise InvalidSizeError(f"shape {shape!r}: dimensions must be non-negative ints")
+    return tuple(int(d) for d in shape)
+
+
+def _checked_dtype(dtype: object) -> np.dtype[Any]:
+    try:
+        resolved: np.dtype[Any] = np.dtype(dtype)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as exc:
+        raise InvalidDtypeError(f"not a dtype: {dtype!r} ({exc})") from None
+    if resolved.hasobject or resolved.itemsize == 0:
+        raise InvalidDtypeError(f"device memory cannot hold dtype {resolved}")
+    return resolved
+
+
 class DeviceArray:
-    """``shape`` × ``dtype`` bytes at ``address`` from ``resource``; freed when this dies."""
+    """``shape`` × ``dtype`` bytes at ``address`` from ``resource``; freed when this dies.
+
+    The array takes the block only once its constructor returns: bad arguments raise (an
+    :class:`~tensorarena.errors.InvalidSizeError`, ``InvalidDtypeError``, ``InvalidResourceError``
+    or ``InvalidArgumentError``) and leave the block the caller's to free."""
 
     __slots__ = (
         "__weakref__",
         "_interface",
+        "_owns_block",
         "address",
         "device",
         "dtype",
@@ -105,21 +131,30 @@ class DeviceArray:
         stream: Stream = None,
         device: int | None = None,
     ) -> None:
+        # Everything is checked before the array takes the block: a constructor that raised
+        # owns nothing, its half-built object frees nothing, and the block stays the caller's.
+        self._owns_block = False
+        dims = _checked_shape(shape)
+        resolved = _checked_dtype(dtype)
+        check_device_accessible(resource)
+        if isinstance(address, bool) or not isinstance(address, (int, np.integer)) or address < 0:
+            raise InvalidArgumentError(f"address {address!r}: must be a non-negative int")
         self.resource = resource
-        self.address = address
-        self.shape = shape
-        self.dtype = dtype
-        self.nbytes = max(math.prod(shape) * dtype.itemsize, 1)
+        self.address = int(address)
+        self.shape = dims
+        self.dtype = resolved
+        self.nbytes = max(math.prod(dims) * resolved.itemsize, 1)
         self.stream = stream
         self.device = device
         self._interface: dict[str, Any] = {
-            "shape": shape,
-            "typestr": dtype.str,
-            "data": (address, False),
+            "shape": dims,
+            "typestr": resolved.str,
+            "data": (self.address, False),
             "strides": None,
             "version": 3,
             "stream": _interface_stream(stream),
         }
+        self._owns_block = True
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -159,8 +194,10 @@ class DeviceArray:
 
     def __del__(self) -> None:
         # The last reference is gone (ours and every consumer's): the bytes go back, ordered
-        # on the stream that last wrote them.
-        self.resource.deallocate(self.address, self.nbytes, self.stream)
+        # on the stream that last wrote them. A half-built array (its constructor raised, or
+        # it was made by __new__ alone) never took a block and gives none back.
+        if getattr(self, "_owns_block", False):
+            self.resource.deallocate(self.address, self.nbytes, self.stream)
 
     def __repr__(self) -> str:
         where = "" if self.device is None else f", device={self.device}"
@@ -180,16 +217,8 @@ def device_empty(
 ) -> DeviceArray:
     """A C-contiguous :class:`DeviceArray` of fresh, uninitialised bytes from ``resource``
     (default: the current device's pool, ``device_pool()``), allocated for ``stream``."""
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
-        raise InvalidSizeError(f"shape {shape!r}: dimensions must be non-negative ints")
-    dims = tuple(int(d) for d in dims)
-    try:
-        resolved = np.dtype(dtype)
-    except (TypeError, ValueError) as exc:
-        raise InvalidDtypeError(f"not a dtype: {dtype!r} ({exc})") from None
-    if resolved.hasobject or resolved.itemsize == 0:
-        raise InvalidDtypeError(f"device memory cannot hold dtype {resolved}")
+    dims = _checked_shape(shape)
+    resolved = _checked_dtype(dtype)
     if resource is None:
         from tensorarena.memory.devices import device_pool
 
