@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -116,6 +117,38 @@ def test_mark_restricts_the_report_to_later_allocations() -> None:
     tracker.deallocate(step, 128)
     assert not tracker.report(since=mark)
     tracker.deallocate(before, 64)
+
+
+def test_a_mark_is_above_every_allocation_numbered_before_it() -> None:
+    """Two threads allocating at once: the second numbered and recorded its block between the
+    first's taking a number and its writing "next = number + 1", so the first wrote next back
+    down and mark() came out one too low, listing an earlier block as later. The interleaving
+    is forced here by a counter whose first number lets the other allocation run."""
+    tracker = Tracking(BufferMemory())
+    counter = itertools.count()
+    other: list[int] = []
+
+    class Interleaved:
+        def __iter__(self) -> Interleaved:
+            return self
+
+        def __next__(self) -> int:
+            number = next(counter)
+            if number == 0:
+                other.append(tracker.allocate(32))  # the other thread, all the way through
+            return number
+
+    tracker._sequence = Interleaved()  # type: ignore[assignment]
+    first = tracker.allocate(64)
+    before = tracker.outstanding()
+    assert sorted(i.sequence for i in before) == [0, 1]
+    mark = tracker.mark()
+    assert all(i.sequence < mark for i in before)
+    assert tracker.outstanding(since=mark) == ()
+    later = tracker.allocate(16)
+    assert [i.address for i in tracker.outstanding(since=mark)] == [later]
+    for address, nbytes in ((first, 64), (other[0], 32), (later, 16)):
+        tracker.deallocate(address, nbytes)
 
 
 def test_without_stacks_the_report_groups_by_size_and_says_how_to_get_sites() -> None:

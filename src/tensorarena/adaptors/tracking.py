@@ -69,7 +69,7 @@ class TrackedAllocation:
     address: int
     nbytes: int
     alignment: int
-    sequence: int  #: its order among the allocations through the adaptor (from 0)
+    sequence: int  #: its order among the allocations through the adaptor (from 0; marks skip one)
     stack: Stack  #: innermost frame first; ``()`` when stacks were off
 
     @property
@@ -174,8 +174,11 @@ class Tracking:
         if type(report_at_exit) is not bool:
             raise InvalidArgumentError(f"report_at_exit must be a bool, got {report_at_exit!r}")
         self._live: dict[int, tuple[int, int, int, Stack]] = {}
+        # One counter numbers allocations and marks alike: next() on it is atomic, so a mark
+        # is above every number already given and below every later one, however threads
+        # interleave (a separate "next number" field, written after the count, could go back
+        # by one when two threads allocated at once, and mark() then came out one too low).
         self._sequence = itertools.count()
-        self._next = 0  # the sequence number the next allocation gets (for mark())
         if report_at_exit:
             atexit.register(_report_at_exit, weakref.ref(self))
 
@@ -207,7 +210,6 @@ class Tracking:
             raise
         stack = capture(self._depth) if self._depth else ()
         sequence = next(self._sequence)
-        self._next = sequence + 1
         self._live[address] = (nbytes, alignment, sequence, stack)
         return address
 
@@ -226,8 +228,11 @@ class Tracking:
     # --- queries -----------------------------------------------------------------------------
 
     def mark(self) -> int:
-        """A point in the allocation order: ``outstanding(since=mark)`` lists only later ones."""
-        return self._next
+        """A point in the allocation order: ``outstanding(since=mark)`` lists only later ones.
+
+        A mark takes a number of the allocation order itself, so sequence numbers skip one
+        at each mark."""
+        return next(self._sequence)
 
     def outstanding(self, *, since: int = 0) -> tuple[TrackedAllocation, ...]:
         """The live allocations (made at or after ``since``), oldest first."""
