@@ -23,4 +23,9 @@ def test_a_backend_refuses_a_bad_option_when_made_not_inside_dynamo() -> None:
         Backend(workspace="shared")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="not both"):  # the resource was ignored
         Backend(workspace=Workspace(), resource=CountingMemory())
+    with pytest.raises(InvalidArgumentError, match="contradicts the workspace"):
+        Backend(workspace=Workspace(), concurrency="refuse")  # was silently ignored
+    with pytest.raises(InvalidArgumentError, match="concurrency must be"):
+        Backend(concurrency="sometimes")
+    Backend(workspace=Workspace(concurrency="refuse"), concurrency="refuse")
     Backend(poison=True, unplaceable="dynamic", resource=CountingMemory())

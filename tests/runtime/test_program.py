@@ -228,6 +228,19 @@ def test_a_workspace_option_must_be_a_workspace_and_comes_without_a_resource() -
         block_program(workspace=Workspace(), resource=CountingMemory())
 
 
+def test_concurrency_defaults_to_the_workspaces_and_may_not_contradict_it() -> None:
+    # An explicit concurrency given with a workspace used to be dropped without a word: the
+    # default "serialize" could not be told from one the caller wrote.
+    assert block_program()[0].workspace.concurrency == "serialize"
+    refusing = Workspace(concurrency="refuse")
+    assert block_program(workspace=refusing)[0].workspace is refusing
+    assert block_program(workspace=refusing, concurrency="refuse")[0].workspace is refusing
+    for workspace, concurrency in ((Workspace(), "refuse"), (refusing, "serialize")):
+        with pytest.raises(tensorarena.InvalidArgumentError, match="contradicts the workspace"):
+            block_program(workspace=workspace, concurrency=concurrency)
+    assert refusing.concurrency == "refuse" and refusing.statistics().calls == 0
+
+
 # A custom op with a functional form and an out variant that refuses every call.
 _lib = torch.library.Library("tensorarena_test", "DEF")
 _lib.define("twice(Tensor x) -> Tensor")
@@ -336,7 +349,8 @@ def test_the_recorded_call_shows_every_slot_in_the_arena_and_torchs_own_blocks()
     ("option", "value", "match"),
     [("reorder", "sometimes", "reorder must be"), ("inplace", "no", "inplace must be"),
      ("poison", 1, "poison must be"), ("planner", "magic", "unknown planner"),
-     ("time_limit", -1, "time_limit"), ("resource", tensorarena.HostMemory, "call it")],
+     ("time_limit", -1, "time_limit"), ("resource", tensorarena.HostMemory, "call it"),
+     ("concurrency", "sometimes", "concurrency must be")],
 )
 def test_a_wrong_option_fails_where_it_is_written(option: str, value: object, match: str) -> None:
     # Truthy strings used to pass as True; planners, limits and resources failed at the first

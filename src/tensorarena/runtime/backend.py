@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.runtime.device import common_device
 from tensorarena.runtime.materialize import _torch
-from tensorarena.runtime.options import check_options
+from tensorarena.runtime.options import check_options, concurrency_for
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.workspace import Workspace
 
@@ -64,7 +64,8 @@ class Backend:
         from torch._dynamo.backends.common import aot_autograd
 
         workspace = self.workspace or Workspace(
-            self.options.get("resource"), concurrency=self.options.get("concurrency", "serialize"),
+            self.options.get("resource"),
+            concurrency=concurrency_for(self.options.get("concurrency"), None),
             device=common_device(example_inputs),
         )
         graph = next(self._counter)
@@ -111,6 +112,7 @@ def _check(workspace: Workspace | None, options: dict[str, Any]) -> None:
         )
     checked = inspect.signature(check_options).parameters
     check_options(**{name: options.get(name, parameters[name].default) for name in checked})
+    concurrency_for(options.get("concurrency"), workspace)
 
 
 _default = Backend()

@@ -8,14 +8,17 @@ call (a planner name, a time limit, a resource) or never (``reorder="sometimes"`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
 from tensorarena.memory.resource import check_resource
 from tensorarena.planning._options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
 
-__all__ = ["check_example", "check_options"]
+if TYPE_CHECKING:
+    from tensorarena.runtime.workspace import Concurrency, Workspace
+
+__all__ = ["check_example", "check_options", "concurrency_for"]
 
 
 def check_options(
@@ -30,6 +33,7 @@ def check_options(
     time_limit: Any,
     resource: Any,
     pool: Any,
+    concurrency: Any = None,
 ) -> None:
     """Raise :class:`~tensorarena.errors.InvalidArgumentError` (or a subclass) for the first
     option that is not one the program takes."""
@@ -54,6 +58,25 @@ def check_options(
     for name, value in (("resource", resource), ("pool", pool)):
         if value is not None:
             check_resource(value, name=name)
+    if concurrency not in (None, "serialize", "refuse"):
+        raise InvalidArgumentError(
+            f"concurrency must be 'serialize' or 'refuse', got {concurrency!r}"
+        )
+
+
+def concurrency_for(concurrency: Concurrency | None, workspace: Workspace | None) -> Concurrency:
+    """The concurrency a program runs with: ``concurrency`` if given, else the workspace's,
+    else ``"serialize"``. A workspace brings its own (its lock is the one calls take), so an
+    explicit value that contradicts it is refused rather than ignored."""
+    if workspace is None:
+        return "serialize" if concurrency is None else concurrency
+    if concurrency is not None and concurrency != workspace.concurrency:
+        raise InvalidArgumentError(
+            f"concurrency={concurrency!r} contradicts the workspace given, which has "
+            f"concurrency={workspace.concurrency!r}: calls take the workspace's lock, so leave "
+            f"concurrency out or make the workspace with Workspace(concurrency={concurrency!r})"
+        )
+    return workspace.concurrency
 
 
 def check_example(args: Any, kwargs: Any) -> None:

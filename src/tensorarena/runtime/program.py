@@ -69,7 +69,7 @@ from tensorarena.runtime.lowering import (
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
-from tensorarena.runtime.options import check_example, check_options
+from tensorarena.runtime.options import check_example, check_options, concurrency_for
 from tensorarena.runtime.reordering import copied, reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
@@ -149,7 +149,9 @@ class PlannedProgram:
     ``max_plans``, ``max_shapes``, ``growing``
         dynamic shapes (see the module docstring);
     ``concurrency``
-        ``"serialize"`` or ``"refuse"`` concurrent calls (of a workspace made here).
+        ``"serialize"`` or ``"refuse"`` concurrent calls; default (``None``): the workspace's
+        when one is given, else ``"serialize"``. A value that contradicts the given
+        workspace's is refused (its lock is the one calls take).
     """
 
     #: the arena the latest annotated call ran in (read by the memory recording)
@@ -177,13 +179,13 @@ class PlannedProgram:
         max_plans: int = 8,
         max_shapes: Mapping[str, Sequence[int]] | None = None,
         growing: Iterable[str] = (),
-        concurrency: Concurrency = "serialize",
+        concurrency: Concurrency | None = None,
     ) -> None:
         torch = _torch()
         check_options(
             unplaceable=unplaceable, outputs=outputs, reorder=reorder, inplace=inplace,
             poison=poison, max_plans=max_plans, planner=planner, time_limit=time_limit,
-            resource=resource, pool=pool,
+            resource=resource, pool=pool, concurrency=concurrency,
         )
         self.name = name
         #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
@@ -224,7 +226,8 @@ class PlannedProgram:
                 f"the graph runs on {self.device} but the workspace given is on "
                 f"{workspace.device}"
             )
-        self.workspace = workspace or Workspace(resource, concurrency=concurrency,
+        resolved = concurrency_for(concurrency, workspace)
+        self.workspace = workspace or Workspace(resource, concurrency=resolved,
                                                 device=self.device)
         self._pool = pool
         self._planner = planner
