@@ -234,6 +234,8 @@ def test_gap_and_minimize_options(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert status == 0 and summary["height"] == 15 and not summary["optimal"]
     assert cli_main.main(["plan", str(path), "--gap", "-1"]) == 2
     assert "--gap" in capsys.readouterr().err
+    assert cli_main.main(["plan", str(path), "--minimize"]) == 2  # used to be ignored
+    assert "--minimize lowers a plan after it fits --capacity" in capsys.readouterr().err
 
 
 def _slip_problem(path: Path, lower_bound: int) -> str:

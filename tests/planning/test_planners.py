@@ -268,6 +268,15 @@ def test_bad_arguments() -> None:
         plan(problem, "naive", capacity=-1)
 
 
+def test_minimize_without_a_capacity_is_refused_before_planning(spy_exact: Calls) -> None:
+    # It used to be dropped without a word: without a capacity there is nothing to lower past.
+    with pytest.raises(InvalidArgumentError, match=r"minimize=True .* none was given"):
+        plan(above_its_bound(), minimize=True)
+    assert spy_exact == []
+    problem = read_problem(DATA / "toy.12.csv", capacity=12)  # the problem's own capacity
+    assert plan(problem, minimize=True).height == 12
+
+
 @pytest.mark.parametrize("time_limit", [-1, math.nan, "1", None, True])
 def test_a_bad_time_limit_is_an_invalid_argument(time_limit: object) -> None:
     with pytest.raises(InvalidArgumentError, match="time_limit"):

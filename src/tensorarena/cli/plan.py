@@ -254,6 +254,12 @@ def run(args: argparse.Namespace) -> int:
             )
         capacity = (None if args.capacity is None
                     else parse_size(args.capacity, name="--capacity", allow_zero=True))
+        if args.minimize and capacity is None:
+            raise InvalidArgumentError(
+                "--minimize lowers a plan after it fits --capacity: give --capacity, or leave "
+                "--minimize out (without a capacity the plan is lowered to within --gap of the "
+                "bound anyway)"
+            )
         alignment = None
         if args.alignment is not None:
             alignment = check_alignment(parse_size(args.alignment, name="--alignment"),

@@ -303,7 +303,8 @@ def plan(
     best lower bound known (``bound``).
 
     Bad arguments raise before any planning: :class:`UnknownPlannerError`,
-    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time limit or gap),
+    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time limit or gap,
+    ``minimize`` without a capacity),
     :class:`~tensorarena.errors.InvalidSizeError` (capacity) or
     :class:`~tensorarena.errors.InvalidAlignmentError`.
     """
@@ -333,6 +334,14 @@ def plan(
         progress=progress,
         params=params,
     )
+    if minimize and options.capacity is None:
+        # Without a capacity every planner already lowers the plan to within ``gap`` of the
+        # bound; minimize would change nothing, and a caller who wrote it meant a capacity.
+        raise InvalidArgumentError(
+            "minimize=True lowers a plan after it fits a capacity, and none was given (neither "
+            "capacity= nor problem.capacity): give one, or leave minimize out (without a "
+            "capacity the plan is lowered to within gap of the bound anyway)"
+        )
     start = time.perf_counter()
     result = PLANNERS[planner](problem, options)
     peak = lower_bound(problem)
