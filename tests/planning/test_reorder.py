@@ -15,7 +15,7 @@ from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, Inva
 from tensorarena.planning import schedules
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.op_graph import OpGraph, check_order
-from tensorarena.planning.reorder import reorder, reorder_graph
+from tensorarena.planning.reorder import Schedule, reorder, reorder_graph
 from tensorarena.planning.validate import validate
 
 
@@ -113,6 +113,16 @@ def test_a_cycle_or_a_broken_order_is_refused() -> None:
         check_order(graph, [0, 0, 1, 2, 3])
     with pytest.raises(InvalidArgumentError, match="OpGraph"):
         reorder("graph")  # type: ignore[arg-type]
+
+
+def test_a_schedule_made_without_baselines_compares_with_the_given_order() -> None:
+    # inductor_best used to raise min()'s ValueError ("empty sequence") here.
+    schedule = Schedule(order=("a", "b"), method="original", lower_bound=96,
+                        original_lower_bound=128)
+    assert schedule.inductor_best == 128
+    measured = Schedule(order=("a", "b"), method="lpmf", lower_bound=96,
+                        original_lower_bound=128, baselines={"lpmf": 96, "bfs": 112})
+    assert measured.inductor_best == 96
 
 
 def test_reorder_an_op_graph_never_worse_than_inductor() -> None:
