@@ -22,6 +22,7 @@ from tensorarena.errors import (
     TensorArenaError,
 )
 from tensorarena.interop.cupy_allocator import CupyAllocator, CupyPinnedAllocator, use_with_cupy
+from tensorarena.interop.device_arrays import device_of
 from tensorarena.interop.numba_emm import memory_manager_class, use_with_numba
 from tensorarena.interop.torch_allocator import TorchAllocator, build_shim, find_shim
 from tensorarena.memory import HostMemory, Pool
@@ -92,6 +93,33 @@ def test_cupy_gets_blocks_that_come_back_when_its_memory_dies() -> None:
     del pointer
     gc.collect()
     assert ("deallocate", 1000, 0x70) in resource.calls
+    assert resource.upstream.statistics().allocations.current == 0
+    fake.close()
+
+
+def test_cupy_allocations_do_not_walk_the_resource_stack_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The device of a given resource is found once, when the allocator is made: its layers
+    cannot change, and walking them cost every CuPy allocation."""
+    from _fake_cuda import FakeCudart
+    from tensorarena.interop import cupy_allocator
+
+    walks: list[object] = []
+
+    def counted(resource: object) -> int | None:
+        walks.append(resource)
+        return device_of(resource)
+
+    monkeypatch.setattr(cupy_allocator, "device_of", counted)
+    fake = FakeCudart()
+    resource = Recording(Pool(CudaMemory(1, runtime=CudaRuntime(fake))))
+    allocator = CupyAllocator(resource, cupy=fake_cupy())
+    pointers = [allocator(256) for _ in range(3)]
+    assert [p.mem.device_id for p in pointers] == [1, 1, 1]
+    assert walks == [resource]
+    del pointers
+    gc.collect()
     assert resource.upstream.statistics().allocations.current == 0
     fake.close()
 

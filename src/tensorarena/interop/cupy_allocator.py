@@ -73,6 +73,13 @@ class CupyAllocator(_Hook):
     """A ``cupy.cuda.set_allocator`` allocator over a tensorarena resource (default: the
     current device's pool)."""
 
+    def __init__(self, resource: MemoryResource | None = None, *, cupy: Any = None) -> None:
+        super().__init__(resource, cupy=cupy)
+        # A given resource's layers never change (each adaptor's upstream is read-only), so
+        # its device is found once rather than by walking the stack at every allocation. The
+        # default pool is the current device's, looked up at each call.
+        self._device = None if self._resource is None else device_of(self._resource)
+
     def _default(self) -> MemoryResource:
         from tensorarena.memory.devices import device_pool
 
@@ -81,12 +88,15 @@ class CupyAllocator(_Hook):
     def __call__(self, size: int) -> Any:
         """``size`` bytes as a ``cupy.cuda.MemoryPointer``."""
         cuda = self._cupy.cuda
-        resource = self.resource
+        if self._resource is not None:
+            resource, device = self._resource, self._device
+        else:
+            resource = self._default()
+            device = device_of(resource)
         nbytes = max(int(size), 1)
         stream = cuda.get_current_stream().ptr
         address = resource.allocate(nbytes, DEFAULT_ALIGNMENT, stream)
         owner = _Block(resource, address, nbytes, stream)
-        device = device_of(resource)
         if device is None:
             device = cuda.Device().id
         memory = cuda.UnownedMemory(address, nbytes, owner, device)
