@@ -1,4 +1,7 @@
-"""An ``Arena`` remembers the addresses of its last ``RECENT_FREES`` frees, and no more.
+"""An ``Arena`` remembers the addresses of its last ``recent_frees`` frees, and no more.
+
+``recent_frees`` is ``RECENT_FREES`` for an arena of 1 MiB or more, fewer for a smaller one (as
+many as it can hold blocks of the default alignment, 16 at least).
 
 A double free among them is a :class:`DoubleFreeError`; an address freed longer ago is refused as
 not live (an :class:`InvalidAddressError`, as for an address never allocated), and the record
@@ -13,7 +16,7 @@ import tracemalloc
 import pytest
 
 from tensorarena.core import STRATEGIES, Arena
-from tensorarena.core.arena import RECENT_FREES
+from tensorarena.core.arena import RECENT_FREES, recent_frees_length
 from tensorarena.errors import DoubleFreeError, InvalidAddressError
 
 K = 1024
@@ -113,3 +116,86 @@ def test_reset_counts_as_freeing_every_live_block() -> None:
         with pytest.raises(InvalidAddressError) as info:
             arena.deallocate(address)
         assert type(info.value) is InvalidAddressError
+
+
+# --- the ring's length is the arena's own -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capacity", "length"),
+    [
+        (256, 16),
+        (4 * K, 16),
+        (4 * K + 256, 32),
+        (8 * K, 32),
+        (264 * K, 2048),
+        (1024 * K, RECENT_FREES),
+        (64 * 1024 * K, RECENT_FREES),
+    ],
+)
+def test_an_arena_remembers_as_many_frees_as_it_can_hold_blocks(capacity: int, length: int) -> None:
+    # The blocks of the default alignment it can hold at once (capacity // 256), rounded up to
+    # a power of two, 16 at least, RECENT_FREES at most.
+    assert recent_frees_length(capacity) == length
+    assert Arena(capacity).recent_frees == length
+
+
+def test_a_small_arena_keeps_a_small_record_however_many_frees() -> None:
+    # A 4 KiB arena holds 16 blocks of 256 bytes: its record is full after 16 frees. A record of
+    # the last 4096 frees goes on growing to 4096 slots and the addresses they keep (146 kB).
+    arena = Arena("4KiB", "next_fit")
+    held = arena.allocate(256)
+    addresses = {held}
+
+    def cycle(times: int) -> None:
+        nonlocal held
+        for _ in range(times):  # next fit's rover moves on: each free is another address
+            new = arena.allocate(256)
+            arena.deallocate(held)
+            held = new
+            addresses.add(held)
+
+    tracemalloc.start()
+    try:
+        cycle(32)
+        before = tracemalloc.get_traced_memory()[0]
+        cycle(4 * RECENT_FREES)
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(addresses) == 16  # the rover went round every slot
+    assert growth < K, f"a 4 KiB arena took {growth} bytes more over {4 * RECENT_FREES} frees"
+
+
+def _small_arena_free_then_others(name: str, others: int) -> tuple[Arena, int]:
+    """A 4 KiB arena where the block at the returned address was freed, then ``others``."""
+    arena = Arena("4KiB", name)
+    arena.allocate(256)
+    freed = arena.allocate(256)
+    arena.allocate(256)
+    arena.deallocate(freed)
+    for _ in range(others):
+        address = arena.allocate(1024)  # larger than the hole: the freed address stays free
+        assert address != freed
+        arena.deallocate(address)
+    return arena, freed
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_a_small_arena_names_a_double_free_among_its_last_frees_only(name: str) -> None:
+    length = Arena("4KiB", name).recent_frees
+    assert length == 16
+    arena, freed = _small_arena_free_then_others(name, length - 1)
+    before = snapshot(arena)
+    with pytest.raises(DoubleFreeError, match="double free"):
+        arena.deallocate(freed)
+    assert snapshot(arena) == before
+
+    arena, freed = _small_arena_free_then_others(name, length)
+    before = snapshot(arena)
+    for call in (arena.deallocate, arena.size_of):
+        with pytest.raises(InvalidAddressError, match="before the last 16 frees") as info:
+            call(freed)
+        assert type(info.value) is InvalidAddressError and info.value.address == freed
+    assert not arena.is_live(freed)
+    assert snapshot(arena) == before

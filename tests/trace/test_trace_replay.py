@@ -106,6 +106,23 @@ def test_replay_memory_follows_the_live_set_not_the_file_length(tmp_path: Path) 
     assert peaks[1] < peaks[0] * 1.5 + 64 * 1024, peaks  # ten times the events, not the memory
 
 
+def test_a_pool_of_small_arenas_keeps_a_record_of_frees_its_arenas_size(tmp_path: Path) -> None:
+    # Grown from nothing, the pool holds eight arenas of 4 KiB to 264 KiB. Each remembers as
+    # many frees as it can hold blocks (16 to 2048): a ring of RECENT_FREES (4096) each filled
+    # as frees came, 508 kB of peak at 20 000 events and 907 kB at 100 000 (measured).
+    peaks = []
+    for events in (20_000, 100_000):
+        _steady_file(tmp_path / f"{events}.csv", events)
+        tracemalloc.start()
+        pool = Pool(VirtualMemory(), growth=Doubling("64MiB"), initial_size=0, thread_safe=False)
+        result = replay(tmp_path / f"{events}.csv", pool)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert result.events >= events - 2
+        assert len(pool.arenas) == 8 and pool.arenas[0].capacity == 4096
+    assert peaks[1] < peaks[0] * 1.2 + 32 * 1024, peaks
+
+
 def test_refused_allocations_are_counted_and_their_frees_skipped() -> None:
     events = [Event("a", 0, 600), Event("a", 1, 600), Event("f", 1, 600), Event("f", 0, 600),
               Event("a", 2, 100), Event("f", 2, 100)]

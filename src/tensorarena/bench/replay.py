@@ -18,7 +18,8 @@ Three parts, each printed as a table (or one JSON object with ``--json``):
   10 s, reading included), with the child's resident-set growth beside that of a 10^5-event
   file with the same live set (1000 blocks), on best_fit and on VirtualMemory alone: the replay
   holds only the live set (VirtualMemory alone stays flat); an ``Arena`` remembers the
-  addresses of its last ``RECENT_FREES`` frees (to name double frees), a bounded record.
+  addresses of its last ``recent_frees`` frees (to name double frees; as many as it can hold
+  blocks, at most ``RECENT_FREES``), a bounded record.
 
 Times are wall-clock on whatever machine runs it (noisy on a shared one: repeats and medians);
 the footprints are bookkeeping and exact. This is a benchmark: it asserts nothing.

@@ -23,17 +23,22 @@ real access pattern, so they do as few of either as the checks allow:
   the default alignment, whose reserved size the rounding recomputes, and ``(requested,
   reserved)`` for the others (adding to a tuple fails, and that failure *is* the branch to the
   general path).
-* Freed addresses are remembered in a ring of the last ``RECENT_FREES`` (as the upstream
-  resources do, ``memory/_live.py``): the k-th free writes slot ``k % RECENT_FREES``, so the
+* Freed addresses are remembered in a ring of the last ``recent_frees`` (as the upstream
+  resources do, ``memory/_live.py``): the k-th free writes slot ``k % recent_frees``, so the
   count of frees is the ring's index and the good path pays one list store (the ring grows to
-  its size as frees come: a pool may hold many arenas that free little). Only an error looks in
-  the ring (a scan in C), to tell a double free from a foreign address; an address freed longer
-  ago is refused as not live. A ring entry whose address was handed out again is shadowed by
-  the map, which is looked up first. Tombstones kept in the map instead (the earlier design)
-  grew it with every address ever used (10–14 thousand entries for 496 live blocks on ``bench
-  alloc``; 7.5 MiB over a 10^6-event replay, 1.8 MiB with the ring) and its lookups missed the
-  cache: compiled, the ring is 2–9 % faster a pair except on buddy (+5 %: its map stayed
-  small); pure, a wash.
+  its size as frees come: a pool may hold many arenas that free little). Its length is the
+  arena's own, :func:`recent_frees_length` of its capacity: the power of two covering the
+  blocks of the default alignment the arena can hold (``capacity // 256``), 16 at least,
+  ``RECENT_FREES`` at most. A ring of 4096 in every arena cost a pool grown to eight small
+  arenas (4–264 KiB) 1.0 MB over a 400 000-event replay, 0.19 MB sized so; the per-arena mask
+  costs the compiled hot path nothing measurable (``bench alloc``, within ±3 %). Only an error
+  looks in the ring (a scan in C), to tell a double free from a foreign address; an address
+  freed longer ago is refused as not live. A ring entry whose address was handed out again is
+  shadowed by the map, which is looked up first. Tombstones kept in the map instead (the
+  earlier design) grew it with every address ever used (10–14 thousand entries for 496 live
+  blocks on ``bench alloc``; 7.5 MiB over a 10^6-event replay, 1.8 MiB with the ring) and its
+  lookups missed the cache: compiled, the ring is 2–9 % faster a pair except on buddy (+5 %:
+  its map stayed small); pure, a wash.
 * ``reserved`` is derived from the strategy's free bytes rather than counted, and the peak is
   folded in lazily: ``allocated`` only reaches a new high just before it decreases, so
   ``deallocate`` (and ``reset``) record it and the statistics take ``max(peak, allocated)``.
@@ -87,7 +92,14 @@ from tensorarena.sizes import (
 )
 from tensorarena.stats import ArenaStatistics, Count
 
-__all__ = ["DEFAULT_ALIGNMENT", "DEFAULT_STRATEGY", "RECENT_FREES", "Arena", "fresh_arena_fits"]
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "DEFAULT_STRATEGY",
+    "RECENT_FREES",
+    "Arena",
+    "fresh_arena_fits",
+    "recent_frees_length",
+]
 
 # An entry of the block map: requested (default alignment), or (requested, reserved).
 _Entry = int | tuple[int, int]
@@ -98,12 +110,23 @@ DEFAULT_ALIGNMENT: Final = 256
 #: Default placement strategy: the lowest fragmentation for an O(log n) search.
 DEFAULT_STRATEGY: Final = "best_fit"
 
-#: How many freed addresses an arena remembers to tell a double free from a foreign address
-#: (a power of two: the ring's index is the count of frees masked).
+#: The most freed addresses an arena remembers to tell a double free from a foreign address
+#: (a power of two: the ring's index is the count of frees masked). A smaller arena remembers
+#: fewer: see :func:`recent_frees_length`.
 RECENT_FREES: Final = 4096
-_RECENT_MASK: Final = RECENT_FREES - 1
-if RECENT_FREES & _RECENT_MASK:  # pragma: no cover - guards the mask in deallocate()
+#: The fewest freed addresses an arena remembers, however small.
+_MIN_RECENT_FREES: Final = 16
+if RECENT_FREES & (RECENT_FREES - 1):  # pragma: no cover - guards the mask in deallocate()
     raise ImportError("RECENT_FREES must be a power of two")
+
+
+def recent_frees_length(capacity: int) -> int:
+    """How many freed addresses an arena of ``capacity`` bytes remembers: the power of two at
+    least ``capacity // 256`` (the blocks of the default alignment it can hold at once), and at
+    least 16, at most :data:`RECENT_FREES`."""
+    blocks = max(_MIN_RECENT_FREES, capacity // DEFAULT_ALIGNMENT)
+    return min(RECENT_FREES, 1 << (blocks - 1).bit_length())
+
 
 # MAX_SIZE is a power of two, so one shift tells whether a size is in range.
 _SIZE_BITS: Final = MAX_SIZE.bit_length() - 1
@@ -167,9 +190,11 @@ class Arena:
         )
         # address -> requested (default alignment) or (requested, reserved), live blocks only
         self._live: dict[int, _Entry] = {}
-        # The last RECENT_FREES freed addresses, the k-th free in slot k & _RECENT_MASK (None:
-        # no free yet), to tell double frees from foreign addresses. It grows as frees come
-        # (a pool may hold many arenas that free little): a slot past its end is not written.
+        # The last recent_frees_length(capacity) freed addresses, the k-th free in slot
+        # k & _recent_mask (None: no free yet), to tell double frees from foreign addresses. It
+        # grows as frees come (a pool may hold many arenas that free little): a slot past its
+        # end is not written.
+        self._recent_mask = recent_frees_length(self._capacity) - 1
         self._recent_frees: list[int | None] = []
         # Requested bytes, kept as a total and a freed sum (a Count's own model): allocate adds
         # to one int, deallocate to the other, and the current value is their difference. The
@@ -197,6 +222,12 @@ class Arena:
     def base(self) -> int:
         """Address of the region's first byte."""
         return self._base
+
+    @property
+    def recent_frees(self) -> int:
+        """How many of its last freed addresses the arena remembers to name a double free:
+        :func:`recent_frees_length` of its capacity (at most :data:`RECENT_FREES`)."""
+        return self._recent_mask + 1
 
     @property
     def strategy_name(self) -> str:
@@ -280,7 +311,7 @@ class Arena:
         """Free the block at ``address``; if ``nbytes`` is given it must match the allocation.
 
         Raises :class:`DoubleFreeError` for a block freed (or released by ``reset``) within
-        the last :data:`RECENT_FREES` frees, :class:`InvalidAddressError` for an address that
+        the last :attr:`recent_frees` frees, :class:`InvalidAddressError` for an address that
         is not live otherwise (never allocated, freed before those, or not an int),
         :class:`SizeMismatchError` when ``nbytes`` differs from the allocation; the arena is
         unchanged after any of them.
@@ -309,7 +340,7 @@ class Arena:
         del live[address]
         count = self._free_count
         try:
-            self._recent_frees[count & _RECENT_MASK] = address
+            self._recent_frees[count & self._recent_mask] = address
         except IndexError:  # the ring has not grown to that slot yet
             self._remember_free(count, address)
         self._free_count = count + 1
@@ -364,7 +395,7 @@ class Arena:
 
     def reset(self) -> None:
         """Free every live block at once; freeing one of them afterwards is a double free
-        (for the last :data:`RECENT_FREES` of them, as for any free).
+        (for the last :attr:`recent_frees` of them, as for any free).
 
         An arena is bookkeeping; a :class:`~tensorarena.memory.Pool` over real memory refuses
         to reset while blocks are live.
@@ -383,12 +414,12 @@ class Arena:
     def _remember_free(self, count: int, address: int) -> None:
         """Put the address of the ``count``-th free in its slot, growing the ring to it."""
         recent = self._recent_frees
-        slot = count & _RECENT_MASK
+        slot = count & self._recent_mask
         if slot >= len(recent):
             size = max(8, 2 * len(recent))
             while size <= slot:
                 size *= 2
-            recent.extend([None] * (min(size, RECENT_FREES) - len(recent)))
+            recent.extend([None] * (min(size, self._recent_mask + 1) - len(recent)))
         recent[slot] = address
 
     def reset_peak_stats(self) -> None:
@@ -526,7 +557,7 @@ class Arena:
 
     def _not_live(self, address: int) -> InvalidAddressError:
         """The error for ``address``, which is not live: a double free if it was freed among
-        the last :data:`RECENT_FREES` frees, else an address never allocated here."""
+        the last :attr:`recent_frees` frees, else an address never allocated here."""
         if address in self._recent_frees:  # not live, so freed recently
             return DoubleFreeError(
                 f"double free: block at {address:#x} was already freed (or released by reset())",
@@ -535,7 +566,7 @@ class Arena:
         where = "inside" if self.owns(address) else "outside"
         return InvalidAddressError(
             f"address {address:#x} is not live in this arena: never allocated here, or freed "
-            f"long ago (before the last {RECENT_FREES} frees); {where} its region "
+            f"long ago (before the last {self._recent_mask + 1} frees); {where} its region "
             f"[{self._base:#x}, {self._base + self._capacity:#x})",
             address=address,
         )
