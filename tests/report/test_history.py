@@ -84,13 +84,79 @@ def test_an_oom_is_an_action() -> None:
     record_memory_history(False, resource=pool)
 
 
-def test_an_unlocked_pool_gets_its_own_bindings_back() -> None:
-    pool = Pool(VirtualMemory(), thread_safe=False)
-    bound = vars(pool)["allocate"]
-    record_memory_history(resource=pool)
-    assert vars(pool)["allocate"] != bound
+def _allocates_while_the_lock_is_held(pool: Pool) -> bool:
+    """Whether ``pool.allocate`` returns while another thread holds the pool's lock (it does
+    only if the call takes no lock)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pool._lock:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    caller = threading.Thread(target=lambda: pool.deallocate(pool.allocate(64), 64))
+    caller.start()
+    caller.join(timeout=0.2)
+    returned = not caller.is_alive()
+    release.set()
+    holder.join()
+    caller.join()
+    return returned
+
+
+@pytest.mark.parametrize("thread_safe", [False, True])
+def test_stopping_the_history_restores_the_pools_exact_behaviour(thread_safe: bool) -> None:
+    pool = Pool(VirtualMemory(), thread_safe=thread_safe)
+    assert _allocates_while_the_lock_is_held(pool) is not thread_safe
+    history = record_memory_history(resource=pool, stacks=None)
+    assert history is not None
+    assert _allocates_while_the_lock_is_held(pool) is not thread_safe  # recorded, same locking
+    assert [action.action for action, _ in history.entries()][-3:] == [
+        "alloc", "free_requested", "free_completed"]
     record_memory_history(False, resource=pool)
-    assert vars(pool)["allocate"] == bound
+    recorded = len(history)
+    assert _allocates_while_the_lock_is_held(pool) is not thread_safe
+    assert len(history) == recorded  # no longer recorded
+
+
+@pytest.mark.parametrize("thread_safe", [False, True])
+def test_nothing_is_bound_on_a_pool_instance(thread_safe: bool) -> None:
+    # A compiled (mypyc) Pool cannot have instance attributes shadowing its methods.
+    pool = Pool(VirtualMemory(), thread_safe=thread_safe)
+    assert not {"allocate", "deallocate"} & set(vars(pool))
+    record_memory_history(resource=pool)
+    assert not {"allocate", "deallocate"} & set(vars(pool))
+    record_memory_history(False, resource=pool)
+    assert not {"allocate", "deallocate"} & set(vars(pool))
+
+
+def test_a_bound_method_taken_before_recording_is_recorded() -> None:
+    pool = Pool(HostMemory(), thread_safe=False)
+    allocate, deallocate = pool.allocate, pool.deallocate  # a layer above keeps these
+    history = record_memory_history(resource=pool, stacks=None)
+    assert history is not None
+    deallocate(allocate(1000), 1000)
+    assert [action.action for action, _ in history.entries()] == [
+        "alloc", "free_requested", "free_completed"]
+    record_memory_history(False, resource=pool)
+    deallocate(allocate(1000), 1000)
+    assert len(history) == 3
+
+
+def test_a_layer_that_is_not_a_pool_is_recorded_and_restored() -> None:
+    tracking = ta.Tracking(HostMemory())  # keeps live_blocks(): each block its own segment
+    history = record_memory_history(resource=tracking, stacks=None)
+    assert history is not None
+    tracking.deallocate(tracking.allocate(100), 100)
+    assert [action.action for action, _ in history.entries()] == [
+        "segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"]
+    record_memory_history(False, resource=tracking)
+    assert not {"allocate", "deallocate"} & set(vars(tracking))
+    tracking.deallocate(tracking.allocate(100), 100)
+    assert len(history) == 5
 
 
 def test_threads_frees_are_recorded_before_the_address_is_reused() -> None:

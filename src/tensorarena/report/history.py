@@ -9,13 +9,17 @@ pytorch.org/memory_viz. The same three work here, on the default resource or on 
     ta.report.dump_snapshot("memory.pickle")                  # open it in memory_viz
 
 Recording attaches to the pool itself, not to a wrapper around it: a pool is shared by
-reference (a thread cache above it, arrays that free into it, other code that was handed it), and
-every one of those calls must be seen, so the history replaces the pool *instance's*
-``allocate``/``deallocate`` with recording ones that call the originals, and
-``record_memory_history(False)`` puts them back. Nothing of the pool's class changes, and a pool
-that is not recording pays nothing. Given an adaptor stack, the history attaches to the first
-pool below (the layer whose arenas the snapshot shows), so a thread cache's hits are not in the
-history — as PyTorch's history shows its caching allocator's calls, not the program's.
+reference (a thread cache above it, arrays that free into it, other code that was handed it, a
+bound ``pool.allocate`` kept from before), and every one of those calls must be seen. So the
+history registers as the pool's observer (``Pool._set_observer``): ``Pool.allocate`` and
+``deallocate`` tell it of each call, inside the call, and ``record_memory_history(False)``
+removes it. Nothing is bound on the pool instance (a compiled native class cannot shadow its
+methods); a pool that is not recording pays one attribute test per call. A layer that is not a
+``Pool`` (an adaptor with ``live_blocks()``) has its instance's ``allocate``/``deallocate``
+replaced by recording ones instead, put back on stopping. Given an adaptor stack, the history
+attaches to the first pool below (the layer whose arenas the snapshot shows), so a thread cache's
+hits are not in the history — as PyTorch's history shows its caching allocator's calls, not the
+program's.
 
 The history is a bounded ring (``max_entries``, PyTorch's parameter) of PyTorch's actions:
 ``alloc``, ``free_requested`` + ``free_completed`` (a host pool's free is reusable at once),
@@ -23,8 +27,9 @@ The history is a bounded ring (``max_entries``, PyTorch's parameter) of PyTorch'
 arenas known so far; arenas given back by ``trim()`` are noticed at the dump), and ``oom``. With
 ``stacks="python"`` each action carries the Python stack of the code that called into
 tensorarena (:mod:`tensorarena.adaptors._sites`: 0.4 µs for a frame, 0.15 µs each further
-one). A free is recorded under the history's lock together with the pool call, so no other
-thread's allocation of the same address can be recorded before it.
+one). A pool's observer is called with the pool's lock held, so a free is recorded before
+another thread can be handed the address (on a patched layer the history's lock spans the call);
+locks are taken pool first, history second.
 
 The snapshot (:func:`memory_snapshot`) is the pool's state (:func:`~tensorarena.report.snapshot`)
 with the history as its device trace, made into PyTorch's format by the writer of
@@ -34,16 +39,20 @@ with the history as its device trace, made into PyTorch's format by the writer o
 from __future__ import annotations
 
 import bisect
+import contextlib
+import functools
 import os
 import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from tensorarena.adaptors._sites import Stack, capture
 from tensorarena.adaptors.tracking import check_stack_depth
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, Stream
 from tensorarena.report.snapshot import MemorySnapshot, find_pool, snapshot
 from tensorarena.sizes import MAX_SIZE, check_address, check_nbytes
@@ -102,42 +111,39 @@ class MemoryHistory:
 
     def _attach(self) -> None:
         pool = self._pool
-        for name in ("allocate", "deallocate"):
-            if name in vars(pool):  # an instance binding of its own (an unlocked Pool's)
-                self._saved[name] = vars(pool)[name]
-        self._allocate_original = pool.allocate  # type: ignore[attr-defined]
-        self._deallocate_original = pool.deallocate  # type: ignore[attr-defined]
-        with self._lock:
-            self._refresh_segments(_now_us(), emit=False)
-        pool.allocate = self._allocate  # type: ignore[attr-defined]
-        pool.deallocate = self._deallocate  # type: ignore[attr-defined]
+        if isinstance(pool, Pool):
+            with pool._lock, self._lock:  # the pool's lock first, as in the pool's calls
+                self._refresh_segments(_now_us(), emit=False)
+                pool._set_observer(self)
+        else:  # another layer with live_blocks() (an adaptor): its instance's calls are patched
+            with self._lock:
+                self._refresh_segments(_now_us(), emit=False)
+            for name in ("allocate", "deallocate"):
+                if name in vars(pool):
+                    self._saved[name] = vars(pool)[name]
+            allocate, deallocate = pool.allocate, pool.deallocate  # type: ignore[attr-defined]
+            pool.allocate = functools.partial(self._record_allocate, allocate)  # type: ignore[attr-defined]
+            pool.deallocate = functools.partial(self._record_deallocate, deallocate)  # type: ignore[attr-defined]
         self._attached = True
 
     def _detach(self) -> None:
         if not self._attached:
             return
         pool = self._pool
-        for name in ("allocate", "deallocate"):
-            if name in self._saved:
-                setattr(pool, name, self._saved[name])
-            else:
-                vars(pool).pop(name, None)
+        if isinstance(pool, Pool):
+            pool._set_observer(None)
+        else:
+            for name in ("allocate", "deallocate"):
+                if name in self._saved:
+                    setattr(pool, name, self._saved[name])
+                else:
+                    vars(pool).pop(name, None)
         self._attached = False
 
-    # --- the recording calls -----------------------------------------------------------------
+    # --- recording: a Pool's observer (called with the pool's lock held) --------------------
 
-    def _allocate(
-        self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
-    ) -> int:
-        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
-            nbytes = check_nbytes(nbytes)
-        try:
-            address: int = self._allocate_original(nbytes, alignment, stream)
-        except MemoryError:
-            stack = capture(self._depth) if self._depth else ()
-            with self._lock:
-                self._entries.append((SnapshotAction("oom", 0, nbytes, 0, _now_us()), stack))
-            raise
+    def allocated(self, address: int, nbytes: int) -> None:
+        """Record an allocation (the pool's :class:`~tensorarena.memory.pool.PoolObserver`)."""
         stack = capture(self._depth) if self._depth else ()
         now = _now_us()
         with self._lock:
@@ -147,22 +153,61 @@ class MemoryHistory:
             elif not self._known(address):
                 self._refresh_segments(now, emit=True)
             self._entries.append((SnapshotAction("alloc", address, nbytes, 0, now), stack))
+
+    def freed(self, address: int, nbytes: int) -> None:
+        """Record a free: the pool still holds its lock, so before any reuse of the address."""
+        stack = capture(self._depth) if self._depth else ()
+        with self._lock:
+            self._record_free(address, nbytes, stack)
+
+    def out_of_memory(self, nbytes: int) -> None:
+        """Record an out-of-memory error."""
+        stack = capture(self._depth) if self._depth else ()
+        with self._lock:
+            self._entries.append((SnapshotAction("oom", 0, nbytes, 0, _now_us()), stack))
+
+    def _record_free(self, address: int, nbytes: int, stack: Stack) -> None:
+        now = _now_us()
+        entries = self._entries
+        entries.append((SnapshotAction("free_requested", address, nbytes, 0, now), stack))
+        entries.append((SnapshotAction("free_completed", address, nbytes, 0, now), stack))
+        if self._per_block:
+            entries.append((SnapshotAction("segment_free", address, nbytes, 0, now), stack))
+
+    # --- recording: another layer's patched calls --------------------------------------------
+
+    def _record_allocate(
+        self,
+        call: Callable[[int, int, Stream], int],
+        nbytes: int,
+        alignment: int = DEFAULT_ALIGNMENT,
+        stream: Stream = None,
+    ) -> int:
+        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
+            nbytes = check_nbytes(nbytes)
+        try:
+            address = call(nbytes, alignment, stream)
+        except MemoryError:
+            self.out_of_memory(nbytes)
+            raise
+        self.allocated(address, nbytes)
         return address
 
-    def _deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
+    def _record_deallocate(
+        self,
+        call: Callable[[int, int, Stream], None],
+        address: int,
+        nbytes: int,
+        stream: Stream = None,
+    ) -> None:
         if type(address) is not int:
             address = check_address(address)
         if type(nbytes) is not int:
             nbytes = check_nbytes(nbytes)
         stack = capture(self._depth) if self._depth else ()
         with self._lock:  # held across the call: the free is recorded before any reuse
-            self._deallocate_original(address, nbytes, stream)
-            now = _now_us()
-            entries = self._entries
-            entries.append((SnapshotAction("free_requested", address, nbytes, 0, now), stack))
-            entries.append((SnapshotAction("free_completed", address, nbytes, 0, now), stack))
-            if self._per_block:
-                entries.append((SnapshotAction("segment_free", address, nbytes, 0, now), stack))
+            call(address, nbytes, stream)
+            self._record_free(address, nbytes, stack)
 
     # --- segments ----------------------------------------------------------------------------
 
@@ -187,7 +232,9 @@ class MemoryHistory:
     def state(self) -> tuple[MemorySnapshot, tuple[tuple[SnapshotAction, Stack], ...]]:
         """The pool's state now (live blocks with their stacks from the history) and the
         history that ends in it, read together under the lock."""
-        with self._lock:
+        pool = self._pool
+        # The pool's lock first, then the history's: the order of the pool's observed calls.
+        with pool._lock if isinstance(pool, Pool) else contextlib.nullcontext(), self._lock:
             self._refresh_segments(_now_us(), emit=True)
             stacks: dict[int, Stack] = {}
             for action, stack in self._entries:
