@@ -8,7 +8,8 @@ taken from the upstream in one ``upstream.allocate`` call, each with its own str
 A request is tried in the arenas in the order they were made (which packs live blocks toward
 the oldest arenas, so that the newest ones empty first and ``trim()`` can give them back). When
 no arena can hold it, the growth policy (:mod:`tensorarena.memory.growth`) sizes a new arena,
-never smaller than the request: a request larger than every arena gets an arena of its own.
+never smaller than the request: a request larger than every arena gets an arena of its own
+(growing and giving arenas back: :mod:`tensorarena.memory._pool_arenas`).
 Finding the owner of a freed address is one dict lookup: the pool maps every live block's
 address to its arena (the same map proves that an address is live).
 
@@ -38,14 +39,13 @@ changes; a failing upstream during growth leaves the pool exactly as it was.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
-from tensorarena.core.arena import Arena, fresh_arena_fits
+from tensorarena.core.arena import Arena
 from tensorarena.core.registry import StrategySpec, strategy_factory
 from tensorarena.debug import CHEAP, EXPENSIVE, OFF, check, resolve_debug
 from tensorarena.errors import (
@@ -53,10 +53,10 @@ from tensorarena.errors import (
     InvalidAlignmentError,
     InvalidArgumentError,
     InvalidSizeError,
-    OutOfMemoryError,
     ResourceClosedError,
     ResourceInUseError,
 )
+from tensorarena.memory._pool_arenas import PoolArenas, release_arenas
 from tensorarena.memory.growth import GrowthPolicy, NextPowerOfTwo
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
@@ -69,7 +69,6 @@ from tensorarena.sizes import (
     ALIGNMENTS,
     MAX_SIZE,
     Size,
-    align_up,
     check_address,
     check_alignment,
     check_nbytes,
@@ -79,12 +78,6 @@ from tensorarena.sizes import (
 from tensorarena.stats import ArenaStatistics, Count, MemoryStatistics
 
 __all__ = ["ArenaSnapshot", "Pool"]
-
-#: Arena sizes are rounded up to this, so that every arena can serve default-aligned requests.
-_ARENA_GRANULE = DEFAULT_ALIGNMENT
-#: Arenas are asked to start on a page boundary at least, so that page-aligned requests fit in
-#: any arena (an arena can honour no alignment above its base's).
-_ARENA_ALIGNMENT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +101,7 @@ class PoolObserver(Protocol):
     def out_of_memory(self, nbytes: int) -> None: ...
 
 
-def _release_arenas(upstream: MemoryResource, arenas: list[Arena]) -> None:
-    for arena in arenas:
-        with contextlib.suppress(Exception):  # nobody to report to from a finalizer
-            upstream.deallocate(arena.base, arena.capacity, None)
-    arenas.clear()
-
-
-class Pool:
+class Pool(PoolArenas):
     """A resource whose arenas come from ``upstream``, one placement strategy per arena.
 
     ``initial_size`` bytes are taken from the upstream at once (0: wait for the first request);
@@ -178,7 +164,7 @@ class Pool:
         self._retries = self._ooms = 0
         # A pool that is garbage-collected gives its arenas back, as RMM's pool destructor does.
         # The finalizer holds the upstream and the arena list, never the pool itself.
-        finalizer = weakref.finalize(self, _release_arenas, upstream, self._arenas)
+        finalizer = weakref.finalize(self, release_arenas, upstream, self._arenas)
         finalizer.atexit = False  # at interpreter exit the process's memory goes anyway
         if initial:
             self._add_arena(initial, DEFAULT_ALIGNMENT, None, requested=initial)
@@ -467,126 +453,6 @@ class Pool:
             f"requested={format_size(self._requested)}, live={len(self._blocks)}{limit}{closed})"
         )
 
-    # --- growth ------------------------------------------------------------------------------
-
-    def _grow(self, nbytes: int, alignment: int, stream: Stream) -> Arena:
-        """Add an arena that can hold ``nbytes`` at ``alignment``, or raise, unchanged."""
-        rounded = (nbytes + alignment - 1) & -alignment
-        wanted = self._growth.next_size(rounded, self._reserved)
-        if self._reserved == 0:
-            # An empty pool (new, or trimmed) starts again from its initial size.
-            wanted = max(wanted or 0, self._initial, rounded)
-        if wanted is None:
-            misaligned = any(not arena.honours(alignment) for arena in self._arenas)
-            why = f"no arena base is aligned to {alignment}" if misaligned else (
-                "no arena can hold it"
-            )
-            raise self._out_of_memory(
-                nbytes, f"{why} and the growth policy {self._growth!r} refuses to add one"
-            )
-        # Decide everything on bookkeeping first, so that a request that fails anyway leaves
-        # the pool as it was: the size within maximum_size, else within it once the empty
-        # arenas are given back (what PyTorch's caching allocator does at its limit).
-        headroom = None if self._maximum is None else self._maximum - self._reserved
-        size = self._arena_size(max(wanted, rounded), nbytes, alignment, limit=headroom)
-        trim_first = False
-        if size is None and headroom is not None:
-            empty = sum(arena.capacity for arena in self._arenas if not len(arena))
-            if empty:
-                size = self._arena_size(
-                    max(wanted, rounded), nbytes, alignment, limit=headroom + empty
-                )
-                trim_first = size is not None
-            if size is None and rounded > headroom + empty:
-                raise self._out_of_memory(
-                    nbytes,
-                    f"a new arena of {format_size(rounded)} would exceed maximum_size "
-                    f"{format_size(self._maximum or 0)} (headroom {format_size(headroom)}"
-                    + (f", {format_size(empty)} more in empty arenas)" if empty else ")"),
-                )
-        if size is None:
-            raise self._out_of_memory(
-                nbytes,
-                f"the {self._strategy_name} strategy cannot place {format_size(rounded)} in an "
-                f"arena of {format_size(max(wanted, rounded))}"
-                + ("" if headroom is None else " within maximum_size"),
-            )
-        if trim_first:
-            self._trim(stream)
-            self._retries += 1
-        try:
-            return self._add_arena(size, alignment, stream, requested=nbytes)
-        except OutOfMemoryError:
-            # The upstream itself is out of memory: give back what sits unused and retry once,
-            # as PyTorch frees its cached blocks and retries cudaMalloc.
-            if not any(not len(arena) for arena in self._arenas):
-                raise
-            self._trim(stream)
-            self._retries += 1
-            return self._add_arena(size, alignment, stream, requested=nbytes)
-
-    def _arena_size(
-        self, size: int, nbytes: int, alignment: int, *, limit: int | None
-    ) -> int | None:
-        """The smallest arena size of ``size`` or above (at most ``limit``) whose strategy can
-        hold the request: ``size`` itself, else a power of two (a buddy system needs one)."""
-        rounded = (nbytes + alignment - 1) & -alignment
-        power_of_two = 1 << (rounded - 1).bit_length()
-        for candidate in (align_up(size, _ARENA_GRANULE), power_of_two, 2 * power_of_two):
-            if limit is not None:
-                candidate = min(candidate, limit)
-            if candidate >= rounded and fresh_arena_fits(
-                self._factory, candidate, nbytes, alignment
-            ):
-                return candidate
-        return None
-
-    def _add_arena(self, size: int, alignment: int, stream: Stream, *, requested: int) -> Arena:
-        """Take ``size`` bytes from the upstream as a new arena; unchanged if anything fails."""
-        arena_alignment = max(alignment, _ARENA_ALIGNMENT)
-        try:
-            base = self._upstream.allocate(size, arena_alignment, stream)
-        except MemoryError as exc:
-            raise self._out_of_memory(
-                requested, f"the upstream refused a new arena of {format_size(size)}: {exc}"
-            ) from exc
-        try:
-            if type(base) is not int or base & (arena_alignment - 1):
-                raise InvalidAlignmentError(
-                    f"the upstream returned {base!r} for an arena aligned to {arena_alignment}"
-                )
-            arena = Arena(size, self._factory, base=base, debug=OFF)
-        except BaseException:
-            self._upstream.deallocate(base, size, stream)
-            raise
-        self._arenas.append(arena)
-        self._reserved += size
-        self._total_reserved += size
-        self._peak_reserved = max(self._peak_reserved, self._reserved)
-        self._peak_arenas = max(self._peak_arenas, len(self._arenas))
-        self._upstream_allocs += 1
-        return arena
-
-    def _trim(self, stream: Stream) -> int:
-        released = 0
-        for arena in [a for a in self._arenas if not len(a)]:
-            self._remove_arena(arena, stream)
-            released += arena.capacity
-        return released
-
-    def _release_deferred(self, arena: Arena, stream: Stream) -> None:
-        """A closed pool's arena just emptied: give it back now (errors cannot be reported to
-        the caller, whose free succeeded; the arena then stays, empty, until a trim)."""
-        with contextlib.suppress(Exception):
-            self._remove_arena(arena, stream)
-
-    def _remove_arena(self, arena: Arena, stream: Stream) -> None:
-        self._upstream.deallocate(arena.base, arena.capacity, stream)
-        # Forget the arena only once the upstream took it back: a failure leaves it here.
-        self._arenas.remove(arena)
-        self._reserved -= arena.capacity
-        self._upstream_frees += 1
-
     # --- errors ------------------------------------------------------------------------------
 
     def _in_use(self, operation: str) -> ResourceInUseError:
@@ -598,23 +464,6 @@ class Pool:
             "pass force=True if nothing uses them (unsafe)",
             live_blocks=live,
             live_bytes=nbytes,
-        )
-
-    def _out_of_memory(self, nbytes: int, detail: str) -> OutOfMemoryError:
-        self._ooms += 1
-        free = largest = 0
-        for arena in self._arenas:
-            free += arena.free_bytes()
-            largest = max(largest, arena.largest_free())
-        return OutOfMemoryError(
-            nbytes,
-            free=free,
-            largest_free=largest,
-            capacity=self._reserved,
-            limit=self._maximum,
-            allocated=self._requested,
-            reserved=self._reserved,
-            detail=detail,
         )
 
     def _not_live(self, address: int) -> InvalidAddressError:
