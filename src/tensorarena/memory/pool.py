@@ -31,9 +31,8 @@ for callers that serialise access themselves (one thread, or a
 calls). The unlocked pool runs the same methods, taking no lock (``_call_lock`` is None), not
 methods bound on the instance (which a compiled native class could not have).
 
-Statistics speak :mod:`tensorarena.stats`: *requested* = bytes callers asked for; *allocated*
-(= *active*) = the bytes live blocks occupy (requests rounded up to their alignment);
-*reserved* = bytes held from the upstream, live or not. Every error is raised before any state
+Statistics speak :mod:`tensorarena.stats` (*requested*, *allocated*, *reserved*; reported and
+checked in :mod:`tensorarena.memory._pool_statistics`). Every error is raised before any state
 changes; a failing upstream during growth leaves the pool exactly as it was.
 """
 
@@ -41,13 +40,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
 from tensorarena.core.arena import Arena
 from tensorarena.core.registry import StrategySpec, strategy_factory
-from tensorarena.debug import CHEAP, EXPENSIVE, OFF, check, resolve_debug
+from tensorarena.debug import OFF, resolve_debug
 from tensorarena.errors import (
     InvalidAddressError,
     InvalidAlignmentError,
@@ -57,6 +55,7 @@ from tensorarena.errors import (
     ResourceInUseError,
 )
 from tensorarena.memory._pool_arenas import PoolArenas, release_arenas
+from tensorarena.memory._pool_statistics import ArenaSnapshot, PoolStatistics
 from tensorarena.memory.growth import GrowthPolicy, NextPowerOfTwo
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
@@ -75,19 +74,8 @@ from tensorarena.sizes import (
     format_size,
     parse_size,
 )
-from tensorarena.stats import ArenaStatistics, Count, MemoryStatistics
 
 __all__ = ["ArenaSnapshot", "Pool"]
-
-
-@dataclass(frozen=True, slots=True)
-class ArenaSnapshot:
-    """One arena of a pool, as it was when :attr:`Pool.arenas` was read."""
-
-    base: int  #: address of the arena's first byte
-    capacity: int
-    strategy: str
-    statistics: ArenaStatistics
 
 
 class PoolObserver(Protocol):
@@ -101,7 +89,7 @@ class PoolObserver(Protocol):
     def out_of_memory(self, nbytes: int) -> None: ...
 
 
-class Pool(PoolArenas):
+class Pool(PoolArenas, PoolStatistics):
     """A resource whose arenas come from ``upstream``, one placement strategy per arena.
 
     ``initial_size`` bytes are taken from the upstream at once (0: wait for the first request);
@@ -201,15 +189,6 @@ class Pool(PoolArenas):
     def closed(self) -> bool:
         """True after :meth:`close`: no new requests; live blocks may still be freed."""
         return self._closed
-
-    @property
-    def arenas(self) -> tuple[ArenaSnapshot, ...]:
-        """A snapshot of every arena, in creation order (the order requests try them)."""
-        with self._lock:
-            return tuple(
-                ArenaSnapshot(a.base, a.capacity, a.strategy_name, a.statistics())
-                for a in self._arenas
-            )
 
     # --- the resource protocol ---------------------------------------------------------------
 
@@ -374,17 +353,6 @@ class Pool(PoolArenas):
     ) -> None:
         self.close()
 
-    def reset_peak_stats(self) -> None:
-        """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``)."""
-        with self._lock:
-            self._peak_requested = self._requested
-            self._peak_allocated = self._allocated
-            self._peak_reserved = self._reserved
-            self._peak_blocks = len(self._blocks)
-            self._peak_arenas = len(self._arenas)
-            for arena in self._arenas:
-                arena.reset_peak_stats()
-
     # --- queries -----------------------------------------------------------------------------
 
     def owns(self, address: int) -> bool:
@@ -410,38 +378,6 @@ class Pool(PoolArenas):
 
     def __len__(self) -> int:
         return len(self._blocks)
-
-    def statistics(self) -> MemoryStatistics:
-        """A frozen snapshot in the vocabulary of :mod:`tensorarena.stats` (O(arenas))."""
-        with self._lock:
-            free = largest = extents = split = 0
-            for arena in self._arenas:
-                stats = arena.statistics()
-                free += stats.free_bytes
-                largest = max(largest, stats.largest_free_bytes)
-                extents += stats.free_extents
-                split += stats.inactive_split_bytes
-            allocated = Count(self._allocated, self._peak_allocated, self._total_allocated)
-            live, arenas = len(self._blocks), len(self._arenas)
-            return MemoryStatistics(
-                requested_bytes=Count(
-                    self._requested, self._peak_requested, self._total_requested
-                ),
-                allocated_bytes=allocated,
-                active_bytes=allocated,
-                reserved_bytes=Count(self._reserved, self._peak_reserved, self._total_reserved),
-                allocations=Count(live, self._peak_blocks, self._total_blocks),
-                segments=Count(arenas, self._peak_arenas, self._upstream_allocs),
-                inactive_split_bytes=split,
-                free_bytes=free,
-                largest_free_bytes=largest,
-                free_extents=extents,
-                num_alloc_retries=self._retries,
-                num_ooms=self._ooms,
-                num_upstream_allocs=self._upstream_allocs,
-                num_upstream_frees=self._upstream_frees,
-                limit=self._maximum,
-            )
 
     def __repr__(self) -> str:
         limit = "" if self._maximum is None else f", maximum={format_size(self._maximum)}"
@@ -478,35 +414,3 @@ class Pool(PoolArenas):
             "an arena given back by trim() no longer counts)",
             address=address,
         )
-
-    # --- invariants --------------------------------------------------------------------------
-
-    def _check_invariants(self, level: int = EXPENSIVE) -> None:
-        """Check the invariants of ``level`` (cheap: counters; expensive: every arena's and
-        every block's); raise :class:`~tensorarena.errors.InvariantError` if one is broken."""
-        if level < CHEAP:
-            return
-        check(self._reserved == sum(a.capacity for a in self._arenas), "reserved bytes drift")
-        check(0 <= self._requested <= self._allocated, "requested exceeds allocated bytes")
-        check(self._allocated <= self._reserved, "allocated exceeds reserved bytes")
-        if self._maximum is not None:
-            check(self._reserved <= self._maximum, "reserved bytes exceed maximum_size")
-        if level < EXPENSIVE:
-            return
-        for arena in self._arenas:
-            arena._check_invariants(EXPENSIVE)
-        bases = sorted((a.base, a.capacity) for a in self._arenas)
-        previous_end = 0
-        for base, capacity in bases:
-            check(base >= previous_end, f"arenas overlap at {base:#x}")
-            previous_end = base + capacity
-        check(len(self._blocks) == sum(len(a) for a in self._arenas), "live block count drift")
-        check(self._requested == sum(a.requested for a in self._arenas), "requested bytes drift")
-        check(
-            self._allocated == sum(rounded for _, rounded in self._blocks.values()),
-            "allocated bytes drift",
-        )
-        arenas = set(map(id, self._arenas))
-        for address, (arena, _) in self._blocks.items():
-            check(id(arena) in arenas, f"block {address:#x} belongs to an arena given back")
-            check(arena.is_live(address), f"block {address:#x} is not live in its arena")
