@@ -15,8 +15,8 @@ import threading
 from tensorarena.adaptors._traffic import Traffic, TrafficStatistics
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -25,23 +25,13 @@ from tensorarena.sizes import MAX_SIZE, check_address, check_nbytes, format_size
 __all__ = ["Counting", "TrafficStatistics"]
 
 
-class Counting:
+class Counting(ResourceAdaptor):
     """Wraps ``upstream`` and counts its traffic; :meth:`statistics` returns a snapshot."""
 
     def __init__(self, upstream: MemoryResource) -> None:
         self._upstream = check_resource(upstream)
         self._lock = threading.Lock()
         self._traffic = Traffic()
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The wrapped resource."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     def allocate(
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None

@@ -62,8 +62,8 @@ from tensorarena.errors import (
 )
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -113,7 +113,7 @@ class _Block(NamedTuple):
     stack: Stack
 
 
-class Guarded:
+class Guarded(ResourceAdaptor):
     """Wraps ``upstream`` (host memory) and surrounds every block with canary red zones."""
 
     def __init__(
@@ -144,16 +144,6 @@ class Guarded:
         self._corruptions = 0
         #: The corruptions found so far (the last 100), newest last.
         self.corruptions: list[BufferOverflowError] = []
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The wrapped resource."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind (host-accessible: checked when the adaptor was made)."""
-        return self._upstream.memory_kind
 
     @property
     def redzone(self) -> int:

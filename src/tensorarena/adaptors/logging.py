@@ -24,8 +24,8 @@ from typing import NamedTuple
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -49,7 +49,7 @@ class LogRecord(NamedTuple):
     time_ns: int
 
 
-class Logging:
+class Logging(ResourceAdaptor):
     """Wraps ``upstream`` and records every call (see the module docstring).
 
     ``sink``: called with each :class:`LogRecord` (under the adaptor's lock, so calls never
@@ -70,16 +70,6 @@ class Logging:
         self._sink: Callable[[LogRecord], object] = self._records.append if sink is None \
             else sink
         self._keeps = sink is None
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The wrapped resource."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     @property
     def records(self) -> tuple[LogRecord, ...]:

@@ -54,8 +54,8 @@ from tensorarena.errors import (
 )
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -81,7 +81,7 @@ class PoisoningStatistics:
     num_alloc_retries: int = 0  #: requests served after flushing the quarantine
 
 
-class Poisoning:
+class Poisoning(ResourceAdaptor):
     """Wraps ``upstream`` (host memory): poisons freed blocks and quarantines them."""
 
     def __init__(
@@ -113,16 +113,6 @@ class Poisoning:
         #: The corruptions found so far (the last 100), newest last.
         self.corruptions: list[UseAfterFreeError] = []
         self._found = 0
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The wrapped resource."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind (host-accessible: checked when the adaptor was made)."""
-        return self._upstream.memory_kind
 
     @property
     def pattern(self) -> int:

@@ -40,8 +40,8 @@ from tensorarena.errors import InvalidAddressError, InvalidArgumentError
 from tensorarena.memory._live import LiveBlocks
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -99,7 +99,7 @@ class _Waiting:
         return all(event.query() for stream, event in self.events if stream != self.owner)
 
 
-class StreamOrdered:
+class StreamOrdered(ResourceAdaptor):
     """Holds each freed block until the work queued before its free has finished."""
 
     def __init__(
@@ -131,16 +131,6 @@ class StreamOrdered:
         self._same = self._waited = self._released = self._host_waits = 0
 
     # --- properties ------------------------------------------------------------------------
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The wrapped resource."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     @property
     def default_stream(self) -> Stream:

@@ -74,8 +74,8 @@ from tensorarena.errors import (
 )
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -270,7 +270,7 @@ class _Shared:
                 self.retired_misses += cache.misses
 
 
-class ThreadCached:
+class ThreadCached(ResourceAdaptor):
     """Per-thread caches of small freed blocks in front of ``upstream`` (see the module doc)."""
 
     def __init__(
@@ -297,19 +297,9 @@ class ThreadCached:
     # --- properties ------------------------------------------------------------------------
 
     @property
-    def upstream(self) -> MemoryResource:
-        """The shared resource behind the caches."""
-        return self._upstream
-
-    @property
     def max_block_size(self) -> int:
         """Blocks larger than this bypass the caches."""
         return self._max_block
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     # --- the resource protocol ---------------------------------------------------------------
 

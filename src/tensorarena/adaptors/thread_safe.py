@@ -15,8 +15,8 @@ import threading
 
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -24,7 +24,7 @@ from tensorarena.memory.resource import (
 __all__ = ["ThreadSafe"]
 
 
-class ThreadSafe:
+class ThreadSafe(ResourceAdaptor):
     """Serialises every call into ``upstream`` with one lock."""
 
     def __init__(self, upstream: MemoryResource) -> None:
@@ -40,11 +40,6 @@ class ThreadSafe:
     def lock(self) -> threading.RLock:
         """The lock; hold it to run several calls on the upstream as one atomic step."""
         return self._lock
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     def allocate(
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None

@@ -39,8 +39,8 @@ from tensorarena.adaptors._sites import Stack, capture, format_site, format_stac
 from tensorarena.errors import InvalidArgumentError, LeakWarning, OutOfMemoryError
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
     resource_stack,
@@ -159,7 +159,7 @@ def stack_statistics(resource: MemoryResource) -> tuple[str, object] | None:
     return None
 
 
-class Tracking:
+class Tracking(ResourceAdaptor):
     """Wraps ``upstream`` and remembers every live allocation (with its stack, if asked)."""
 
     def __init__(
@@ -181,16 +181,6 @@ class Tracking:
         self._sequence = itertools.count()
         if report_at_exit:
             atexit.register(_report_at_exit, weakref.ref(self))
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The wrapped resource."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     @property
     def stack_depth(self) -> int:

@@ -33,6 +33,7 @@ from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -83,7 +84,7 @@ def _cuda_pool(runtime: Any) -> Callable[[int], MemoryResource]:
     return make
 
 
-class DevicePool:
+class DevicePool(ResourceAdaptor):
     """The resource of one device in a registry: its pool, and a check on every free."""
 
     def __init__(self, registry: DeviceRegistry, device: int, upstream: MemoryResource) -> None:
@@ -95,16 +96,6 @@ class DevicePool:
     def device(self) -> int:
         """The device this pool allocates on."""
         return self._device
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """The device's resource (a Pool over CudaMemory by default)."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     def allocate(
         self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_ALIGNMENT",
     "MemoryKind",
     "MemoryResource",
+    "ResourceAdaptor",
     "Stream",
     "check_resource",
     "resource_stack",
@@ -91,3 +92,21 @@ def resource_stack(resource: object) -> Iterator[object]:
             return
         yield resource
         resource = getattr(resource, "upstream", None)
+
+
+class ResourceAdaptor:
+    """Base of the resources that wrap another (RMM's resource adaptors): the wrapped resource
+    is ``upstream`` and its memory kind is theirs. A subclass sets ``self._upstream``
+    (:func:`check_resource` first) and implements ``allocate``/``deallocate``."""
+
+    _upstream: MemoryResource
+
+    @property
+    def upstream(self) -> MemoryResource:
+        """The wrapped resource."""
+        return self._upstream
+
+    @property
+    def memory_kind(self) -> MemoryKind:
+        """The upstream's kind."""
+        return self._upstream.memory_kind

@@ -39,8 +39,8 @@ from tensorarena.errors import DoubleFreeError, InvalidAddressError, SizeMismatc
 from tensorarena.memory._live import RECENT_FREES
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
-    MemoryKind,
     MemoryResource,
+    ResourceAdaptor,
     Stream,
     check_resource,
 )
@@ -118,7 +118,7 @@ def segment_size(rounded: int) -> int:
     return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
 
 
-class PyTorchLike:
+class PyTorchLike(ResourceAdaptor):
     """PyTorch's caching-allocator policy over ``upstream`` (see the module docstring)."""
 
     def __init__(self, upstream: MemoryResource | None = None, *,
@@ -137,16 +137,6 @@ class PyTorchLike:
         self._peak_blocks = self._total_blocks = self._peak_segments = 0
         self._segment_allocs = self._segment_frees = self._retries = self._ooms = 0
         self._free_bytes = 0
-
-    @property
-    def upstream(self) -> MemoryResource:
-        """Where segments come from."""
-        return self._upstream
-
-    @property
-    def memory_kind(self) -> MemoryKind:
-        """The upstream's kind."""
-        return self._upstream.memory_kind
 
     # --- the resource protocol ---------------------------------------------------------------
 
