@@ -247,6 +247,20 @@ def test_reorder_refuses_a_bad_option_before_searching(
         reorder(graph, **{"time_limit": 0.2, **options})
 
 
+def test_reorder_graph_names_what_it_found_against_brute_force() -> None:
+    graph = random_graph(3, 7)
+    found = reorder_graph(graph, time_limit=1.0)
+    best = min(brute_force_peak(graph, order) for order in topological_orders(graph))
+    peaks = [graph.peak(order) for _, order in found.candidates]
+    assert peaks == sorted(peaks) and peaks[0] == best  # seven nodes: exact search proves it
+    assert found.proven and found.bound <= best
+    assert set(found.baselines) == {"lpmf", "bfs", "dfs"}
+    assert all(found.baselines[name] == graph.peak(order)
+               for name, order in found.candidates if name in found.baselines)
+    candidates, baselines, proven, bound = found  # still unpacks as the tuple it was
+    assert (candidates, baselines, proven, bound) == tuple(found)
+
+
 def test_reorder_graph_refuses_what_is_not_an_op_graph_or_a_bad_seed() -> None:
     with pytest.raises(InvalidArgumentError, match="OpGraph"):
         reorder_graph("graph")  # type: ignore[arg-type]

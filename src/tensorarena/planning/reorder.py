@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import schedules
@@ -36,7 +36,9 @@ from tensorarena.sizes import check_alignment
 if TYPE_CHECKING:
     import torch.fx
 
-__all__ = ["INDUCTOR_HEURISTICS", "Reordering", "Schedule", "reorder", "reorder_graph"]
+__all__ = [
+    "INDUCTOR_HEURISTICS", "OrderSearch", "Reordering", "Schedule", "reorder", "reorder_graph",
+]
 
 #: Inductor's topological-sort heuristics, by name (the baselines).
 INDUCTOR_HEURISTICS = ("lpmf", "bfs", "dfs")
@@ -84,11 +86,19 @@ class Reordering:
         return self.plan.height
 
 
-def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0
-                  ) -> tuple[list[tuple[str, list[int]]], dict[str, int], bool, int]:
-    """Candidate orders of ``graph`` (method, node indices), lowest peak first; Inductor's
-    peaks by heuristic; whether the first is proven optimal; the bound no order can beat.
-    Every order is checked."""
+class OrderSearch(NamedTuple):
+    """What :func:`reorder_graph` found (a tuple, so it also unpacks in this field order)."""
+
+    #: (method, node indices) of every order found, lowest peak first, each checked
+    candidates: list[tuple[str, list[int]]]
+    baselines: dict[str, int]  #: Inductor's heuristics' peaks, by name
+    proven: bool  #: no order peaks lower than the first candidate
+    bound: int  #: the peak no order can go below (the minimum-cut bound)
+
+
+def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0) -> OrderSearch:
+    """Search ``graph``'s orders for the lowest peak of live bytes (see the module doc);
+    every order found is checked with :func:`~tensorarena.planning.op_graph.check_order`."""
     if not isinstance(graph, OpGraph):
         raise InvalidArgumentError(f"reorder_graph() takes an OpGraph, got {type(graph).__name__}")
     _check_seed(seed)
@@ -122,7 +132,7 @@ def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0
                 proven = True
                 break
     found.sort(key=lambda item: (graph.peak(item[1]), item[0] != "original"))
-    return found, baselines, proven, bound
+    return OrderSearch(found, baselines, proven, bound)
 
 
 def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2.0,
