@@ -314,7 +314,8 @@ def test_auto_keeps_short_lived_results_of_ops_without_out_variant_dynamic() -> 
 
 
 def test_the_recorded_call_shows_every_slot_in_the_arena_and_torchs_own_blocks() -> None:
-    program, model, x = block_program()
+    # Without kernels' allocations planned, so that layer norm's own result is torch's.
+    program, model, x = block_program(kernel_arena=False)
     program(x)
     out, snapshot = program.record_memory(x)
     with torch.no_grad():

@@ -22,7 +22,12 @@ run measures both executions of the same inputs:
 ``allocations``    torch allocator calls in one steady-state call: ``eager``, ``planned`` (all),
                    ``planned_intermediates`` (made while writing a planned buffer: the out and
                    copy paths) and ``scalars`` (of those, 8 bytes or less: Python numbers that
-                   ATen wraps in a tensor for ops such as ``x * 0.5``)
+                   ATen wraps in a tensor for ops such as ``x * 0.5``). Kernels' own
+                   allocations served from the arena (:mod:`tensorarena.runtime.kernel_arena`)
+                   never reach torch's allocator and are not counted here
+``kernel_arena``   whether kernels' own allocations were planned (``"on"``, or why not), and
+                   ``kernel``: how many were planned (``buffers``, ``bytes``) and, over the
+                   calls above, ``served`` from the arena and ``forwarded`` to torch
 
 ``--json`` prints ``{"models": {NAME: {...}}, "machine": {...}, ...}``. A benchmark, not a
 test: it asserts nothing; on a shared machine expect latency noise of ±20 % or more.
@@ -70,6 +75,8 @@ class ModelResult:
     verified: bool = False
     outputs: str = ""
     reordered: bool = False
+    kernel_arena: str = ""
+    kernel: dict[str, int] = field(default_factory=dict)
     #: one recorded planned call as a PyTorch memory snapshot (``record_memory=True``; not JSON)
     memory_snapshot: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -141,11 +148,13 @@ def measure_model(
     reorder: bool | None = None,
     outputs: Literal["fresh", "arena"] | None = None,
     record_memory: bool = False,
+    kernel_arena: bool | None = None,
     progress: Progress | None = None,
 ) -> ModelResult:
     """Build ``name``, run it eagerly and planned, and measure both (module docstring).
     ``reorder`` runs the planned program in the order :func:`tensorarena.planning.reorder`
-    picks and ``outputs`` places its outputs (None: the runtime's default for each);
+    picks, ``outputs`` places its outputs and ``kernel_arena`` serves kernels' own
+    allocations from the arena (None: the runtime's default for each);
     ``record_memory`` also records one planned call's memory
     (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`) into ``memory_snapshot``."""
     import torch
@@ -160,6 +169,8 @@ def measure_model(
         options["reorder"] = reorder
     if outputs is not None:
         options["outputs"] = outputs
+    if kernel_arena is not None:
+        options["kernel_arena"] = kernel_arena
     with progress.step(f"building {name} ({size}) from its config, random weights"):
         model, (args, kwargs) = build_model(name, size=size)
     start = time.perf_counter()
@@ -237,6 +248,10 @@ def measure_model(
         verified=verified,
         outputs=program.outputs,
         reordered=program.reordered,
+        kernel_arena=report.kernel_arena,
+        kernel={"buffers": report.kernel_buffers, "bytes": report.kernel_bytes,
+                "served": report.kernel_served, "forwarded": report.kernel_forwarded,
+                "escaped": report.kernel_escaped},
         memory_snapshot=snapshot,
     )
 
@@ -266,6 +281,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", choices=("fresh", "arena"), default=None,
                         help="outputs made by torch at each call or planned in the arena "
                              "(default: the runtime's, arena for training steps)")
+    parser.add_argument("--kernel-arena", action=argparse.BooleanOptionalAction, default=None,
+                        help="serve kernels' own allocations from the arena (default: the "
+                             "runtime's, on where its C++ shim builds)")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no poisoned check")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -311,7 +329,8 @@ def run(args: argparse.Namespace) -> int:
               f"{torch.get_num_threads()} torch threads, "
               f"median of {repeats} calls, unplaceable={args.unplaceable}"
               + (f", reorder={args.reorder}" if args.reorder is not None else "")
-              + (f", outputs={args.outputs}" if args.outputs is not None else ""))
+              + (f", outputs={args.outputs}" if args.outputs is not None else "")
+              + (f", kernel_arena={args.kernel_arena}" if args.kernel_arena is not None else ""))
     results: dict[str, ModelResult] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -321,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
             results[name] = measure_model(
                 name, size=args.size, training=args.training, repeats=repeats,
                 unplaceable=args.unplaceable, verify=not args.quick, reorder=args.reorder,
-                outputs=args.outputs,
+                outputs=args.outputs, kernel_arena=args.kernel_arena,
                 progress=Progress(stream),
             )
         except Exception as exc:  # one architecture that fails here must not hide the others
@@ -337,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
             "unplaceable": args.unplaceable,
             "reorder": args.reorder,
             "outputs": args.outputs,
+            "kernel_arena": args.kernel_arena,
             "build": build(),
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},

@@ -99,6 +99,22 @@ class HeldArenas:
         self.made += 1
         return _Arena(memory, code, storage_uses(memory))
 
+    def remake(self, make_code: Callable[[torch.Tensor], Generated], nbytes: int) -> bool:
+        """Generate every block's code anew with ``make_code`` (the same buffers at new offsets:
+        kernels' allocations planned, :mod:`~tensorarena.runtime.kernel_arena`), if blocks of
+        ``nbytes`` fit in them; return whether they did (else nothing changes). Each block's
+        own use count moves by the difference between the new code's references and the old's
+        (the caller's, held or not, do not change meanwhile)."""
+        if nbytes > self._nbytes:
+            return False
+        for arena in self._arenas:
+            before = storage_uses(arena.memory)
+            _release(arena)
+            arena.code = make_code(arena.memory)
+            arena.own_uses += storage_uses(arena.memory) - before
+        self._make_code = make_code
+        return True
+
     @property
     def held(self) -> int:
         """Blocks that tensors of the caller's hold now."""

@@ -47,6 +47,7 @@ from tensorarena.runtime.in_slot import (
     embedding_in_slot,
     written_in_slot,
 )
+from tensorarena.runtime.kernel_arena import KernelHooks
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.ops import out_variant
 from tensorarena.runtime.scalars import hoisted, mean_as_sum
@@ -241,26 +242,32 @@ def generate(
     poison: bool = False,
     annotate: bool = False,
     pool_tensor: Callable[[str], Any] | None = None,
+    kernel: KernelHooks | None = None,
 ) -> Generated:
     """Write and compile the function that runs ``graph`` with planned buffers at ``offsets``
     in ``memory``. ``owner`` resolves ``get_attr``/``call_module`` targets (the graph's module);
     ``pool_tensor(buffer)`` returns the callable that allocates a pooled buffer at call time.
     ``annotate`` wraps each node in a profiler range named ``tensorarena:<path>:<node>`` (for
-    :mod:`~tensorarena.runtime.measure`, which attributes allocations to paths)."""
+    :mod:`~tensorarena.runtime.measure`, which attributes allocations to paths). ``kernel``
+    arms the kernel-allocation shim around the nodes it names
+    (:mod:`~tensorarena.runtime.kernel_arena`); offsets of buffers that are no tensor of the
+    graph (its planned kernel allocations) get no slot."""
     import torch
 
     writer = _Writer()
+    writer.note = kernel.note if kernel is not None else None
     slots: dict[str, torch.Tensor] = {}
     failed: dict[str, str] = {}
     specs: dict[str, TensorSpec] = gp.tensors
     for buffer_id, offset in offsets.items():
-        slots[buffer_id] = slot(memory, offset, specs[buffer_id])
+        if buffer_id in specs:
+            slots[buffer_id] = slot(memory, offset, specs[buffer_id])
     nodes = list(graph.nodes)
     index = {node: i for i, node in enumerate(nodes)}
     last_use = _last_uses(nodes, index)
     deaths: dict[int, list[str]] = {}
     if poison:
-        ends = {b.id: b.end for b in gp.problem.buffers if b.id in offsets}
+        ends = {b.id: b.end for b in gp.problem.buffers if b.id in slots}
         for buffer_id, end in ends.items():
             deaths.setdefault(end - 1, []).append(buffer_id)
     writer.globals.update(
@@ -283,6 +290,8 @@ def generate(
         else:
             at = len(lines)
             _statement(writer, node, i, index, lowering, slots, failed, pool_tensor, owner)
+            if kernel is not None and node.name in kernel.objects:
+                _arm_around(writer, at, kernel, node.name, memory)
             if annotate:
                 path = lowering.paths.get(node.name)
                 label = f"tensorarena:{path.path if path else 'other'}:{node.name}"
@@ -298,7 +307,20 @@ def generate(
     source = "\n".join(lines) + "\n"
     namespace = dict(writer.globals)
     exec(compile(source, f"<tensorarena planned {gp.name or 'program'}>", "exec"), namespace)
-    return Generated(namespace["run"], source, slots, failed)
+    run = namespace["run"] if kernel is None else kernel.installed(namespace["run"])
+    return Generated(run, source, slots, failed)
+
+
+def _arm_around(writer: _Writer, at: int, kernel: KernelHooks, node: str,
+                memory: torch.Tensor) -> None:
+    """Wrap the statement lines from ``at`` in arming the shim for ``node`` (disarmed in a
+    ``finally``: an exception never leaves it armed)."""
+    lines = writer.lines
+    obj = writer.const(kernel.objects[node])
+    base = f", {memory.data_ptr()}" if kernel.serve else ""
+    body = ["    " + s for s in lines[at:]]
+    lines[at:] = [f"    {writer.const(kernel.begin)}({obj}{base})", "    try:", *body,
+                  "    finally:", f"        {writer.const(kernel.end)}({obj})"]
 
 
 def _poison_bytes(memory: torch.Tensor) -> None:
@@ -424,6 +446,8 @@ def _statement(
         lines.append(f"    {slot_name}.view({source}.shape).copy_({source})")
         lines.append(f"    v{i} = {slot_name}")
     elif path.path == "copy":
+        if writer.note is not None:  # recording kernels' allocations: keep the results' layout
+            call = f"{writer.const(writer.note)}({node.name!r}, {call})"
         lines.append(f"    v{i} = {_copy_into(writer, call, names, slots)}")
     elif path.path == "pool":
         variant = out_variant(target)
@@ -486,6 +510,8 @@ class _Writer:
         self.lines: list[str] = []
         self.globals: dict[str, Any] = {}
         self._names: dict[int, str] = {}
+        #: what the copy path passes an op's results through first (KernelHooks.note)
+        self.note: Callable[[str, Any], Any] | None = None
 
     def const(self, value: Any) -> str:
         key = id(value)

@@ -34,6 +34,7 @@ def check_options(
     resource: Any,
     pool: Any,
     concurrency: Any = None,
+    kernel_arena: Any = True,
 ) -> None:
     """Raise :class:`~tensorarena.errors.InvalidArgumentError` (or a subclass) for the first
     option that is not one the program takes."""
@@ -45,7 +46,7 @@ def check_options(
         raise InvalidArgumentError(f"outputs must be 'fresh' or 'arena', got {outputs!r}")
     if not isinstance(reorder, bool) and reorder != "always":
         raise InvalidArgumentError(f"reorder must be True, False or 'always', got {reorder!r}")
-    for name, value in (("inplace", inplace), ("poison", poison)):
+    for name, value in (("inplace", inplace), ("poison", poison), ("kernel_arena", kernel_arena)):
         if not isinstance(value, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
     if type(max_plans) is not int or max_plans < 1:

@@ -59,6 +59,8 @@ from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.inplace import hints, rewrite_inplace
+from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
+from tensorarena.runtime.kernel_recording import record_kernels, serving
 from tensorarena.runtime.lowering import (
     Generated,
     Lowering,
@@ -151,7 +153,13 @@ class PlannedProgram:
     ``concurrency``
         ``"serialize"`` or ``"refuse"`` concurrent calls; default (``None``): the workspace's
         when one is given, else ``"serialize"``. A value that contradicts the given
-        workspace's is refused (its lock is the one calls take).
+        workspace's is refused (its lock is the one calls take);
+    ``kernel_arena``
+        serve the allocations kernels make inside a node (layer norm's copies, attention's
+        result, im2col columns) from the arena too (:mod:`~tensorarena.runtime.kernel_arena`:
+        a C++ shim compiled on first use; the first call of each shape records them, then the
+        shape is planned again with them). Default on; where the shim cannot be built, or on
+        a GPU, or with ``max_shapes``, the program runs without it and :meth:`report` says why.
     """
 
     #: the arena the latest annotated call ran in (read by the memory recording)
@@ -180,12 +188,13 @@ class PlannedProgram:
         max_shapes: Mapping[str, Sequence[int]] | None = None,
         growing: Iterable[str] = (),
         concurrency: Concurrency | None = None,
+        kernel_arena: bool = True,
     ) -> None:
         torch = _torch()
         check_options(
             unplaceable=unplaceable, outputs=outputs, reorder=reorder, inplace=inplace,
             poison=poison, max_plans=max_plans, planner=planner, time_limit=time_limit,
-            resource=resource, pool=pool, concurrency=concurrency,
+            resource=resource, pool=pool, concurrency=concurrency, kernel_arena=kernel_arena,
         )
         self.name = name
         #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
@@ -254,6 +263,7 @@ class PlannedProgram:
         self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
         self._annotated_memory = None
+        self._kernel_note = kernel_note(kernel_arena, self.device, max_shapes is not None)
         self.plans_made = 0  #: how many plans were computed (one per new shape without max_shapes)
 
     # ------------------------------------------------------------------------------------------
@@ -360,13 +370,17 @@ class PlannedProgram:
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
             self._bindings = bindings
-            if current.arenas is None:
+            if current.kernel_note == "to record":
+                outputs = record_kernels(self, current, inputs)
+            elif current.arenas is None:
                 outputs = current.generated.run(inputs)
             else:
                 memory, current.generated = current.arenas.take()
                 outputs = current.arenas.hand_over(current.generated.run(inputs), memory)
             if current.generated.failed:
                 self._relower(current)
+            elif current.scripts is not None and current.scripts.stale:
+                self._regenerate(current)  # a node's kernel kept a served block: not armed now
         return outputs
 
     def _specialization(self, bindings: dict[Any, int]) -> Specialization:
@@ -404,13 +418,15 @@ class PlannedProgram:
                 bindings, graph, lowering, plan, note,
                 self._generate(graph, lowering, plan, poison=self._poison),
                 self.workspace.generation, 0.0)
+        current.kernel_note = self._kernel_note
         current.seconds = time.perf_counter() - start
         return current
 
     def _held_arenas(self, current: Specialization) -> HeldArenas:
         def make_code(memory: torch.Tensor) -> Generated:
             return self._generate(current.graph, current.lowering, current.plan,
-                                  poison=self._poison, memory=memory)
+                                  poison=self._poison, memory=memory,
+                                  kernel=serving(self, current))
 
         return HeldArenas(make_code, current.plan.height, self.workspace.resource, self.device)
 
@@ -459,10 +475,11 @@ class PlannedProgram:
                                NOT_GENERATED, self.workspace.generation, 0.0)
 
     def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
-                  poison: bool, memory: torch.Tensor | None = None) -> Generated:
+                  poison: bool, memory: torch.Tensor | None = None,
+                  kernel: KernelHooks | None = None) -> Generated:
         return generate(self._graph, self._gm, graph, lowering, plan.as_dict(),
                         self.workspace.memory if memory is None else memory, poison=poison,
-                        pool_tensor=self._pool_tensor)
+                        pool_tensor=self._pool_tensor, kernel=kernel)
 
     def _regenerate(self, current: Specialization) -> None:
         """New slots over a new block (the workspace grew, or nodes were demoted): same plan,
@@ -471,7 +488,8 @@ class PlannedProgram:
             current.arenas = self._held_arenas(current)
         else:
             current.generated = self._generate(current.graph, current.lowering, current.plan,
-                                               poison=self._poison)
+                                               poison=self._poison,
+                                               kernel=serving(self, current))
         current.generation = self.workspace.generation
 
     def _relower(self, current: Specialization) -> None:
@@ -537,7 +555,8 @@ class PlannedProgram:
             self._annotated_memory = self._call_memory(current)
             annotated = generate(self._graph, self._gm, current.graph, current.lowering,
                                  current.plan.as_dict(), self._annotated_memory, annotate=True,
-                                 pool_tensor=pool_tensor or self._pool_tensor)
+                                 pool_tensor=pool_tensor or self._pool_tensor,
+                                 kernel=serving(self, current))
 
         def run() -> Any:
             with self.workspace.use(), self._no_grad():

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.runtime.kernel_arena import KERNEL_TAG
 from tensorarena.runtime.measure import profile
 
 if TYPE_CHECKING:
@@ -103,6 +104,19 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
         actions.append(_action("alloc", address, buffer.nbytes, spans[buffer.start][0], site))
         actions.append(_action("free_completed", address, buffer.nbytes,
                                spans[buffer.end - 1][1], site))
+    step_of = {name: i for i, name in enumerate(nodes)}
+    ticks = current.scripts.ticks if current.scripts is not None else 1
+    for buffer in current.plan.problem.buffers:  # kernels' own allocations planned in the arena
+        if KERNEL_TAG in buffer.id:
+            # Placed in its node's span as it was in the node's events (kernel_arena.temporaries)
+            node = buffer.id.split(KERNEL_TAG)[0]
+            start, end = spans[step_of[node]]
+            first = step_of[node] * ticks
+            made = start + (end - start) * (buffer.start - first) // ticks
+            freed = start + (end - start) * (buffer.end - first) // ticks
+            address, site = arena + offsets[buffer.id], f"arena: inside {ops.get(node, node)}"
+            actions.append(_action("alloc", address, buffer.nbytes, made, site))
+            actions.append(_action("free_completed", address, buffer.nbytes, freed, site))
     live: dict[int, int] = {}  # torch's blocks allocated during the call: address -> nbytes
     for time_ns, nbytes, _, path, node, address in profiled.events:
         if nbytes > 0:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.planning.problem import lower_bound
+from tensorarena.runtime.kernel_arena import KERNEL_TAG
 from tensorarena.runtime.lowering import PATHS, NodePath
 from tensorarena.sizes import format_size
 
@@ -28,7 +29,13 @@ class ExecutionReport:
     arena the plan needs (its height), ``lower_bound`` the peak of live planned bytes (no plan of
     the same buffers is lower), ``naive_bytes`` their sum (no reuse), ``dynamic_bytes`` the sum of
     the buffers left out, ``graph_lower_bound`` the lower bound of every buffer of the graph,
-    planned or not.
+    planned or not. ``buffers`` counts the graph's planned buffers; the plan also holds
+    ``kernel_buffers`` allocations kernels make inside a node (``kernel_bytes`` in all),
+    planned where ``kernel_arena`` is ``"on"``
+    (:mod:`~tensorarena.runtime.kernel_arena`; otherwise it says why not); ``kernel_served``
+    and ``kernel_forwarded`` count the allocations of armed nodes served from the arena and
+    forwarded to torch's allocator over every call so far, ``kernel_escaped`` the served ones
+    that outlived their node (their nodes are no longer armed).
     """
 
     name: str
@@ -44,6 +51,12 @@ class ExecutionReport:
     optimal: bool
     shapes: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    kernel_arena: str = "off"
+    kernel_buffers: int = 0
+    kernel_bytes: int = 0
+    kernel_served: int = 0
+    kernel_forwarded: int = 0
+    kernel_escaped: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -84,6 +97,12 @@ class ExecutionReport:
             "optimal": self.optimal,
             "shapes": {str(k): v for k, v in self.shapes.items()},
             "seconds": self.seconds,
+            "kernel_arena": self.kernel_arena,
+            "kernel_buffers": self.kernel_buffers,
+            "kernel_bytes": self.kernel_bytes,
+            "kernel_served": self.kernel_served,
+            "kernel_forwarded": self.kernel_forwarded,
+            "kernel_escaped": self.kernel_escaped,
         }
 
     def __str__(self) -> str:
@@ -93,6 +112,11 @@ class ExecutionReport:
             f"{format_size(self.naive_bytes)}); {len(self.dynamic)} left out "
             f"({format_size(self.dynamic_bytes)}); planner {self.planner}",
         ]
+        if self.kernel_arena != "off":
+            lines.append(
+                f"  kernels' own allocations: {self.kernel_arena}; {self.kernel_buffers} planned "
+                f"({format_size(self.kernel_bytes)}), {self.kernel_served} served from the arena, "
+                f"{self.kernel_forwarded} forwarded to torch, {self.kernel_escaped} escaped")
         if self.shapes:
             lines.append("  shapes: " + ", ".join(f"{k}={v}" for k, v in self.shapes.items()))
         for path, count in self.counts.items():
@@ -106,12 +130,14 @@ def execution_report(name: str, current: Specialization, binder: ShapeBinder) ->
     """The report of one shape of the program ``name``, its size symbols named by ``binder``."""
     graph, lowering, plan = current.graph, current.lowering, current.plan
     sizes = {b.id: b.nbytes for b in graph.problem.buffers}
+    kernel = [b for b in plan.problem.buffers if KERNEL_TAG in b.id]
+    served, forwarded, escaped = current.scripts.counters() if current.scripts else (0, 0, 0)
     shapes = {binder.labels.get(s, str(s)): v for s, v in current.bindings.items()}
     return ExecutionReport(
         name=name,
         nodes=tuple(lowering.paths.values()),
         dynamic=dict(lowering.dynamic),
-        buffers=len(plan.problem),
+        buffers=len(plan.problem) - len(kernel),
         lower_bound=lower_bound(plan.problem),
         planned_bytes=plan.height,
         naive_bytes=sum(b.nbytes for b in plan.problem.buffers),
@@ -121,4 +147,10 @@ def execution_report(name: str, current: Specialization, binder: ShapeBinder) ->
         optimal=plan.optimal,
         shapes=shapes,
         seconds=current.seconds,
+        kernel_arena=current.kernel_note,
+        kernel_buffers=len(kernel),
+        kernel_bytes=sum(b.nbytes for b in kernel),
+        kernel_served=served,
+        kernel_forwarded=forwarded,
+        kernel_escaped=escaped,
     )

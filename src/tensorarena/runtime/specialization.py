@@ -15,6 +15,7 @@ from typing import Any
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.held_arenas import HeldArenas
+from tensorarena.runtime.kernel_arena import KernelScripts
 from tensorarena.runtime.lowering import Generated, Lowering
 
 __all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem"]
@@ -33,6 +34,10 @@ class Specialization:
     generation: int  # the workspace's generation the code was generated for
     seconds: float
     arenas: HeldArenas | None = None  # outputs="arena": the blocks the calls' outputs keep
+    #: kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`): why not served
+    #: (``"off"``, ``"unavailable: ..."``), ``"to record"`` (at the next call) or ``"on"``
+    kernel_note: str = "off"
+    scripts: KernelScripts | None = None  # "on": the scripts of the nodes served
 
 
 #: The code of a specialization that has none of its own (outputs="arena": each held arena has

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidArgumentError, PlanVerificationError
+from tensorarena.runtime.kernel_recording import serving
 from tensorarena.runtime.materialize import _torch
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ def verify_call(program: PlannedProgram, args: tuple[Any, ...], kwargs: dict[str
         current = program._specialization(bindings)
         program._bindings = bindings
         checked = program._generate(current.graph, current.lowering, current.plan,
-                                    poison=True, memory=program._call_memory(current))
+                                    poison=True, memory=program._call_memory(current),
+                                    kernel=serving(program, current))
         layouts = {k: _layout(t) for k, t in checked.slots.items()}
         flat = checked.run(inputs)
         moved = [k for k, t in checked.slots.items() if _layout(t) != layouts[k]]

@@ -1,0 +1,203 @@
+"""Kernels' own CPU allocations served from the planned arena (runtime/kernel_arena.py).
+
+The shim is compiled once per machine (cached under ~/.cache/tensorarena); without a C++
+compiler, ninja or torch's headers every test here but the fallback one is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorarena.runtime import (  # noqa: E402
+    PlannedProgram,
+    TrainingStep,
+    kernel_arena,
+)
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="session")
+def shim() -> Any:
+    reason = kernel_arena.unavailable()
+    if reason:
+        pytest.skip(f"kernel arena shim unavailable: {reason}")
+    return kernel_arena.extension()
+
+
+class Tiny(torch.nn.Module):
+    """Ops whose kernels allocate inside: layer norm (out variant computes elsewhere and
+    copies), attention (no out variant), a convolution (im2col columns), cumsum of a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.qkv = torch.nn.Linear(16, 48)
+        self.conv = torch.nn.Conv1d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        c = self.conv(a.transpose(1, 2)).transpose(1, 2)
+        return self.norm(c + x) * (x > 0).cumsum(-1)
+
+
+def tiny(**options: Any) -> tuple[PlannedProgram, torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Tiny().eval()
+    x = torch.randn(2, 8, 16)
+    return PlannedProgram.from_module(model, (x,), **options), model, x
+
+
+def script(*entries: tuple[int, int]) -> bytearray:
+    data = bytearray(struct.pack("<4Q", 0, 0, 0, len(entries)))
+    for nbytes, offset in entries:
+        data += struct.pack("<2Q", nbytes, offset)
+    return data
+
+
+def counters(data: bytearray) -> tuple[int, int, int]:
+    served, forwarded, escaped, _ = struct.unpack_from("<4Q", data)
+    return served, forwarded, escaped
+
+
+def test_outputs_are_bit_identical_and_no_kernel_allocation_reaches_torch(shim: Any) -> None:
+    program, model, x = tiny()
+    with torch.no_grad():
+        expected = model(x)
+    first, second = program(x), program(x)  # recorded, then served
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    report = program.report()
+    assert report.kernel_arena == "on"
+    assert report.kernel_buffers > 0 and report.kernel_escaped == 0
+    assert report.kernel_served > 0
+    _, trace = program.trace_allocations(x)
+    assert trace.planned_allocations == 0
+    off, _, _ = tiny(kernel_arena=False)
+    off(x)
+    _, before = off.trace_allocations(x)
+    assert before.planned_allocations > 0  # what the shim takes away
+    assert off.report().kernel_arena == "off" and off.report().kernel_buffers == 0
+    assert not shim.installed()  # restored once the call ended
+
+
+def test_poisoned_verification_passes_with_kernel_allocations_planned(shim: Any) -> None:
+    program, _, x = tiny()
+    program(x)
+    program.verify(x)
+    assert program.report().kernel_escaped == 0
+
+
+def test_training_step_gradients_are_bit_identical(shim: Any) -> None:
+    torch.manual_seed(0)
+    model = Tiny().train()
+    x = torch.randn(2, 8, 16)
+    step = TrainingStep(model, (x,), kernel_arena=True)
+    loss, grads = step(x)
+    loss, grads = step(x)
+    model.zero_grad(set_to_none=True)
+    eager = model(x).sum()
+    eager.backward()
+    assert torch.equal(loss, eager.detach())
+    for name, p in model.named_parameters():
+        assert torch.equal(grads[name], p.grad), name
+    assert step.program.report().kernel_served > 0
+
+
+def test_without_the_shim_the_program_runs_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel_arena, "unavailable", lambda: "no C++ compiler (test)")
+    program, model, x = tiny()
+    with torch.no_grad():
+        expected = model(x)
+    assert torch.equal(program(x), expected) and torch.equal(program(x), expected)
+    report = program.report()
+    assert report.kernel_arena == "unavailable: no C++ compiler (test)"
+    assert report.kernel_buffers == 0 and report.kernel_served == 0
+
+
+def test_only_the_armed_thread_is_served(shim: Any) -> None:
+    arena = torch.empty(4096, dtype=torch.uint8)
+    base = arena.data_ptr()
+    plan = script((1024, 0), (1024, 2048))
+    other: list[int] = []
+
+    def elsewhere() -> None:
+        other.append(torch.empty(256, dtype=torch.float32).data_ptr())
+
+    shim.install()
+    try:
+        shim.arm(plan, base)
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        first = torch.empty(256, dtype=torch.float32)
+        second = torch.empty(256, dtype=torch.float32)
+        third = torch.empty(256, dtype=torch.float32)  # beyond the script: forwarded
+        assert (first.data_ptr(), second.data_ptr()) == (base, base + 2048)
+        assert not base <= third.data_ptr() < base + 4096
+        assert not base <= other[0] < base + 4096
+        del first, second, third
+        shim.disarm(plan)
+    finally:
+        shim.uninstall()
+    assert counters(plan) == (2, 1, 0)
+    assert shim.outstanding() == 0
+
+
+def test_an_unexpected_size_ends_serving_and_a_kept_block_counts_as_escaped(shim: Any) -> None:
+    arena = torch.empty(4096, dtype=torch.uint8)
+    base = arena.data_ptr()
+    plan = script((512, 0), (1024, 1024))
+    shim.install()
+    try:
+        shim.arm(plan, base)
+        odd = torch.empty(100, dtype=torch.uint8)  # not the 512 expected: serving stops
+        later = torch.empty(1024, dtype=torch.uint8)
+        shim.disarm(plan)
+        assert not base <= odd.data_ptr() < base + 4096
+        assert not base <= later.data_ptr() < base + 4096
+        assert counters(plan) == (0, 2, 0)
+        kept = script((512, 0))
+        shim.arm(kept, base)
+        held = torch.empty(512, dtype=torch.uint8)
+        with pytest.raises(RuntimeError, match="already armed"):
+            shim.arm(kept, base)
+        shim.disarm(kept)
+        assert held.data_ptr() == base and counters(kept) == (1, 0, 1)
+        assert shim.outstanding() == 1
+        del held
+        assert shim.outstanding() == 0
+    finally:
+        shim.uninstall()
+
+
+def test_arm_refuses_a_bad_script(shim: Any) -> None:
+    with pytest.raises(TypeError):
+        shim.arm(b"not a bytearray", 0)
+    with pytest.raises(ValueError, match="shorter"):
+        shim.arm(bytearray(struct.pack("<4Q", 0, 0, 0, 5)), 0)
+    with pytest.raises(TypeError):
+        shim.arm(script(), 0, 1)
+    shim.disarm(script())  # not armed: nothing happens
+
+
+def test_the_recorded_memory_shows_kernel_allocations_inside_the_arena(shim: Any) -> None:
+    from tensorarena.report import timeline_from_snapshot
+
+    program, _, x = tiny()
+    program(x)
+    _, snapshot = program.record_memory(x)
+    arena = program.workspace.memory
+    inside = [a for a in snapshot["device_traces"][0] if a["action"] == "alloc"
+              and a["frames"][0]["name"].startswith("arena: inside ")]
+    assert len(inside) == program.report().kernel_buffers > 0
+    assert all(arena.data_ptr() <= a["addr"] and a["addr"] + a["size"]
+               <= arena.data_ptr() + arena.numel() for a in inside)
+    timeline = timeline_from_snapshot(snapshot, name="tiny")  # replays: no block freed twice
+    assert timeline.reserved is not None
