@@ -25,7 +25,7 @@ def _check(document: dict[str, object]) -> None:
     if importlib.util.find_spec("torch") is None:
         assert tensors is None
         return
-    assert isinstance(tensors, dict) and list(tensors) == ["64KiB", "1MiB", "64MiB"]
+    assert isinstance(tensors, dict) and list(tensors) == ["64KiB", "1MiB", "16MiB", "64MiB"]
     for row in tensors.values():
         assert set(row) == {"torch_us", "tensorarena_us", "speedup"}
         assert row["torch_us"] > 0 and row["tensorarena_us"] > 0

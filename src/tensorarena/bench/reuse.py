@@ -17,14 +17,14 @@ and ``speedup = numpy_us / tensorarena_us``. ``--json`` prints ``{"numpy_us", "t
 
 Where torch is installed, the same cycle is also timed for tensors (the ``torch`` section of
 ``--json``, ``None`` without torch): ``torch.empty`` (CPU, ``uint8``) against
-``tensorarena.empty(..., like="torch")``, each touching one byte per page, at 64 KiB, 1 MiB and
-64 MiB: ``{"torch_us", "tensorarena_us", "speedup"}`` per size, ``speedup = torch_us /
-tensorarena_us``.
+``tensorarena.empty(..., like="torch")``, each touching one byte per page, at the same sizes:
+``{"torch_us", "tensorarena_us", "speedup"}`` per size, ``speedup = torch_us / tensorarena_us``.
 
 ``--owners`` also times the ways an array can own foreign memory (the measurements behind
 :mod:`tensorarena.interop.owner`) and splits a 64 KiB ``tensorarena.empty`` into its pieces:
 the default resource's allocate+deallocate pair, ``empty`` over a resource that does nothing,
-and the whole cycle — where the time goes when NumPy's heap is faster than a pool in Python.
+and the whole cycle, for arrays and (with torch) tensors — where the time goes when NumPy's
+or torch's heap is faster than a pool in Python.
 
 A benchmark, not a test: it asserts nothing. On a shared machine expect noise of ±20 % or more.
 """
@@ -64,7 +64,7 @@ SIZES: dict[str, int] = {
 }
 
 #: The sizes of the torch comparison (name → bytes).
-TORCH_SIZES: dict[str, int] = {name: SIZES[name] for name in ("64KiB", "1MiB", "64MiB")}
+TORCH_SIZES: dict[str, int] = dict(SIZES)
 
 # (iterations per batch, batches): enough for a stable median, scaled by size.
 _PLAN_FULL = {64 << 10: (4000, 7), 1 << 20: (1000, 7), 16 << 20: (60, 7), 64 << 20: (20, 7)}
@@ -205,7 +205,7 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
     import weakref
 
     from tensorarena.interop import default_resource, empty
-    from tensorarena.interop.owner import Allocation
+    from tensorarena.interop.owner import InterfaceAllocation, block_type
     from tensorarena.memory.host import HostMemory
 
     number, repeats = (2000, 3) if quick else (20000, 7)
@@ -217,9 +217,21 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
 
     def interface_owner() -> None:
         interface = {"data": (address, False), "shape": (count,), "typestr": "<f4", "version": 3}
-        array = np.asarray(Allocation(null, address, nbytes, interface))
+        array = np.asarray(InterfaceAllocation(null, address, nbytes, interface))
         view = array[1:]
         del array, view
+
+    block_type(nbytes)
+    block = block_type(nbytes)  # the second request for a size makes its type
+    float32 = np.dtype(np.float32)
+
+    def block_owner() -> None:
+        owner = block.from_address(address)
+        owner.resource = null
+        owner.address = address
+        array = np.frombuffer(owner, float32, count)
+        view = array[1:]
+        del array, view, owner
 
     def ctypes_owner_attribute() -> None:
         buffer = (ctypes.c_char * nbytes).from_address(address)
@@ -258,7 +270,8 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
     def numpy_cycle() -> None:
         _numpy_cycle(nbytes)
 
-    cases = {
+    cases: dict[str, Callable[[], None]] = {
+        "owner_block_frombuffer_us": block_owner,
         "owner_interface_us": interface_owner,
         "owner_ctypes_attribute_us": ctypes_owner_attribute,
         "owner_ctypes_finalize_us": ctypes_finalize,
@@ -268,10 +281,47 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
         "empty_touch_free_us": empty_default,
         "np_empty_touch_free_us": numpy_cycle,
     }
+    cases.update(_torch_pieces(null, nbytes))
     try:
         return {name: round(_best_us(case, number, repeats), 3) for name, case in cases.items()}
     finally:
         host.deallocate(address, nbytes)
+
+
+def _torch_pieces(null: _NullResource, nbytes: int) -> dict[str, Callable[[], None]]:
+    """The torch side of the 64 KiB breakdown (none without torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    import torch
+
+    from tensorarena.interop import empty
+
+    def torch_empty() -> None:
+        tensor = torch.empty(nbytes, dtype=torch.uint8)
+        del tensor
+
+    def empty_torch_null() -> None:
+        tensor = empty(nbytes, np.uint8, resource=null, like="torch")
+        del tensor
+
+    def torch_touch() -> None:
+        tensor = torch.empty(nbytes, dtype=torch.uint8)
+        tensor[::PAGE] = 1
+        del tensor
+
+    def empty_torch_touch() -> None:
+        tensor = empty(nbytes, np.uint8, like="torch")
+        tensor[::PAGE] = 1
+        del tensor
+
+    return {
+        "torch_empty_free_us": torch_empty,
+        "empty_torch_over_null_resource_us": empty_torch_null,
+        "torch_empty_touch_free_us": torch_touch,
+        "empty_torch_touch_free_us": empty_torch_touch,
+    }
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -2,9 +2,12 @@
 
 The bytes are taken with one ``resource.allocate`` and owned by an
 :class:`~tensorarena.interop.owner.Allocation`, the ``.base`` of the array: they go back with one
-``resource.deallocate`` when the array and every view of it are gone — never earlier. A torch
-tensor (``like="torch"``) is ``torch.from_numpy`` over that array: zero-copy, same bytes, and it
-keeps the array (hence the bytes) alive for as long as it lives.
+``resource.deallocate`` when the array and every view of it are gone — never earlier. The owner
+is usually a ctypes array over exactly the block (see :mod:`tensorarena.interop.owner`), and
+the array is built over it in C by ``np.frombuffer`` (1-d) or ``np.ndarray(buffer=)``; a torch
+tensor (``like="torch"``) by ``torch.frombuffer``, which keeps the owner alive as long as the
+tensor's storage lives. Sizes without a cached owner type take the ``__array_interface__``
+owner (a torch tensor is then ``torch.from_numpy`` over that array).
 
 Which resource: the ``resource=`` argument, else that of the innermost :func:`scope` given one,
 else :func:`~tensorarena.interop.default.default_resource` (a thread-cached pool over mmap).
@@ -14,8 +17,8 @@ the default resource are checked when they are set, an explicit ``resource=`` on
 the check once).
 
 This is the hot path of pooled arrays, so it avoids work: dtypes are resolved once and cached.
-A structured dtype is built as raw ``V<itemsize>`` records and viewed as itself, so padding and
-offsets survive (``__array_interface__``'s ``descr`` cannot express them).
+On the interface route a structured dtype is built as raw ``V<itemsize>`` records and viewed as
+itself, so padding and offsets survive (``__array_interface__``'s ``descr`` cannot express them).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
+import sys
 import weakref
 from typing import Any, Literal
 
@@ -31,20 +35,29 @@ import numpy as np
 from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError, InvalidDtypeError, InvalidSizeError
 from tensorarena.interop.default import check_host_accessible, default_resource
-from tensorarena.interop.owner import Allocation
-from tensorarena.interop.scope import current_scope
+from tensorarena.interop.owner import BLOCK_TYPES, Allocation, InterfaceAllocation, block_type
+from tensorarena.interop.scope import Scope, current_scope
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource
 from tensorarena.sizes import MAX_SIZE, check_alignment
 
 __all__ = ["empty", "zeros"]
 
 Shape = int | tuple[int, ...] | list[int]
-_asarray = np.asarray  # bound once: this module's hot path calls it for every array
+# Bound once: the hot path calls them for every array.
+_asarray = np.asarray
+_frombuffer = np.frombuffer
+_ndarray = np.ndarray
+_block_types_get = BLOCK_TYPES.get
 Like = Literal["numpy", "torch"]
 
-# dtype argument -> (item size, typestr, structured dtype or None, torch dtype or None).
-_DtypeEntry = tuple[int, str, Any, Any]
+# dtype argument -> (item size, typestr, structured dtype or None, torch dtype or None, the
+# NumPy dtype the bytes are read as).
+_DtypeEntry = tuple[int, str, Any, Any, np.dtype[Any]]
 _DTYPES: dict[Any, _DtypeEntry] = {}
+# NumPy dtype -> torch dtype, or None where torch has none (from_numpy then says why).
+_TORCH_DTYPES: dict[np.dtype[Any], Any] = {}
+# torch is looked up in sys.modules first: importlib.import_module costs ~0.3 µs a call.
+_loaded_modules = sys.modules
 # Dimensions must fit NumPy's npy_intp.
 _MAX_DIM = (1 << 63) - 1
 
@@ -80,7 +93,7 @@ def _resolve_dtype(dtype: Any) -> _DtypeEntry:
         )
     structured = resolved if resolved.fields is not None else None
     typestr = resolved.str if structured is None else f"|V{resolved.itemsize}"
-    entry = (resolved.itemsize, typestr, structured, torch_dtype)
+    entry = (resolved.itemsize, typestr, structured, torch_dtype, resolved)
     # Unhashable specs are resolved again next time; the cap keeps odd callers from growing it.
     with contextlib.suppress(TypeError):
         if len(_DTYPES) < 256:
@@ -143,15 +156,17 @@ def empty(
     whose memory the CPU cannot touch.
     """
     try:
-        itemsize, typestr, structured, torch_dtype = _DTYPES[dtype]
+        entry = _DTYPES[dtype]
     except (KeyError, TypeError):
-        itemsize, typestr, structured, torch_dtype = _resolve_dtype(dtype)
+        entry = _resolve_dtype(dtype)
+    itemsize, _, structured, torch_dtype, np_dtype = entry
     if type(shape) is int and 0 <= shape <= _MAX_DIM:
         dims: tuple[int, ...] = (shape,)
-        nbytes = shape * itemsize
+        count = shape
     else:
         dims = _normalize_shape(shape)
-        nbytes = math.prod(dims) * itemsize
+        count = math.prod(dims)
+    nbytes = count * itemsize
     if nbytes > MAX_SIZE:
         raise InvalidSizeError(
             f"shape {shape!r} of {itemsize}-byte items needs {nbytes} bytes, over {MAX_SIZE}"
@@ -160,7 +175,7 @@ def empty(
     if like != "numpy":
         if like != "torch":
             raise InvalidArgumentError(f"like must be 'numpy' or 'torch', not {like!r}")
-        torch = require("torch", extra="torch", feature="tensorarena.empty(like='torch')")
+        torch = _loaded_modules.get("torch") or _import_torch()
     elif torch_dtype is not None:
         raise InvalidDtypeError(f"a torch dtype ({dtype}) needs like='torch'")
     if alignment != DEFAULT_ALIGNMENT:
@@ -174,10 +189,51 @@ def empty(
         resource = default_resource()  # checked when it was set
     # A zero-size array still gets a (1-byte) block: it has an address and an owner like any.
     request = nbytes or 1
+    # The owner type first: making one may fail, and nothing must be allocated then.
+    owner_type = _block_types_get(request) or block_type(request)
     address = resource.allocate(request, alignment)
+    if owner_type is None or (torch is not None and (nbytes == 0 or structured is not None)):
+        return _through_interface(resource, address, request, dims, entry, torch, current)
+    try:
+        owner = owner_type.from_address(address)
+        owner.resource = resource
+        owner.address = address
+    except BaseException:
+        resource.deallocate(address, request)
+        raise
     # From here the owner is responsible: if anything below raises, its __del__ frees the block.
+    # The owner's buffer is exactly the block, so no count is needed (nbytes > 0 here).
+    if current is not None:
+        current.track(owner)
+    if torch is None:
+        if len(dims) == 1:
+            return _frombuffer(owner, np_dtype)
+        return _ndarray(dims, np_dtype, owner)
+    if torch_dtype is None:
+        torch_dtype = _torch_dtype(torch, np_dtype)
+        if torch_dtype is None:  # no torch equivalent: from_numpy raises the clear error
+            return torch.from_numpy(_ndarray(dims, np_dtype, owner))
+    tensor = torch.frombuffer(owner, dtype=torch_dtype)
+    return tensor if len(dims) == 1 else tensor.view(dims)
+
+
+def _import_torch() -> Any:
+    return require("torch", extra="torch", feature="tensorarena.empty(like='torch')")
+
+
+def _through_interface(
+    resource: MemoryResource,
+    address: int,
+    request: int,
+    dims: tuple[int, ...],
+    entry: _DtypeEntry,
+    torch: Any,
+    current: Scope | None,
+) -> Any:
+    """The array (or tensor) over ``address`` through an :class:`InterfaceAllocation` owner."""
+    _, typestr, structured, torch_dtype, _ = entry
     interface = {"data": (address, False), "shape": dims, "typestr": typestr, "version": 3}
-    owner = Allocation(resource, address, request, interface)
+    owner = InterfaceAllocation(resource, address, request, interface)
     array: Any = _asarray(owner)
     if structured is not None:
         array = array.view(structured)
@@ -187,6 +243,21 @@ def empty(
         tensor = torch.from_numpy(array)
         return tensor if torch_dtype is None else tensor.view(torch_dtype)
     return array
+
+
+def _torch_dtype(torch: Any, np_dtype: np.dtype[Any]) -> Any:
+    """The torch dtype of ``np_dtype`` (cached), or ``None`` where torch has none."""
+    try:
+        return _TORCH_DTYPES[np_dtype]
+    except KeyError:
+        pass
+    try:
+        found = torch.from_numpy(np.empty(0, np_dtype)).dtype
+    except (TypeError, ValueError):
+        found = None
+    if len(_TORCH_DTYPES) < 256:
+        _TORCH_DTYPES[np_dtype] = found
+    return found
 
 
 def zeros(
@@ -204,7 +275,7 @@ def zeros(
         array.zero_()
     else:
         owner = array.base
-        if type(owner) is not Allocation:  # a structured dtype: a view of the raw records
+        if not isinstance(owner, Allocation):  # a structured dtype: a view of the raw records
             owner = owner.base
         ctypes.memset(owner.address, 0, owner.nbytes)
     return array

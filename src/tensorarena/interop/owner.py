@@ -1,49 +1,87 @@
 """The owner of an array's bytes: frees them back to their resource when the last view dies.
 
-A NumPy array made over foreign memory keeps one object alive as its ``.base``; every view keeps
-its parent alive in turn, so that object dies exactly when the last array or view over the bytes
-does. :class:`Allocation` is that object. It exposes ``__array_interface__`` (so ``np.asarray``
-builds the array directly over the address) and its ``__del__`` returns the block.
+A NumPy array made over foreign memory keeps one object alive as its ``.base`` (NumPy collapses a
+chain of views only down to the first base that is not an ndarray, which is the owner), a torch
+tensor made with ``torch.frombuffer`` keeps its buffer object, and a memoryview keeps its
+exporter: so the owner dies exactly when the last array, view, tensor or memoryview over the
+bytes does, and its ``__del__`` returns the block to its resource, once. Every owner is an
+:class:`Allocation` (``resource``, ``address``, ``nbytes``); there are two kinds:
 
-Why this mechanism — measured by ``tensorarena bench reuse --owners`` (µs to make and drop a
-64 KiB float32 array plus one view; 2 shared cores, best batch of 7, expect ±20 %):
+* a **block owner** (the usual one): an instance of a ctypes ``c_ubyte * nbytes`` array type,
+  made with ``from_address`` (no copy, ctypes never frees it), that exports the buffer protocol
+  over exactly the block's ``nbytes`` bytes. ``np.frombuffer`` / ``np.ndarray(buffer=)`` and
+  ``torch.frombuffer`` build arrays over it directly in C;
+* an **interface owner** (:class:`InterfaceAllocation`): exposes ``__array_interface__``, which
+  ``np.asarray`` parses (a dict built and read per array, the slower route).
 
-==========================================================  ==========
+Why two: a ctypes array type exists per byte count, and making one costs ~7 µs and ~2 KB. So
+the types live in a bounded cache (:data:`MAX_BLOCK_TYPES`), and a byte count gets one only
+the second time it is seen: a size met once (dynamic shapes) takes the interface route and
+never pays for a type; once the cache is full, new sizes keep the interface route (no
+eviction, so no churn). The types subclass ``ctypes.Array`` directly rather than
+``c_ubyte * nbytes``, whose types ctypes keeps in a private cache of its own, forever.
+Measured by ``tensorarena bench reuse --owners`` (µs to make and drop
+a 64 KiB float32 array plus one view over a resource that does nothing; median of 3 runs of
+the best batch, 2 shared cores, expect ±20 %):
+
+=========================================================  ======
 owner mechanism                                             µs
-==========================================================  ==========
-``__array_interface__`` owner with ``__del__`` (chosen)     1.26
-ctypes ``c_char * n`` buffer + owner attribute + frombuffer 1.07
-ctypes buffer + ``weakref.finalize``                        1.78
-(``np.empty``, no foreign memory, for scale)                0.39
-==========================================================  ==========
+=========================================================  ======
+block owner (cached ctypes type) + ``np.frombuffer``        0.48
+ctypes ``c_char * n`` + owner attribute + ``frombuffer``    0.77
+``__array_interface__`` owner + ``np.asarray``              0.91
+ctypes buffer + ``weakref.finalize``                        1.29
+(``np.empty``, no foreign memory, for scale)                0.29
+=========================================================  ======
 
-The ctypes route is a little faster in one dimension, but only while the byte count repeats:
-``c_char * n`` builds a new ctypes *type* for every byte count not seen recently (13.7 µs each,
-measured the same way), which dynamic shapes hit all the time; an n-d shape also costs it a
-``reshape``, and it hands users a ctypes object as ``.base``. ``weakref.finalize`` registers
-every array in a global registry. The interface owner costs the same for every shape and keeps
-no global state, so it is the one used.
+The block owner is the ctypes route with the owner folded into the buffer object (one object,
+slots instead of an instance dict); ``weakref.finalize`` registers every array in a global
+registry. The block owner is itself a ctypes object, so ``.base`` of an array is one (with
+``resource``, ``address`` and ``nbytes``); copying or pickling an owner is refused, since a
+copy would free the block twice.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import ctypes
+from typing import Any, Final, NoReturn
 
 from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["Allocation"]
+__all__ = ["MAX_BLOCK_TYPES", "Allocation", "InterfaceAllocation", "block_type"]
 
+#: The most block-owner types kept (one per byte count; ~2 KB each).
+MAX_BLOCK_TYPES: Final = 1024
 
 class Allocation:
-    """``nbytes`` bytes at ``address`` from ``resource``; deallocated when this object dies."""
+    """``nbytes`` bytes at ``address`` from ``resource``, deallocated when this owner dies.
+
+    The base of both owner kinds; never made directly.
+    """
+
+    __slots__ = ()
+    resource: MemoryResource
+    address: int
+    nbytes: int
+
+    def __reduce__(self) -> NoReturn:
+        # A copy would be a second owner of the same block: two deallocations.
+        raise TypeError(f"{type(self).__name__} owns a memory block and cannot be copied")
+
+    def __repr__(self) -> str:
+        return f"Allocation(address={self.address:#x}, nbytes={self.nbytes})"
+
+
+class InterfaceAllocation(Allocation):
+    """An owner that exposes ``__array_interface__`` (``np.asarray`` builds the array)."""
 
     __slots__ = ("__array_interface__", "__weakref__", "address", "nbytes", "resource")
 
     def __init__(
         self, resource: MemoryResource, address: int, nbytes: int, interface: dict[str, Any]
     ) -> None:
-        # The caller builds the interface dict (data, shape, typestr, version[, descr]): one
-        # argument instead of four keeps this constructor, on every array's path, short.
+        # The caller builds the interface dict (data, shape, typestr, version): one argument
+        # instead of four keeps this constructor short.
         self.resource = resource
         self.address = address
         self.nbytes = nbytes
@@ -55,9 +93,50 @@ class Allocation:
         # it as an "Exception ignored in" message.
         self.resource.deallocate(self.address, self.nbytes)
 
-    def __repr__(self) -> str:
-        interface = self.__array_interface__
-        return (
-            f"Allocation(address={self.address:#x}, nbytes={self.nbytes}, "
-            f"shape={interface['shape']}, typestr={interface['typestr']!r})"
-        )
+
+class _BlockOwner(Allocation):
+    """The methods of every block-owner type (an array of ``nbytes`` ``c_ubyte`` made by
+    :func:`block_type`, which adds the ``resource``, ``address`` and ``__weakref__`` slots
+    (scopes track owners weakly) and the ``nbytes`` class attribute)."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # As InterfaceAllocation.__del__. A ctypes object made with from_address never frees
+        # its memory itself: this is the block's only way back. (``address`` is a slot, equal to
+        # ctypes.addressof(self): reading a slot is cheaper than the call.)
+        self.resource.deallocate(self.address, self.nbytes)
+
+
+BLOCK_TYPES: Final[dict[int, Any]] = {}
+"""Byte count -> block-owner type (``type.from_address(address)`` makes an owner)."""
+_seen_once: set[int] = set()
+
+
+def block_type(nbytes: int) -> Any:
+    """The block-owner type for ``nbytes``-byte blocks, or ``None`` while the interface owner
+    should be used (a size seen for the first time, or the cache is full)."""
+    known = BLOCK_TYPES.get(nbytes)
+    if known is not None:
+        return known
+    if len(BLOCK_TYPES) >= MAX_BLOCK_TYPES:
+        return None
+    if nbytes not in _seen_once:
+        if len(_seen_once) >= 4 * MAX_BLOCK_TYPES:
+            _seen_once.clear()  # bounded: one-off sizes must not accumulate
+        _seen_once.add(nbytes)
+        return None
+    _seen_once.discard(nbytes)
+    made = type(
+        f"Block{nbytes}",
+        (_BlockOwner, ctypes.Array),
+        {
+            "_type_": ctypes.c_ubyte,
+            "_length_": nbytes,
+            "__slots__": ("resource", "address", "__weakref__"),
+            "nbytes": nbytes,
+            "__module__": __name__,
+        },
+    )
+    BLOCK_TYPES[nbytes] = made
+    return made
