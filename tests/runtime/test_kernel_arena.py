@@ -68,13 +68,13 @@ def counters(data: bytearray) -> tuple[int, int, int]:
 
 
 def test_outputs_are_bit_identical_and_no_kernel_allocation_reaches_torch(shim: Any) -> None:
-    program, model, x = tiny()
+    program, model, x = tiny(kernel_arena="all")
     with torch.no_grad():
         expected = model(x)
     first, second = program(x), program(x)  # recorded, then served
     assert torch.equal(first, expected) and torch.equal(second, expected)
     report = program.report()
-    assert report.kernel_arena == "on"
+    assert report.kernel_arena == "on (all)"
     assert report.kernel_buffers > 0 and report.kernel_escaped == 0
     assert report.kernel_served > 0
     _, trace = program.trace_allocations(x)
@@ -201,3 +201,26 @@ def test_the_recorded_memory_shows_kernel_allocations_inside_the_arena(shim: Any
                <= arena.data_ptr() + arena.numel() for a in inside)
     timeline = timeline_from_snapshot(snapshot, name="tiny")  # replays: no block freed twice
     assert timeline.reserved is not None
+
+
+def test_idle_keeps_the_arena_height_and_all_leaves_torch_nothing(shim: Any) -> None:
+    off, model, x = tiny(kernel_arena=False)
+    idle, _, _ = tiny(kernel_arena="idle")
+    every, _, _ = tiny(kernel_arena="all")
+    with torch.no_grad():
+        expected = model(x)
+    for program in (off, idle, every):
+        program(x)
+        assert torch.equal(program(x), expected)
+    assert idle.report().planned_bytes <= off.report().planned_bytes
+    assert idle.report().kernel_arena == "on (idle)"
+    assert every.report().kernel_arena == "on (all)"
+    _, trace = every.trace_allocations(x)
+    assert trace.planned_allocations == 0
+
+
+def test_a_bad_kernel_arena_value_is_refused() -> None:
+    from tensorarena.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="kernel_arena"):
+        tiny(kernel_arena="some")

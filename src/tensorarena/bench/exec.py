@@ -148,7 +148,7 @@ def measure_model(
     reorder: bool | None = None,
     outputs: Literal["fresh", "arena"] | None = None,
     record_memory: bool = False,
-    kernel_arena: bool | None = None,
+    kernel_arena: Literal["auto", "all", "idle", "off"] | None = None,
     progress: Progress | None = None,
 ) -> ModelResult:
     """Build ``name``, run it eagerly and planned, and measure both (module docstring).
@@ -170,7 +170,7 @@ def measure_model(
     if outputs is not None:
         options["outputs"] = outputs
     if kernel_arena is not None:
-        options["kernel_arena"] = kernel_arena
+        options["kernel_arena"] = {"auto": True, "off": False}.get(kernel_arena, kernel_arena)
     with progress.step(f"building {name} ({size}) from its config, random weights"):
         model, (args, kwargs) = build_model(name, size=size)
     start = time.perf_counter()
@@ -281,9 +281,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", choices=("fresh", "arena"), default=None,
                         help="outputs made by torch at each call or planned in the arena "
                              "(default: the runtime's, arena for training steps)")
-    parser.add_argument("--kernel-arena", action=argparse.BooleanOptionalAction, default=None,
-                        help="serve kernels' own allocations from the arena (default: the "
-                             "runtime's, on where its C++ shim builds)")
+    parser.add_argument("--kernel-arena", choices=("auto", "all", "idle", "off"), default=None,
+                        help="serve kernels' own allocations from the arena: all, only where "
+                             "the arena has idle bytes, or off (default: the runtime's, auto: "
+                             "all for planned outputs, idle for fresh ones, where its C++ shim "
+                             "builds)")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no poisoned check")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

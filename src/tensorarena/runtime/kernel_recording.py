@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.planning.planners import plan as make_plan
+from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.runtime.kernel_arena import (
+    KERNEL_TAG,
     KernelHooks,
     KernelRecording,
     KernelScripts,
@@ -52,7 +54,12 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
     if len(planned) == len(current.plan.problem) and not in_slots:
         current.scripts = KernelScripts()
     else:
-        current.plan = make_plan(planned, program._planner, time_limit=program._time_limit)
+        fresh = [Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
+                 for b in current.graph.problem.buffers if b.id in current.lowering.dynamic]
+        current.plan, chosen = _plan(program, planned, current.plan, fresh)
+        current.kernel_note = f"on ({chosen})"
+        if not any(KERNEL_TAG in b.id for b in current.plan.problem.buffers):
+            ticks = 1
         offsets = current.plan.as_dict()
         offsets.update({kernel: offsets[slot] for kernel, slot in in_slots.items()})
         current.scripts = KernelScripts.build(recording, offsets)
@@ -67,6 +74,61 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
                 current.arenas = held
     current.generated.failed.update(code.failed)  # out variants that failed: re-lowered next
     return outputs
+
+
+def _plan(program: PlannedProgram, planned: Problem, before: Plan,
+          fresh: list[Buffer]) -> tuple[Plan, str]:
+    """The plan with kernels' allocations and the policy that chose it (``kernel_policy``):
+    ``"all"`` plans every one; ``"idle"`` only those that keep ``before``'s height (the nodes
+    where they would raise it are left to torch; ``before`` itself if even that does not fit:
+    allocations served in their slot need no bytes); ``"lower"`` takes whichever of the two
+    gives the lower peak, the arena plus what torch holds at once of ``fresh`` (the buffers
+    made fresh at each call, in the plan's time) and of the allocations left to it."""
+    policy = program._kernel_policy
+    every = make_plan(planned, program._planner, time_limit=program._time_limit)
+    if policy == "all" or every.height <= before.height:
+        return every, "all"
+    within = _within(planned, before.height)
+    idle = make_plan(within, program._planner, time_limit=program._time_limit)
+    if idle.height > before.height:
+        idle = before
+    if policy == "idle":
+        return idle, "idle"
+    kept = {b.id for b in idle.problem.buffers}
+    left = [b for b in planned.buffers if KERNEL_TAG in b.id and b.id not in kept]
+    if every.height + _peak(fresh) <= idle.height + _peak(fresh + left):
+        return every, "lower peak: all"
+    return idle, "lower peak: idle"
+
+
+def _peak(buffers: list[Buffer]) -> int:
+    """The most bytes of ``buffers`` live at once."""
+    events = sorted([(b.start, b.nbytes) for b in buffers] + [(b.end, -b.nbytes) for b in buffers],
+                    key=lambda e: (e[0], e[1]))
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def _within(problem: Problem, height: int) -> Problem:
+    """``problem`` without the kernel allocations of every node where its live bytes exceed
+    ``height`` (no plan of it could stay within ``height`` there)."""
+    ends = max((b.end for b in problem.buffers), default=0)
+    change = [0] * (ends + 1)
+    for b in problem.buffers:
+        change[b.start] += b.nbytes
+        change[b.end] -= b.nbytes
+    live, over = 0, []
+    for delta in change:
+        live += delta
+        over.append(live > height)
+    nodes = {b.id.split(KERNEL_TAG)[0] for b in problem.buffers
+             if KERNEL_TAG in b.id and any(over[b.start:b.end])}
+    return Problem([b for b in problem.buffers
+                    if KERNEL_TAG not in b.id or b.id.split(KERNEL_TAG)[0] not in nodes],
+                   name=problem.name)
 
 
 def serving(program: PlannedProgram, current: Specialization) -> KernelHooks | None:

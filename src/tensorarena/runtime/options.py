@@ -46,9 +46,13 @@ def check_options(
         raise InvalidArgumentError(f"outputs must be 'fresh' or 'arena', got {outputs!r}")
     if not isinstance(reorder, bool) and reorder != "always":
         raise InvalidArgumentError(f"reorder must be True, False or 'always', got {reorder!r}")
-    for name, value in (("inplace", inplace), ("poison", poison), ("kernel_arena", kernel_arena)):
+    for name, value in (("inplace", inplace), ("poison", poison)):
         if not isinstance(value, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+    if not isinstance(kernel_arena, bool) and kernel_arena not in ("all", "idle"):
+        raise InvalidArgumentError(
+            f"kernel_arena must be True, False, 'all' or 'idle', got {kernel_arena!r}"
+        )
     if type(max_plans) is not int or max_plans < 1:
         raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
     if not isinstance(planner, str) or planner not in PLANNERS:

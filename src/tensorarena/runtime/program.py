@@ -158,8 +158,14 @@ class PlannedProgram:
         serve the allocations kernels make inside a node (layer norm's copies, attention's
         result, im2col columns) from the arena too (:mod:`~tensorarena.runtime.kernel_arena`:
         a C++ shim compiled on first use; the first call of each shape records them, then the
-        shape is planned again with them). Default on; where the shim cannot be built, or on
-        a GPU, or with ``max_shapes``, the program runs without it and :meth:`report` says why.
+        shape is planned again with them). ``"all"``: every one, the arena grows where they
+        need more bytes than it has idle; ``"idle"``: only where the arena keeps the height it
+        has without them (the others stay torch's); ``True`` (default): ``"all"`` with
+        ``outputs="arena"``; with fresh outputs whichever of the two gives the lower peak of
+        the arena plus torch's allocations (outputs made on top of an arena held whole for
+        the call can make ``"all"`` the higher); ``False``: none. Where the shim
+        cannot be built, on a GPU or with ``max_shapes`` the program runs without it and
+        :meth:`report` says why.
     """
 
     #: the arena the latest annotated call ran in (read by the memory recording)
@@ -188,7 +194,7 @@ class PlannedProgram:
         max_shapes: Mapping[str, Sequence[int]] | None = None,
         growing: Iterable[str] = (),
         concurrency: Concurrency | None = None,
-        kernel_arena: bool = True,
+        kernel_arena: bool | Literal["all", "idle"] = True,
     ) -> None:
         torch = _torch()
         check_options(
@@ -263,7 +269,11 @@ class PlannedProgram:
         self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
         self._annotated_memory = None
-        self._kernel_note = kernel_note(kernel_arena, self.device, max_shapes is not None)
+        self._kernel_note = kernel_note(kernel_arena is not False, self.device,
+                                        max_shapes is not None)
+        #: which kernel allocations are planned (see ``kernel_arena``)
+        self._kernel_policy = kernel_arena if isinstance(kernel_arena, str) else (
+            "all" if outputs == "arena" else "lower")
         self.plans_made = 0  #: how many plans were computed (one per new shape without max_shapes)
 
     # ------------------------------------------------------------------------------------------

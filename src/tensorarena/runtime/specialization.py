@@ -35,7 +35,8 @@ class Specialization:
     seconds: float
     arenas: HeldArenas | None = None  # outputs="arena": the blocks the calls' outputs keep
     #: kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`): why not served
-    #: (``"off"``, ``"unavailable: ..."``), ``"to record"`` (at the next call) or ``"on"``
+    #: (``"off"``, ``"unavailable: ..."``), ``"to record"`` (at the next call) or ``"on (...)"``
+    #: with the policy that planned them
     kernel_note: str = "off"
     scripts: KernelScripts | None = None  # "on": the scripts of the nodes served
 
