@@ -234,10 +234,12 @@ class KernelRecording:
 
 
 def temporaries(recording: KernelRecording, steps: Mapping[str, int],
-                problem: Problem, in_slots: Iterable[str] = ()) -> tuple[Problem, int]:
+                problem: Problem, in_slots: Mapping[str, str] | None = None,
+                ) -> tuple[Problem, int]:
     """``problem`` with the recorded allocations freed within their node added as buffers
     named ``<node>#kernel<k>`` (``k``: the allocation's place in the node's sequence), but
-    those ``in_slots`` names (served in their result's slot).
+    those of ``in_slots`` (served in their result's slot, :meth:`KernelRecording.in_slots`):
+    their slot starts when they were made instead, as nothing is written into it before.
 
     Time is refined so that a node's allocations live only while they did: step ``i`` of
     ``problem`` becomes ``[i * T, (i + 1) * T)`` (``T``: one more than the most allocation and
@@ -245,11 +247,13 @@ def temporaries(recording: KernelRecording, steps: Mapping[str, int],
     event ``b`` lives ``[i * T + a, i * T + b)``. Every buffer of ``problem`` live at step ``i``
     covers the whole node, so it overlaps each of the node's allocations, as it did in memory.
     ``steps`` maps node names to their step. Returns the problem and ``T``."""
-    skip = set(in_slots)
+    skip = dict(in_slots or {})
     ticks = 1 + max((freed for log in recording.logs.values() for _, _, freed, _ in log
                      if freed is not None), default=0)
-    buffers = [Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes, b.alignment)
-               for b in problem.buffers]
+    later = {slot: recording.logs[kernel.split(KERNEL_TAG)[0]][int(kernel.split(KERNEL_TAG)[1])][1]
+             for kernel, slot in skip.items()}
+    buffers = [Buffer(b.id, b.start * ticks + later.get(b.id, 0), b.end * ticks, b.nbytes,
+                      b.alignment) for b in problem.buffers]
     for node, log in recording.logs.items():
         for k, (nbytes, made, freed, _) in enumerate(log):
             if freed is not None and nbytes > 0 and f"{node}{KERNEL_TAG}{k}" not in skip:

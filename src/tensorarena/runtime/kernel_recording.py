@@ -56,9 +56,10 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
     else:
         fresh = [Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
                  for b in current.graph.problem.buffers if b.id in current.lowering.dynamic]
-        current.plan, chosen = _plan(program, planned, current.plan, fresh)
+        before = current.plan
+        current.plan, chosen = _plan(program, planned, before, fresh)
         current.kernel_note = f"on ({chosen})"
-        if not any(KERNEL_TAG in b.id for b in current.plan.problem.buffers):
+        if current.plan is before:  # the plan in graph steps: none planned but in their slots
             ticks = 1
         offsets = current.plan.as_dict()
         offsets.update({kernel: offsets[slot] for kernel, slot in in_slots.items()})

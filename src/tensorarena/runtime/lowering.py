@@ -104,6 +104,7 @@ def classify(
     inplace: Iterable[str] = (),
     elsewhere: Mapping[str, str] | None = None,
     planned_outputs: bool = False,
+    composite_out_as_copy: bool = False,
 ) -> Lowering:
     """Decide every node's path (see the module docstring) before planning.
 
@@ -113,6 +114,10 @@ def classify(
     ``elsewhere`` maps tensors on another device than the arena to the reason (they stay out of
     the plan, as the op made them). ``planned_outputs`` plans the graph's outputs like any
     other buffer (they are then views of the arena, :mod:`~tensorarena.runtime.held_arenas`).
+    ``composite_out_as_copy`` sends ops whose out variant is ATen's generated wrapper (the op
+    run elsewhere, then copied into ``out``) down the copy path, where kernels' allocations
+    served from the arena (:mod:`~tensorarena.runtime.kernel_arena`) put the op's own result in
+    its slot instead of beside it.
     """
     inplace = set(inplace)
     planned = {b.id for b in gp.problem.buffers}
@@ -168,6 +173,11 @@ def classify(
             )
         elif not kept:
             path, reason = "dynamic", lowering.dynamic[roots[0]]
+        elif (variant is not None and whole and len(kept) == len(roots)
+              and composite_out_as_copy and _composite_out(node, variant)):
+            path = "copy"
+            reason = (f"{variant.name} runs the op elsewhere and copies: run, its result "
+                      "served in its slot")
         elif variant is not None and whole and len(kept) == len(roots):
             path, reason = "out", f"written in place by {variant.name}"
         elif variant is None and (
@@ -188,6 +198,32 @@ def classify(
             )
         lowering.paths[node.name] = NodePath(node.name, op, path, reason)
     return lowering
+
+
+#: Out variants that are ATen's generated wrappers (``autogen:`` in native_functions.yaml: the
+#: functional op run into fresh tensors, then copied into ``out``) of ops whose results are
+#: large. Not every out variant without a CPU kernel is one: ``linear.out`` (addmm into out)
+#: and ``arange.out`` write in place, so the list is explicit.
+COMPOSITE_OUT = frozenset({
+    "aten::convolution.out", "aten::convolution_backward.out", "aten::native_layer_norm.out",
+    "aten::native_layer_norm_backward.out", "aten::native_batch_norm_backward.out",
+    "aten::_native_batch_norm_legit_no_training.out", "aten::native_group_norm.out",
+    "aten::native_group_norm_backward.out", "aten::slice_backward.out",
+    "aten::select_backward.out",
+})
+
+
+def _composite_out(node: torch.fx.Node, variant: Any) -> bool:
+    """Whether ``variant`` is one of :data:`COMPOSITE_OUT` and has no CPU kernel of its own in
+    this torch, and ``node`` is written by it as such (not by one of the in-slot rewrites of
+    :mod:`~tensorarena.runtime.in_slot`)."""
+    import torch
+
+    if variant.name not in COMPOSITE_OUT or (
+            embedding_in_slot(node) or written_in_slot(node) is not None or clone_in_slot(node)
+            or embedding_backward_in_slot(node) or mean_as_sum(node) is not None):
+        return False
+    return not torch._C._dispatch_has_kernel_for_dispatch_key(variant.name, "CPU")
 
 
 def _call_target(node: torch.fx.Node) -> Any:

@@ -451,7 +451,8 @@ class PlannedProgram:
         return classify(self._graph, graph, unplaceable=self._unplaceable,
                         pooled=self._pooled(), demoted=self._demoted,
                         inplace=self.inplace_nodes, elsewhere=self._elsewhere,
-                        planned_outputs=self.outputs == "arena")
+                        planned_outputs=self.outputs == "arena",
+                        composite_out_as_copy=self._kernel_note == "to record")
 
     def _pooled(self) -> set[str]:
         if not self._growing:

@@ -92,6 +92,9 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
     actions: list[dict[str, Any]] = [_action("segment_alloc", arena, arena_bytes, origin,
                                              "arena")]
     offsets = current.plan.as_dict()
+    ticks = current.scripts.ticks if current.scripts is not None else 1
+    # A slot a kernel's result is served in starts within its node (kernel_arena.temporaries).
+    later = {b.id: b.start % ticks for b in current.plan.problem.buffers}
     for buffer in current.graph.problem.buffers:
         if buffer.id in offsets:
             address, kind = arena + offsets[buffer.id], "arena"
@@ -101,11 +104,12 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
             continue
         op = ops.get(nodes[buffer.start], nodes[buffer.start])
         site = f"{kind}: {op}"
-        actions.append(_action("alloc", address, buffer.nbytes, spans[buffer.start][0], site))
+        start, end = spans[buffer.start]
+        made = start + (end - start) * later.get(buffer.id, 0) // ticks
+        actions.append(_action("alloc", address, buffer.nbytes, made, site))
         actions.append(_action("free_completed", address, buffer.nbytes,
                                spans[buffer.end - 1][1], site))
     step_of = {name: i for i, name in enumerate(nodes)}
-    ticks = current.scripts.ticks if current.scripts is not None else 1
     for buffer in current.plan.problem.buffers:  # kernels' own allocations planned in the arena
         if KERNEL_TAG in buffer.id:
             # Placed in its node's span as it was in the node's events (kernel_arena.temporaries)
