@@ -200,7 +200,7 @@ class KernelRecording:
 
     def in_slots(self, names: Mapping[str, Sequence[str | None]],
                  slots: Mapping[str, Any], starts: Mapping[str, int]) -> dict[str, str]:
-        """Allocations that are a copy-path result of the same layout as its slot: their
+        """Allocations that are a copy-path result of the same dense layout as its slot: their
         buffer id (``<node>#kernel<k>``) → the slot's (its buffer id). Served there, the op
         writes its result into the slot itself (the copy then copies each byte onto itself);
         they need no bytes of their own. ``names``: each node's result names; ``slots``: the
@@ -219,7 +219,8 @@ class KernelRecording:
                 nbytes = self.logs[node][k][0]
                 same = (result[1:] == (tuple(target.shape), tuple(target.stride()),
                                        target.dtype))
-                if same and target.is_contiguous() and target.data_ptr() == starts[name] and (
+                if same and _dense(target.shape, target.stride()) and (
+                        target.data_ptr() == starts[name]) and (
                         nbytes <= target.numel() * target.element_size()):
                     found[f"{node}{KERNEL_TAG}{k}"] = name
         return found
@@ -231,6 +232,18 @@ class KernelRecording:
         record = module.record
         return KernelHooks(lambda log: record(), module.recorded,
                            {node: self.log(node) for node in nodes}, False, note=self.note)
+
+
+def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether a tensor of ``shape`` and ``strides`` covers exactly its elements' bytes from its
+    first element on (contiguous in some order of its dimensions: a transposed result too)."""
+    expected = 1
+    for size, stride in sorted((p for p in zip(shape, strides, strict=True) if p[0] != 1),
+                               key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def temporaries(recording: KernelRecording, steps: Mapping[str, int],
