@@ -182,7 +182,9 @@ def empty(
         alignment = check_alignment(alignment)
     current = current_scope()
     if resource is not None:
-        _check_explicit(resource)
+        verified = _verified  # the check's fast path inline: a call costs ~50 ns
+        if verified is None or verified() is not resource:
+            _check_explicit(resource)
     elif current is not None and current.resource is not None:
         resource = current.resource  # checked when the scope began
     else:
