@@ -224,3 +224,15 @@ def test_a_bad_kernel_arena_value_is_refused() -> None:
 
     with pytest.raises(InvalidArgumentError, match="kernel_arena"):
         tiny(kernel_arena="some")
+
+
+def test_arenas_released_by_the_held_blocks_leave_the_shim_working(shim: Any) -> None:
+    program, model, x = tiny(outputs="arena")
+    with torch.no_grad():
+        expected = model(x)
+    kept = [program(x) for _ in range(3)]  # each call's outputs hold its block
+    del kept
+    for _ in range(3):  # takes one idle block, releases the others and their code
+        assert torch.equal(program(x), expected)
+    assert program.report().kernel_served > 0
+    assert kernel_arena.unavailable() == ""  # a wrapper's module globals survive a release

@@ -57,8 +57,7 @@ class _Arena:
 def _release(arena: _Arena) -> None:
     """Drop the code's references to the block now: the generated function is in its own
     globals (a cycle only the garbage collector would break), and they hold the slots."""
-    getattr(arena.code.run, "__globals__", {}).clear()
-    arena.code.slots.clear()
+    arena.code.release()
 
 
 class HeldArenas:

@@ -258,13 +258,22 @@ def _mutates(node: torch.fx.Node) -> bool:
 @dataclass
 class Generated:
     """The generated function and what it needs: ``run(inputs) -> outputs`` (flat lists), its
-    source (for debugging), the slot tensors by buffer id, and the nodes whose out variant
-    failed at run time (filled in by the function itself; the program then re-lowers them)."""
+    source (for debugging), the slot tensors by buffer id, the nodes whose out variant
+    failed at run time (filled in by the function itself; the program then re-lowers them),
+    and the generated function's globals (``namespace``: what :meth:`release` clears; ``run``
+    may be a wrapper defined elsewhere, whose globals are its module's)."""
 
     run: Callable[[list[Any]], Any]
     source: str
     slots: dict[str, torch.Tensor]
     failed: dict[str, str]
+    namespace: dict[str, Any] = field(default_factory=dict)
+
+    def release(self) -> None:
+        """Drop the code's references to its memory now: the generated function is in its own
+        globals (a cycle only the garbage collector would break), and they hold the slots."""
+        self.namespace.clear()
+        self.slots.clear()
 
 
 def generate(
@@ -344,7 +353,7 @@ def generate(
     namespace = dict(writer.globals)
     exec(compile(source, f"<tensorarena planned {gp.name or 'program'}>", "exec"), namespace)
     run = namespace["run"] if kernel is None else kernel.installed(namespace["run"])
-    return Generated(run, source, slots, failed)
+    return Generated(run, source, slots, failed, namespace)
 
 
 def _arm_around(writer: _Writer, at: int, kernel: KernelHooks, node: str,
