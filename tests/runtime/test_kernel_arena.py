@@ -236,3 +236,49 @@ def test_arenas_released_by_the_held_blocks_leave_the_shim_working(shim: Any) ->
         assert torch.equal(program(x), expected)
     assert program.report().kernel_served > 0
     assert kernel_arena.unavailable() == ""  # a wrapper's module globals survive a release
+
+
+# A custom op whose kernel keeps its scratch tensor when asked (as a cache would): served from
+# the arena, the scratch then outlives its node.
+_lib = torch.library.Library("tensorarena_kernel_test", "DEF")
+_lib.define("keeps(Tensor x) -> Tensor")
+_KEEP: list[bool] = [False]
+_KEPT: list[torch.Tensor] = []
+
+
+def _keeps(x: torch.Tensor) -> torch.Tensor:
+    scratch = torch.empty(64, dtype=torch.float32)
+    scratch.fill_(2.0)
+    if _KEEP[0]:
+        _KEPT.append(scratch)
+    return x * scratch[0]
+
+
+_lib.impl("keeps", _keeps, "CPU")
+torch.library.register_fake("tensorarena_kernel_test::keeps")(lambda x: torch.empty_like(x))
+
+
+class Keeps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.tensorarena_kernel_test.keeps(x.sin()).cos()
+
+
+def test_a_served_block_that_outlives_its_node_is_counted_and_its_node_disarmed(
+        shim: Any) -> None:
+    x = torch.randn(4, 8)
+    expected = Keeps()(x)
+    program = PlannedProgram.from_module(Keeps(), (x,), kernel_arena="all")
+    program(x)
+    assert torch.equal(program(x), expected)
+    assert program.report().kernel_served > 0
+    _KEEP[0] = True
+    try:
+        program(x)
+    finally:
+        _KEEP[0] = False
+    assert program.report().kernel_escaped == 1 and shim.outstanding() == 1
+    served = program.report().kernel_served
+    assert torch.equal(program(x), expected)  # the node runs unarmed from now on
+    assert program.report().kernel_served == served
+    _KEPT.clear()
+    assert shim.outstanding() == 0
