@@ -7,6 +7,8 @@ memory, on the graph's device: host memory, or a GPU's pool for a CUDA graph); i
 forward, loss and gradients as one program;
 :func:`register_backend` makes ``torch.compile(model, backend="tensorarena")`` work;
 :func:`materialize` is the bridge for runtimes of one's own (one block, a tensor per buffer).
+Kernels' own CPU allocations (layer norm's copies, im2col columns) are served from the arena too
+where a small C++ shim builds (:mod:`tensorarena.runtime.kernel_arena`).
 torch is imported only when one of these is used. Its errors live in :mod:`tensorarena.errors`
 and are re-exported here.
 """

@@ -33,8 +33,9 @@ its activations) instead of coming on top of the arena.
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
 
 Elsewhere: the graph copied and reordered before anything is planned
-(:mod:`~tensorarena.runtime.reordering`), the report of a shape
-(:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
+(:mod:`~tensorarena.runtime.reordering`), kernels' own allocations recorded at a shape's first
+call and served from the arena (:mod:`~tensorarena.runtime.kernel_recording`), the report of a
+shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
 (:mod:`~tensorarena.runtime.verification`) and :meth:`~PlannedProgram.record_memory`'s snapshot
 (:mod:`~tensorarena.runtime.recording`).
 """
