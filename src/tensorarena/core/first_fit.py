@@ -15,10 +15,13 @@ back to the byte scan (bench alloc: ~18 % of a pair less).
 from __future__ import annotations
 
 from itertools import islice
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
 from tensorarena.core._bisect import COMPILED
+
+if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
+    from mypy_extensions import i64
 
 __all__ = ["FirstFit"]
 
@@ -51,28 +54,32 @@ class FirstFit(AddressOrderedExtents):
         if i < 0:
             return None
         size = sizes[i]
-        start = self._starts[i]
+        # The list's own int object is returned: compiled, an ``int`` local would be boxed
+        # anew (an allocation) on the way out; interpreted, both names hold the same object.
+        starts: list[Any] = self._starts
+        start_obj = starts[i]
+        start: int = start_obj
         if start & (alignment - 1):
             return self._reserve_aligned(i, nbytes, alignment)
         # Aligned already (the usual case): shrink the extent from below, inline.
         self._free -= nbytes
         if size > nbytes:
             rest = size - nbytes
-            self._starts[i] = start + nbytes
+            starts[i] = start + nbytes
             sizes[i] = rest
             self._classes[i] = rest.bit_length()
         else:
-            del self._starts[i]
+            del starts[i]
             del sizes[i]
             del self._classes[i]
-        return start
+        return start_obj  # type: ignore[no-any-return]
 
     def _walk(self, nbytes: int) -> int:
         """The compiled build's search: the index of the lowest extent of at least ``nbytes``,
         or -1. The sentinel (size 0, last) ends the walk."""
         sizes = self._sizes
-        stop = min(len(sizes) - 1, _WALK)
-        i = 0
+        stop: i64 = min(len(sizes) - 1, _WALK)
+        i: i64 = 0
         # A for loop: compiled, it reads the list without the bounds check of ``sizes[i]``.
         for size in sizes:
             if i == stop or size >= nbytes:

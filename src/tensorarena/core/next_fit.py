@@ -15,12 +15,15 @@ the rover that is large enough); one that is not aligned is left to the scan, wh
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from tensorarena.core import _bisect
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
 from tensorarena.core._bisect import COMPILED
 from tensorarena.core.first_fit import _WALK
+
+if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
+    from mypy_extensions import i64
 
 __all__ = ["NextFit"]
 
@@ -55,15 +58,18 @@ class NextFit(AddressOrderedExtents):
             first -= 1  # the rover lies inside a free extent (a block next to it was freed)
         mask = alignment - 1
         if COMPILED:
-            stop = min(len(sizes) - 1, first + _WALK)  # the sentinel is last
-            i = first
-            while i < stop and sizes[i] < nbytes:
-                i += 1
-            if i < stop and not starts[i] & mask:
-                start = starts[i]
-                self._carve(i, start, sizes[i], start, nbytes)
+            stop: i64 = min(len(sizes) - 1, first + _WALK)  # the sentinel is last
+            at: i64 = first
+            while at < stop and sizes[at] < nbytes:
+                at += 1
+            if at < stop and not starts[at] & mask:
+                # The list's own int object is returned, as in first fit.
+                objects: list[Any] = starts
+                start_obj = objects[at]
+                start: int = start_obj
+                self._carve(at, start, sizes[at], start, nbytes)
                 self._rover = start + nbytes
-                return start
+                return start_obj  # type: ignore[no-any-return]
         try:
             candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
         except IndexError:
