@@ -121,18 +121,16 @@ class BestFit(BuiltinStrategy):
         g = self._g
         n = nbytes >> g
         c = n.bit_length()
-        nonempty = self._nonempty
-        if c > shift:
+        try:
+            keys = self._bins[c]
+        except IndexError:
             return None  # larger than the region
-        i = 0
-        keys = self._bins[c]
-        if nonempty >> c & 1:
-            wanted = n << shift
-            i = _bisect.bisect_left(keys, wanted) if COMPILED else _bisect_left(keys, wanted)
+        wanted = n << shift
+        i = _bisect.bisect_left(keys, wanted) if COMPILED else _bisect_left(keys, wanted)
         if i == len(keys):
             # Every extent of a larger bit length fits: the smallest is the first key of the
             # lowest non-empty bin above.
-            above = nonempty >> (c + 1)
+            above = self._nonempty >> (c + 1)
             if not above:
                 return None
             c += (above & -above).bit_length()
