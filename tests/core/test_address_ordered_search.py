@@ -1,15 +1,19 @@
-"""First and next fit find the extent the byte scan finds, however many small extents come first.
+"""First and next fit find the right extent however many small extents come first.
 
-The compiled build walks the first extents one by one and scans the class bytes past them (see
-``core/first_fit.py``); these cases put the answer before, at and far beyond that boundary.
+The pure build scans a byte per extent, the compiled build walks the sizes (see
+``core/_address_ordered.py``); these cases put the answer a few, hundreds and thousands of
+extents into the search (``_WALK`` was where an earlier compiled build switched from one to the
+other).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tensorarena.core.first_fit import _WALK, FirstFit
+from tensorarena.core.first_fit import FirstFit
 from tensorarena.core.next_fit import NextFit
+
+_WALK = 512
 
 
 @pytest.mark.parametrize("holes_below", [0, 3, _WALK - 1, _WALK, _WALK + 1, 3 * _WALK])
