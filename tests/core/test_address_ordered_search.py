@@ -44,9 +44,7 @@ def test_a_request_larger_than_any_power_of_two_class_is_refused() -> None:
 def test_next_fit_passes_small_holes_above_the_rover(holes_above: int) -> None:
     blocks = 2 * holes_above + 8
     strategy = NextFit(blocks * 1024)
-    assert [strategy.reserve(1024, 256) for _ in range(blocks)] == [
-        i * 1024 for i in range(blocks)
-    ]
+    assert [strategy.reserve(1024, 256) for _ in range(blocks)] == [i * 1024 for i in range(blocks)]
     for i in range(2, 2 * holes_above + 2, 2):
         strategy.release(i * 1024, 1024)
     big = 2 * holes_above + 3
