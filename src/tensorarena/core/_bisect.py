@@ -2,8 +2,9 @@
 
 ``bisect.bisect_left`` and ``bisect.insort`` are C, but each step goes through Python's generic
 comparison (``PyObject_RichCompare`` on two int objects, ~15 ns). Compiled by mypyc (see
-``setup.py``), the loops below compare unboxed ints inline, a few ns a step: best fit's ~10-step
-searches, three a pair, cost ~10 % less of a pair (measured in ``bench/results_compiled.md``).
+``setup.py``), the loops below compare unboxed ints inline, a few ns a step: when best fit's
+searches were one ~10-step bisection over every key, three a pair, they cost ~10 % less of a pair
+(``bench/RESULTS.md``); it now bisects short size bins and its address list, five a pair.
 Interpreted, the same loops would cost several times the C module, so callers branch on
 :data:`COMPILED` and the pure build keeps ``bisect``.
 
