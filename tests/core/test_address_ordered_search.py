@@ -1,15 +1,19 @@
-"""First and next fit find the extent the byte scan finds, however many small extents come first.
+"""First and next fit find the right extent however many small extents come first.
 
-The compiled build walks the first extents one by one and scans the class bytes past them (see
-``core/first_fit.py``); these cases put the answer before, at and far beyond that boundary.
+The pure build scans a byte per extent, the compiled build walks the sizes (see
+``core/_address_ordered.py``); these cases put the answer a few, hundreds and thousands of
+extents into the search (``_WALK`` was where an earlier compiled build switched from one to the
+other).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tensorarena.core.first_fit import _WALK, FirstFit
+from tensorarena.core.first_fit import FirstFit
 from tensorarena.core.next_fit import NextFit
+
+_WALK = 512
 
 
 @pytest.mark.parametrize("holes_below", [0, 3, _WALK - 1, _WALK, _WALK + 1, 3 * _WALK])
@@ -40,9 +44,7 @@ def test_a_request_larger_than_any_power_of_two_class_is_refused() -> None:
 def test_next_fit_passes_small_holes_above_the_rover(holes_above: int) -> None:
     blocks = 2 * holes_above + 8
     strategy = NextFit(blocks * 1024)
-    assert [strategy.reserve(1024, 256) for _ in range(blocks)] == [
-        i * 1024 for i in range(blocks)
-    ]
+    assert [strategy.reserve(1024, 256) for _ in range(blocks)] == [i * 1024 for i in range(blocks)]
     for i in range(2, 2 * holes_above + 2, 2):
         strategy.release(i * 1024, 1024)
     big = 2 * holes_above + 3

@@ -20,6 +20,9 @@ def test_bisect_left_and_insort_match_the_bisect_module(bits: int) -> None:
         # Few distinct values, so equal keys (where left and right bisection differ) occur.
         key = rng.randrange(32) << (bits - 5) | rng.randrange(2)
         assert _bisect.bisect_left(keys, key) == bisect.bisect_left(expected, key)
+        lo = rng.randrange(len(keys) + 1)
+        hi = rng.randrange(lo, len(keys) + 1)
+        assert _bisect.bisect_left_in(keys, key, lo, hi) == bisect.bisect_left(keys, key, lo, hi)
         _bisect.insort(keys, key)
         bisect.insort(expected, key)
         assert keys == expected

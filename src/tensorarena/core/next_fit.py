@@ -6,21 +6,22 @@ larger footprint. The search is linear in the number of free extents by nature (
 once before giving up); like first fit's it runs in C over a byte per extent, and splitting and
 coalescing are shared with first fit (:mod:`tensorarena.core._address_ordered`).
 
-The compiled build (see ``setup.py``) first walks the sizes from the rover, up to first fit's
-``_WALK`` extents: compiled, that loop costs a few ns an extent, less than building the byte
-string of candidates. It stops at the same extent the byte scan would (the first one at or after
-the rover that is large enough); one that is not aligned is left to the scan, which handles it.
+The compiled build (see ``setup.py``) walks the sizes themselves instead, natively, from the
+rover up and then from the bottom, and keeps no class bytes (see
+:mod:`tensorarena.core._address_ordered`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from tensorarena.core import _bisect
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
 from tensorarena.core._bisect import COMPILED
-from tensorarena.core.first_fit import _WALK
+
+if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
+    from mypy_extensions import i64
 
 __all__ = ["NextFit"]
 
@@ -55,15 +56,7 @@ class NextFit(AddressOrderedExtents):
             first -= 1  # the rover lies inside a free extent (a block next to it was freed)
         mask = alignment - 1
         if COMPILED:
-            stop = min(len(sizes) - 1, first + _WALK)  # the sentinel is last
-            i = first
-            while i < stop and sizes[i] < nbytes:
-                i += 1
-            if i < stop and not starts[i] & mask:
-                start = starts[i]
-                self._carve(i, start, sizes[i], start, nbytes)
-                self._rover = start + nbytes
-                return start
+            return self._walk(first, nbytes, mask)
         try:
             candidates = self._classes.translate(AT_LEAST[nbytes.bit_length()])
         except IndexError:
@@ -83,7 +76,7 @@ class NextFit(AddressOrderedExtents):
                         rest = size - nbytes
                         starts[i] = start + nbytes
                         sizes[i] = rest
-                        self._classes[i] = rest.bit_length()
+                        self._classes[i] = rest.bit_length()  # the pure build's search only
                     else:
                         del starts[i]
                         del sizes[i]
@@ -100,6 +93,38 @@ class NextFit(AddressOrderedExtents):
                 if offset is not None:
                     return offset
             i = candidates.find(1, i + 1, first)
+        return None
+
+    def _walk(self, first: int, nbytes: int, mask: int) -> int | None:
+        """The compiled build's search: the first extent from ``first`` up, then from the
+        bottom up to ``first``, that holds ``nbytes`` at an offset aligned to ``mask + 1``."""
+        starts = self._starts
+        sizes = self._sizes
+        count: i64 = len(sizes) - 1  # the sentinel is last
+        at: i64 = first
+        while at < count:
+            size = sizes[at]
+            if size >= nbytes:
+                if not starts[at] & mask:
+                    # The list's own int object is returned, as in first fit.
+                    objects: list[Any] = starts
+                    start_obj = objects[at]
+                    start: int = start_obj
+                    self._carve(at, start, size, start, nbytes)
+                    self._rover = start + nbytes
+                    return start_obj  # type: ignore[no-any-return]
+                offset = self._fit(at, size, nbytes, mask)
+                if offset is not None:
+                    return offset
+            at += 1
+        at = 0
+        while at < first:
+            size = sizes[at]
+            if size >= nbytes:
+                offset = self._fit(at, size, nbytes, mask)
+                if offset is not None:
+                    return offset
+            at += 1
         return None
 
     def _fit(self, i: int, size: int, nbytes: int, mask: int) -> int | None:

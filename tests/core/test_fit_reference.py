@@ -1,0 +1,147 @@
+"""First, next and best fit place every block exactly where a brute-force model says.
+
+The model keeps the free extents as a plain sorted list of ``(offset, nbytes)`` and states each
+rule in a line: first fit takes the lowest extent that holds the request aligned, best fit the
+smallest (lowest offset on ties), next fit the first at or after the roving pointer, wrapping
+once. The strategies keep indexes in granules, sentinels and size-ordered keys; the model keeps
+none, so it is an independent judge of both. Capacities above 2^31 bytes and up to 2^62 (keys
+past 62 bits), odd capacities, alignments from 1 byte up, and odd sizes that refine best fit's
+granule in mid-stream are all driven through it, seeded.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tensorarena.core import BestFit, FirstFit, NextFit
+
+
+class Model:
+    """The free extents of ``[0, capacity)`` and the three placement rules, by brute force."""
+
+    def __init__(self, capacity: int, rule: str) -> None:
+        self.free = [(0, capacity)] if capacity else []
+        self.rule = rule
+        self.rover = 0
+
+    def _fits(self, extent: tuple[int, int], nbytes: int, alignment: int) -> int | None:
+        offset, size = extent
+        aligned = -(-offset // alignment) * alignment
+        return aligned if aligned + nbytes <= offset + size else None
+
+    def reserve(self, nbytes: int, alignment: int) -> int | None:
+        if self.rule == "best_fit":
+            order = sorted(self.free, key=lambda e: (e[1], e[0]))
+        elif self.rule == "next_fit":
+            order = [e for e in self.free if e[0] + e[1] > self.rover]
+            order += [e for e in self.free if e[0] + e[1] <= self.rover]
+        else:
+            order = list(self.free)
+        for extent in order:
+            aligned = self._fits(extent, nbytes, alignment)
+            if aligned is not None:
+                offset, size = extent
+                i = self.free.index(extent)
+                end = offset + size
+                pieces = [(offset, aligned - offset), (aligned + nbytes, end - aligned - nbytes)]
+                self.free[i : i + 1] = [p for p in pieces if p[1]]
+                self.rover = aligned + nbytes
+                return aligned
+        return None
+
+    def release(self, offset: int, nbytes: int) -> None:
+        self.free.append((offset, nbytes))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for start, size in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + size)
+            else:
+                merged.append((start, size))
+        self.free = merged
+
+
+STRATEGIES: dict[str, type[FirstFit | NextFit | BestFit]] = {
+    "first_fit": FirstFit,
+    "next_fit": NextFit,
+    "best_fit": BestFit,
+}
+CAPACITIES = [1 << 20, 1_000_003, 3 << 31, (1 << 40) + 3 * 256, 1 << 62]
+
+
+def _request(rng: random.Random, capacity: int, odd: bool) -> tuple[int, int]:
+    """A size and an alignment: mostly small, sometimes a large share of the region."""
+    alignment = rng.choice([1, 2, 8, 256, 256, 256, 4096] if odd else [256, 256, 1024, 4096])
+    large = rng.random() < 0.1
+    nbytes = rng.randrange(1, capacity // 4 + 2) if large else rng.randrange(1, 40_000)
+    nbytes = -(-nbytes // alignment) * alignment  # the arena rounds up to the alignment
+    if not odd:
+        nbytes = -(-nbytes // 256) * 256
+    return nbytes, alignment
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+@pytest.mark.parametrize("capacity", CAPACITIES)
+def test_placements_match_the_model(name: str, capacity: int) -> None:
+    rng = random.Random(capacity ^ len(name))
+    strategy = STRATEGIES[name](capacity)
+    model = Model(capacity, name)
+    live: list[tuple[int, int]] = []
+    for step in range(1500):
+        odd = step >= 900  # odd sizes and small alignments only later: best fit refines then
+        if live and rng.random() < 0.45:
+            offset, nbytes = live.pop(rng.randrange(len(live)))
+            strategy.release(offset, nbytes)
+            model.release(offset, nbytes)
+        else:
+            nbytes, alignment = _request(rng, capacity, odd)
+            placed = strategy.reserve(nbytes, alignment)
+            assert placed == model.reserve(nbytes, alignment), (step, nbytes, alignment)
+            if placed is not None:
+                live.append((placed, nbytes))
+        if step % 50 == 0 or step > 1450:
+            assert strategy.free_extents() == model.free
+            assert strategy.free_bytes() == sum(size for _, size in model.free)
+            assert strategy.largest_free() == max((size for _, size in model.free), default=0)
+            assert strategy.free_extent_count() == len(model.free)
+            if isinstance(strategy, BestFit):
+                strategy._check_invariants()
+    for offset, nbytes in live:
+        strategy.release(offset, nbytes)
+    assert strategy.free_extents() == [(0, capacity)]
+
+
+def test_best_fit_counts_in_granules_and_refines_for_an_odd_request() -> None:
+    bf = BestFit(1 << 34)
+    assert bf.granule == 256
+    assert bf.reserve(1024, 256) == 0
+    assert bf.reserve(3 << 30, 256) == 1024
+    bf.release(0, 1024)
+    assert bf.reserve(1000, 8) == 0  # not a multiple of 256: the lists count in 8-byte units now
+    assert bf.granule == 8
+    bf._check_invariants()
+    assert bf.free_extents() == [(1000, 24), ((3 << 30) + 1024, (1 << 34) - (3 << 30) - 1024)]
+    assert bf.reserve(24, 8) == 1000  # the tightest extent, found in the finer unit
+    bf.reset()
+    assert bf.granule == 256 and bf.free_extents() == [(0, 1 << 34)]
+
+
+@pytest.mark.parametrize("capacity", [1_000_003, (1 << 40) + 1, 768])
+def test_best_fit_granule_follows_the_capacity(capacity: int) -> None:
+    bf = BestFit(capacity)
+    assert bf.granule == min(capacity & -capacity, 256)
+    assert bf.reserve(capacity, 1) == 0
+    assert bf.free_extents() == [] and bf.largest_free() == 0
+    assert bf.reserve(1, 1) is None
+    bf.release(0, capacity)
+    assert bf.free_extents() == [(0, capacity)]
+    bf._check_invariants()
+
+
+def test_best_fit_refuses_an_odd_request_beyond_the_capacity_without_refining() -> None:
+    bf = BestFit(1 << 20)
+    assert bf.reserve((1 << 20) + 1, 1) is None
+    assert bf.reserve((1 << 70) + 1, 1) is None
+    assert bf.granule == 256
