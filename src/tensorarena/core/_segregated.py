@@ -51,7 +51,7 @@ from functools import cache
 from typing import Any, Final
 
 from tensorarena.core._builtin import BuiltinStrategy
-from tensorarena.debug import check
+from tensorarena.core._segregated_check import check_structure
 
 __all__ = ["SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
 
@@ -423,7 +423,7 @@ class SegregatedExtents(BuiltinStrategy):
     def free_extents(self) -> list[tuple[int, int]]:
         """Every free extent as ``(offset, nbytes)``, sorted by offset, after checking the
         whole structure (raises :class:`~tensorarena.errors.InvariantError` if it is corrupt)."""
-        self._check_structure()
+        check_structure(self)
         extents = []
         block = self._first
         while block is not None:
@@ -431,55 +431,6 @@ class SegregatedExtents(BuiltinStrategy):
                 extents.append((block.start, block.size))
             block = block.next_phys
         return extents
-
-    def _check_structure(self) -> None:
-        """Check the chain, the free lists, the bitmaps and the counters against each other."""
-        chain: list[_Block] = []
-        free_ids: set[int] = set()
-        position = 0
-        block = self._first
-        previous: _Block | None = None
-        while block is not None:
-            check(len(chain) <= 2 * len(self._held) + self._extents + 1, "the chain loops")
-            check(block.start == position and block.size > 0, f"a gap or overlap at {position}")
-            check(block.prev_phys is previous, f"a broken back link at {position}")
-            if block.cls == _HELD:
-                check(self._held.get(block.start) is block, f"held block {position} not mapped")
-            else:
-                check(
-                    previous is None or previous.cls == _HELD, f"free extents adjoin at {position}"
-                )
-                check(
-                    block.cls == bin_class(block.size, self._sl_bits),
-                    f"free extent at {position} is in the wrong class",
-                )
-                free_ids.add(id(block))
-            chain.append(block)
-            position += block.size
-            previous = block
-            block = block.next_phys
-        check(position == self._capacity, "the chain does not cover the region")
-        check(len(chain) == len(self._held) + len(free_ids), "a held block is not in the chain")
-        listed = 0
-        free = 0
-        for cls, head in enumerate(self._heads):
-            fl = cls >> self._sl_bits
-            bit = (self._rows[fl].bits >> (cls & self._sl_mask)) & 1
-            check(bit == (head is not None), f"class {cls}'s bit disagrees with its list")
-            before: _Block | None = None
-            block = head
-            while block is not None:
-                check(listed < len(free_ids), "a free list loops or lists a held block")
-                check(id(block) in free_ids and block.cls == cls, f"class {cls} lists a stranger")
-                check(block.prev_free is before, f"class {cls}'s list has a broken back link")
-                listed += 1
-                free += block.size
-                before = block
-                block = block.next_free
-        for fl, row in enumerate(self._rows):
-            check((self._fl_bits >> fl) & 1 == (row.bits != 0), f"row {fl}'s bit disagrees")
-        check(listed == len(free_ids) == self._extents, "free extents missing from the lists")
-        check(free == self._free, "free bytes disagree with the free extents")
 
     def __repr__(self) -> str:
         return (
