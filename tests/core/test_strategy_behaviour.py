@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tensorarena.core import TLSF, BestFit, Buddy, FirstFit, NextFit, SegregatedFit
+from tensorarena.core._segregated import floor_of_class
 from tensorarena.core.segregated_fit import class_floor, size_class
 from tensorarena.core.tlsf import SL_BITS, mapping_insert, mapping_search
 
@@ -244,7 +245,7 @@ def test_tlsf_finds_a_fit_in_a_constant_number_of_classes() -> None:
     assert offset == sum(sizes) + 256  # from the large extent past every block
     for n in (1, 15, 16, 17, 31, 32, 33, 1000, 4097):  # the flat arithmetic matches the mapping
         fl, sl = mapping_search(n)
-        assert tlsf._floors[(fl << SL_BITS) + sl] >= n
+        assert floor_of_class((fl << SL_BITS) + sl, SL_BITS) >= n
 
 
 def test_tlsf_retries_padded_when_an_extent_is_misaligned() -> None:

@@ -34,11 +34,11 @@ anew. What the engine cannot serve in O(1) (nothing large enough in the classes 
 or an extent that is not aligned) goes to a slow path that scans the request's own class and the
 larger ones; TLSF first retries a misaligned request padded, in O(1).
 
-Class indices come from tables for sizes up to ``_BIG_LIMIT`` (by the size itself up to
-``_SMALL`` bytes, above it by ``size >> 8``: exact there, because every class floor above 4 KiB
-is a multiple of 256 when a power of two has at most 16 classes), the arithmetic above that: a
-table lookup costs the interpreter less than the five int operations it replaces. The tables are
-built on first use, once per ``sl_bits``, and shared (~340 KB and ~16 ms each).
+Class indices are computed (``bit_length``, two shifts and an add), not looked up: compiled,
+that is a few machine instructions, where the tables of class by size that the engine used before
+cost a bounds-checked list read and a pointer chase each (~340 KB of them; ``CPyList_GetItem``
+was ~9 % of a compiled pair). Interpreted, the hot paths write the arithmetic out rather than call
+a helper.
 
 ``free_extents`` (for checks, never on a hot path) walks the whole structure and raises
 :class:`~tensorarena.errors.InvariantError` when the chain, the lists, the bitmaps and the counters
@@ -47,7 +47,6 @@ disagree, so an arena's expensive debug checks find a corrupted engine.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any, Final
 
 from tensorarena.core._builtin import BuiltinStrategy
@@ -55,11 +54,7 @@ from tensorarena.core._segregated_check import check_structure
 
 __all__ = ["SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
 
-# Final: the compiled build (see setup.py) inlines them instead of looking them up by name.
-#: Sizes up to this many bytes find their class in a table indexed by the size itself.
-_SMALL: Final = 4096
-#: Sizes up to this many bytes find their class in a table indexed by ``size >> 8``.
-_BIG_LIMIT: Final = 1 << 22
+# Final: the compiled build (see setup.py) inlines it instead of looking it up by name.
 #: The class of a block that is held, not free.
 _HELD: Final = -1
 
@@ -82,16 +77,6 @@ def floor_of_class(cls: int, sl_bits: int) -> int:
         return cls
     step = 1 << sl_bits
     return (step | (cls & (step - 1))) << ((cls >> sl_bits) - 1)
-
-
-@cache
-def _tables(sl_bits: int) -> tuple[list[int], list[int], list[int], list[int]]:
-    """(search by size, bin by size, search by (size - 1) >> 8, bin by size >> 8)."""
-    search_small = [search_class(n, sl_bits) if n else 0 for n in range(_SMALL + 1)]
-    bin_small = [bin_class(n, sl_bits) if n else 0 for n in range(_SMALL + 1)]
-    search_big = [search_class((i + 1) << 8, sl_bits) for i in range(_BIG_LIMIT >> 8)]
-    bin_big = [bin_class(i << 8, sl_bits) for i in range(_BIG_LIMIT >> 8)]
-    return search_small, bin_small, search_big, bin_big
 
 
 def _lowest_bit(word: int) -> int:
@@ -131,12 +116,11 @@ class SegregatedExtents(BuiltinStrategy):
         self._sl_bits = sl_bits
         self._sl_mask = (1 << sl_bits) - 1
         self._e_bias = sl_bits + 1
+        self._small_mask = (2 << sl_bits) - 1
         self._capacity = capacity
-        self._search_small, self._bin_small, self._search_big, self._bin_big = _tables(sl_bits)
         # One class past the capacity's own, so a rounded-up request that can fit has a list; a
         # larger one is refused by the bound test.
         self._classes = bin_class(capacity, sl_bits) + 2
-        self._floors = [floor_of_class(cls, sl_bits) for cls in range(self._classes + 1)]
         self._heads: list[_Block | None] = [None] * self._classes
         self._rows = [_Row() for _ in range((self._classes >> sl_bits) + 1)]
         self._fl_bits = 0
@@ -229,12 +213,8 @@ class SegregatedExtents(BuiltinStrategy):
         return _Block(start, size)
 
     def _class_of(self, size: int) -> int:
-        """The class a free extent of ``size`` bytes is binned in (``bin_class``, by table)."""
-        if size <= _SMALL:
-            return self._bin_small[size]
-        if size < _BIG_LIMIT:
-            return self._bin_big[size >> 8]
-        e = size.bit_length() - self._e_bias
+        """The class a free extent of ``size`` bytes is binned in (``bin_class``)."""
+        e = (size | self._small_mask).bit_length() - self._e_bias
         return (e << self._sl_bits) + (size >> e)
 
     # --- hot paths -------------------------------------------------------------------------
@@ -242,15 +222,10 @@ class SegregatedExtents(BuiltinStrategy):
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` from the first block of the lowest non-empty class that surely holds
         them."""
-        if nbytes <= _SMALL:
-            cls = self._search_small[nbytes]
-        elif nbytes <= _BIG_LIMIT:
-            cls = self._search_big[(nbytes - 1) >> 8]
-        else:
-            if nbytes > self._capacity:
-                return None
-            e = nbytes.bit_length() - self._e_bias
-            cls = (e << self._sl_bits) + ((nbytes + (1 << e) - 1) >> e)
+        if nbytes > self._capacity:
+            return None
+        e = (nbytes | self._small_mask).bit_length() - self._e_bias
+        cls = (e << self._sl_bits) + ((nbytes + (1 << e) - 1) >> e)
         if cls >= self._classes:
             return None  # larger than the region
         block = self._heads[cls]
@@ -265,7 +240,9 @@ class SegregatedExtents(BuiltinStrategy):
             return self._reserve_misaligned(nbytes, alignment)
         self._free -= nbytes
         rest = block.size - nbytes
-        if rest >= self._floors[cls]:
+        e = (rest | self._small_mask).bit_length() - self._e_bias
+        rest_cls = (e << self._sl_bits) + (rest >> e)  # class 0 when nothing is left
+        if rest_cls == cls:
             # The remainder stays in this class: the free block keeps its place in the list
             # (no bitmap touched) and moves up; the bytes taken get a block of their own below.
             taken = self._new_block(start, nbytes)
@@ -293,7 +270,7 @@ class SegregatedExtents(BuiltinStrategy):
                 if above is not None:
                     above.prev_phys = remainder
                 block.next_phys = remainder
-                self._link(remainder, self._class_of(rest))
+                self._link(remainder, rest_cls)
         # Boxed once for the dict and the return (compiled: a fresh int object each time).
         start_obj: Any = start
         self._held[start_obj] = taken
@@ -320,9 +297,7 @@ class SegregatedExtents(BuiltinStrategy):
                 after.prev_phys = below
             self._spare.append(block)
             below.size = size
-            if size >= self._floors[below.cls + 1]:  # grown out of its class: rebin
-                self._unlink(below)
-                self._link(below, self._class_of(size))
+            block = below
         elif above is not None and above.cls >= 0:
             # Only the block above is free: it grows down over this one.
             size = above.size + nbytes
@@ -334,11 +309,16 @@ class SegregatedExtents(BuiltinStrategy):
             else:
                 self._first = above
             self._spare.append(block)
-            if size >= self._floors[above.cls + 1]:
-                self._unlink(above)
-                self._link(above, self._class_of(size))
+            block = above
         else:
-            self._link(block, self._class_of(nbytes))
+            size = nbytes
+        # ``_class_of`` written out (an interpreted call costs more than the arithmetic).
+        e = (size | self._small_mask).bit_length() - self._e_bias
+        cls = (e << self._sl_bits) + (size >> e)
+        if cls != block.cls:  # a free block that grew out of its class, or the held one
+            if block.cls != _HELD:
+                self._unlink(block)
+            self._link(block, cls)
 
     # --- slow paths ------------------------------------------------------------------------
 
