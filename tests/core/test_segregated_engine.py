@@ -14,7 +14,13 @@ import pytest
 from tensorarena.core import TLSF, Arena, SegregatedFit
 from tensorarena.core._segregated import SegregatedExtents, bin_class
 from tensorarena.debug import EXPENSIVE
-from tensorarena.errors import InvariantError
+from tensorarena.errors import (
+    InvalidAddressError,
+    InvalidAlignmentError,
+    InvalidSizeError,
+    InvariantError,
+    SizeMismatchError,
+)
 from tensorarena.sizes import MAX_SIZE
 
 ENGINES = [SegregatedFit, TLSF]
@@ -160,3 +166,27 @@ def test_an_arena_in_debug_mode_finds_a_corrupt_engine() -> None:
     arena._check_invariants(1)  # the counters still agree: only the expensive check sees it
     with pytest.raises(InvariantError, match="bit disagrees"):
         arena.deallocate(first)  # a release that leaves the tail alone
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_bad_direct_calls_raise_and_change_nothing(cls: type[SegregatedExtents]) -> None:
+    # The arena validates first; a direct call, however wrong, must not corrupt the engine.
+    engine = cls(64 * K)
+    assert engine.reserve(100, 4) == 0
+    before = engine.free_extents()
+    with pytest.raises(InvalidSizeError):
+        engine.reserve(0, 256)
+    with pytest.raises(InvalidSizeError):
+        engine.reserve(-256, 256)
+    # The only free extent starts at 100, which these masks reject: the slow paths refuse them.
+    # (A mask that lets 100 through would take the start of the free extent: free bytes.)
+    for alignment in (0, -256, 5, 768):
+        with pytest.raises(InvalidAlignmentError):
+            engine.reserve(256, alignment)
+    with pytest.raises(InvalidAddressError):
+        engine.release(4, 96)
+    with pytest.raises(SizeMismatchError):
+        engine.release(0, 256)
+    assert engine.free_extents() == before
+    engine.release(0, 100)
+    assert engine.free_extents() == [(0, 64 * K)]

@@ -51,6 +51,12 @@ from typing import Any, Final
 
 from tensorarena.core._builtin import BuiltinStrategy
 from tensorarena.core._segregated_check import check_structure
+from tensorarena.errors import (
+    InvalidAddressError,
+    InvalidAlignmentError,
+    InvalidSizeError,
+    SizeMismatchError,
+)
 
 __all__ = ["SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
 
@@ -222,7 +228,9 @@ class SegregatedExtents(BuiltinStrategy):
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` from the first block of the lowest non-empty class that surely holds
         them."""
-        if nbytes > self._capacity:
+        if nbytes > self._capacity or nbytes <= 0:
+            if nbytes <= 0:
+                raise InvalidSizeError(f"cannot reserve {nbytes} bytes: not a positive size")
             return None
         e = (nbytes | self._small_mask).bit_length() - self._e_bias
         cls = (e << self._sl_bits) + ((nbytes + (1 << e) - 1) >> e)
@@ -278,7 +286,21 @@ class SegregatedExtents(BuiltinStrategy):
 
     def release(self, offset: int, nbytes: int) -> None:
         """Give back ``[offset, offset + nbytes)``, merged with its free neighbours."""
-        block = self._held.pop(offset)
+        held = self._held
+        try:
+            block = held.pop(offset)
+        except KeyError:
+            raise InvalidAddressError(
+                f"offset {offset} is not held in this region", address=offset
+            ) from None
+        if block.size != nbytes:
+            held[offset] = block  # refused: the state is unchanged
+            raise SizeMismatchError(
+                f"the block at offset {offset} holds {block.size} bytes, not {nbytes}",
+                address=offset,
+                given=nbytes,
+                allocated=block.size,
+            )
         self._free += nbytes
         below = block.prev_phys
         above = block.next_phys
@@ -322,6 +344,13 @@ class SegregatedExtents(BuiltinStrategy):
 
     # --- slow paths ------------------------------------------------------------------------
 
+    def _check_alignment(self, alignment: int) -> None:
+        """Refuse an alignment that is not a positive power of two before it places anything.
+        The fast path only ever takes the start of a free block, whatever the alignment; the
+        slow paths compute offsets inside blocks, where a bad mask could land on held bytes."""
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise InvalidAlignmentError(f"alignment {alignment} is not a positive power of two")
+
     def _reserve_misaligned(self, nbytes: int, alignment: int) -> int | None:
         """The extent that came up does not start aligned (by default: as ``_reserve_slow``)."""
         return self._reserve_slow(nbytes, alignment)
@@ -329,6 +358,7 @@ class SegregatedExtents(BuiltinStrategy):
     def _reserve_slow(self, nbytes: int, alignment: int) -> int | None:
         """Scan the request's own class (whose extents may or may not be large enough), then
         every larger non-empty one, for an aligned fit; carve it."""
+        self._check_alignment(alignment)
         if nbytes > self._free:
             return None
         mask = alignment - 1

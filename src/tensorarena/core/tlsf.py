@@ -77,6 +77,7 @@ class TLSF(SegregatedExtents):
 
     def _reserve_misaligned(self, nbytes: int, alignment: int) -> int | None:
         """An unaligned extent came up: any of ``nbytes + alignment - 1`` bytes holds it aligned."""
+        self._check_alignment(alignment)
         padded = nbytes + alignment - 1
         index = search_class(padded, SL_BITS)
         if index < self._classes:
