@@ -18,10 +18,10 @@ The layout is the C original's, written for the compiler (see ``setup.py``):
   ``next_free``), pushed and popped at the head, so the extents of one class come last-in
   first-out, which keeps recently freed memory warm.
 * The bitmaps are two levels of machine words, as in TLSF: one first-level word marks the
-  non-empty rows (at most 61 of them for a region below 2**62 bytes), and each row's own word
-  (``_Row.bits``, at most 16 bits) marks its non-empty classes. Compiled, every one of them stays an
-  unboxed C integer; one Python int over all the classes (the old layout, ~600 bits for TLSF)
-  allocated a new long at each update.
+  non-empty rows (at most 60 up to ``MAX_SIZE``, 62 below 2**62 bytes), and each row's own word
+  (``_Row.bits``, at most 16 bits) marks its non-empty classes. Compiled, every one of them
+  stays an unboxed C integer (a short int: below 2**62); one Python int over all the classes
+  (the old layout, ~600 bits for TLSF) allocated a new long at each update.
 * Blocks and rows are native classes: an attribute is a field of a C struct, and a block link is
   a pointer. Blocks taken out of the chain by a merge wait in a spare list for the next split,
   so the steady state allocates no objects.
