@@ -10,18 +10,16 @@ Sizes below 32 have a class each (rows 0 and 1).
 that class or a higher one is large enough, and the lowest non-empty class from there is found
 with a fixed number of bit operations whatever the number of free extents. Within a class extents
 are popped last-in first-out. The extent is split, the remainder binned; ``release`` merges the
-block with its free neighbours through two boundary dicts (start → size, end → start) — the
-boundary tags of the C original — and bins the result.
+block with its free neighbours, found through the chain of blocks in address order (the boundary
+tags of the C original), and bins the result.
 
-The bitmaps: the C original keeps one first-level word and one second-level word per row
-because a machine word holds 32 bits. A Python int has no word size, so here the classes are
-numbered flat (``fl * 16 + sl``) and *one* int holds every class's bit: the two-level search
-``(sl_map >> sl)``, else ``(fl_map >> fl + 1)`` then that row's map, collapses into the lowest set
-bit of ``bitmap >> index``, which CPython finds in a few word operations. The two-level
-*mapping* — which is what decides where an extent goes and what a request may take — is the
-original's. This lets TLSF share its engine, and its hot paths, with segregated fit
-(:mod:`tensorarena.core._segregated`), which is the same machinery at four classes per power of
-two.
+The bitmaps are the original's two levels of words: one first-level word with a bit per
+non-empty row ``fl``, and per row a word with a bit per non-empty class ``sl`` (16 bits), so the
+search is ``(sl_map >> sl)``, else ``(fl_map >> fl + 1)`` then that row's word, each a lowest set
+bit. Classes are numbered flat (``fl * 16 + sl``, the same numbers as ``mapping_insert``'s pair)
+so that TLSF shares its engine, and its hot paths, with segregated fit
+(:mod:`tensorarena.core._segregated`, which is the same machinery at four classes per power of
+two, and describes the layout).
 
 Two cases leave the O(1) path, as in the original's ``memalign``: an extent whose start is not
 aligned is retried with the request padded by the alignment (again O(1)); and when the rounded-up
@@ -31,15 +29,15 @@ then the rest are scanned, so a request that fits somewhere is never refused.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from tensorarena.core._segregated import SegregatedExtents, search_class
 
 __all__ = ["SL_BITS", "TLSF", "mapping_insert", "mapping_search"]
 
 #: log2 of the number of second-level classes per power of two.
-SL_BITS = 4
-_SL_COUNT = 1 << SL_BITS
+SL_BITS: Final = 4
+_SL_COUNT: Final = 1 << SL_BITS
 
 
 def mapping_insert(nbytes: int) -> tuple[int, int]:
@@ -68,18 +66,25 @@ class TLSF(SegregatedExtents):
     _SL_BITS = SL_BITS
 
     def find_class(self, nbytes: int) -> tuple[int, int] | None:
-        """The non-empty class ``reserve`` takes ``nbytes`` from, by the bitmap alone, or None."""
+        """The non-empty class ``reserve`` takes ``nbytes`` from, by the bitmaps alone, or None."""
         index = search_class(nbytes, SL_BITS)
-        m = self._bitmap >> index
-        if index >= len(self._bits) or not m:
+        if index >= self._classes:
             return None
-        index += (m & -m).bit_length() - 1
+        index = self._nonempty_from(index)
+        if index < 0:
+            return None
         return index >> SL_BITS, index & (_SL_COUNT - 1)
 
     def _reserve_misaligned(self, nbytes: int, alignment: int) -> int | None:
         """An unaligned extent came up: any of ``nbytes + alignment - 1`` bytes holds it aligned."""
-        found = self.find_class(nbytes + alignment - 1)
-        if found is None:
-            return self._reserve_slow(nbytes, alignment)
-        start, size = next(iter(self._bins[(found[0] << SL_BITS) + found[1]].items()))
-        return self._carve(start, size, (start + alignment - 1) & -alignment, nbytes)
+        self._check_alignment(alignment)
+        padded = nbytes + alignment - 1
+        index = search_class(padded, SL_BITS)
+        if index < self._classes:
+            index = self._nonempty_from(index)
+            if index >= 0:
+                block = self._heads[index]
+                if block is not None:
+                    offset = (block.start + alignment - 1) & -alignment
+                    return self._carve(block, offset, nbytes)
+        return self._reserve_slow(nbytes, alignment)
