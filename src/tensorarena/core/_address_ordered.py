@@ -31,8 +31,9 @@ extents instead of ~66 from the bottom, and a few past thousands of small holes 
 them. Carving only shrinks extents or moves their starts up, which keeps every floor a lower
 bound; a release lowers the floors of the classes up to the released extent's (stopping at the
 first floor already low enough); a search raises its class's floor to the extent it found first
-of that class, and the higher classes' floors to at least that. Each of these is written ``if
-COMPILED``: the pure build's byte scan is O(n) in C anyway, and the upkeep would be interpreted.
+of that class, and the higher classes' floors to at least that. Only first fit keeps floors
+(``floors=True``; next fit searches from its rover), and only compiled: the pure build's byte scan
+is O(n) in C anyway, and the upkeep would be interpreted.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ _bisect_left: Final = bisect_left
 class AddressOrderedExtents(BuiltinStrategy):
     """Splitting and coalescing over ``[0, capacity)``; subclasses supply ``reserve``."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, floors: bool = False) -> None:
         self._capacity = capacity
+        # Floors are first fit's (compiled only); next fit does not search by them.
+        self._keeps_floors = floors and COMPILED
         self._starts: list[int] = []
         self._sizes: list[int] = []
         self._classes = bytearray()
@@ -80,7 +83,7 @@ class AddressOrderedExtents(BuiltinStrategy):
         self._sizes = [capacity, 0]
         self._classes = bytearray() if COMPILED else bytearray((capacity.bit_length(), 0))
         # One floor per bit length an extent (or a request that can fit) may have.
-        self._floors = [0] * (capacity.bit_length() + 1) if COMPILED else []
+        self._floors = [0] * (capacity.bit_length() + 1) if self._keeps_floors else []
         self._free = capacity
 
     # --- carving and releasing ------------------------------------------------------------
@@ -139,7 +142,8 @@ class AddressOrderedExtents(BuiltinStrategy):
                 size = sizes[j] + nbytes
             sizes[j] = size
             if COMPILED:
-                self._lower_floors(starts[j], size.bit_length())
+                if self._keeps_floors:
+                    self._lower_floors(starts[j], size.bit_length())
             else:
                 classes[j] = size.bit_length()
         elif starts[i] == end:
@@ -147,14 +151,16 @@ class AddressOrderedExtents(BuiltinStrategy):
             size = sizes[i] + nbytes
             sizes[i] = size
             if COMPILED:
-                self._lower_floors(offset, size.bit_length())
+                if self._keeps_floors:
+                    self._lower_floors(offset, size.bit_length())
             else:
                 classes[i] = size.bit_length()
         else:
             starts.insert(i, offset)
             sizes.insert(i, nbytes)
             if COMPILED:
-                self._lower_floors(offset, nbytes.bit_length())
+                if self._keeps_floors:
+                    self._lower_floors(offset, nbytes.bit_length())
             else:
                 classes.insert(i, nbytes.bit_length())
 
@@ -164,12 +170,13 @@ class AddressOrderedExtents(BuiltinStrategy):
         """A free extent of bit length ``c`` now starts at ``start``: no floor of a class up
         to ``c`` may lie above it."""
         floors = self._floors
-        # Stored as one object: compiled, ``floors[c] = start`` would box ``start`` each time.
-        start_obj: Any = start
-        objects: list[Any] = floors
-        while c > 0 and floors[c] > start:
-            objects[c] = start_obj
-            c -= 1
+        if c > 0 and floors[c] > start:  # else every floor up to c is low enough already
+            # Boxed once, here (an allocation): ``floors[c] = start`` would box it each time.
+            start_obj: Any = start
+            objects: list[Any] = floors
+            while c > 0 and floors[c] > start:
+                objects[c] = start_obj
+                c -= 1
 
     def _first_of_class(self, c: i64) -> i64:
         """The index of the lowest free extent of bit length ``c`` or more (the sentinel's if

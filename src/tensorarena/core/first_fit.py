@@ -34,6 +34,9 @@ class FirstFit(AddressOrderedExtents):
     coalesces: ClassVar[bool] = True
     exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
 
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity, floors=True)
+
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""
         sizes = self._sizes
