@@ -3,13 +3,18 @@
 The pure build scans a byte per extent, the compiled build walks the sizes (see
 ``core/_address_ordered.py``); these cases put the answer a few, hundreds and thousands of
 extents into the search (``_WALK`` was where an earlier compiled build switched from one to the
-other).
+other). The compiled build starts first fit's walk at a floor per size class; the floors' own
+invariant is checked here too.
 """
 
 from __future__ import annotations
 
+import random
+from itertools import pairwise
+
 import pytest
 
+from tensorarena.core._bisect import COMPILED
 from tensorarena.core.first_fit import FirstFit
 from tensorarena.core.next_fit import NextFit
 
@@ -63,3 +68,52 @@ def test_next_fit_places_aligned_inside_a_misaligned_extent_at_the_rover() -> No
     assert strategy.reserve(1024, 256) == 0
     assert strategy.reserve(4096, 4096) == 4096
     assert strategy.rover == 8192
+
+
+def _check_floors(strategy: FirstFit | NextFit) -> None:
+    floors = strategy._floors
+    if not floors:  # next fit keeps none
+        return
+    assert all(a <= b for a, b in pairwise(floors)), floors
+    for offset, size in strategy.free_extents():
+        # No free extent of bit length c or more starts below floors[c].
+        assert all(floors[c] <= offset for c in range(1, size.bit_length() + 1)), (offset, size)
+
+
+@pytest.mark.skipif(not COMPILED, reason="only the compiled build keeps floors")
+@pytest.mark.parametrize("cls", [FirstFit, NextFit])
+def test_floors_stay_lower_bounds_of_each_size_class(cls: type[FirstFit | NextFit]) -> None:
+    rng = random.Random(13)
+    capacity = 1 << 22
+    strategy = cls(capacity)
+    live: list[tuple[int, int]] = []
+    raised = False
+    for step in range(4000):
+        if live and (rng.random() < 0.45 or step % 500 > 450):
+            offset, nbytes = live.pop(rng.randrange(len(live)))
+            strategy.release(offset, nbytes)
+        else:
+            nbytes = 256 << rng.randrange(12) if rng.random() < 0.8 else rng.randrange(1, 5000)
+            placed = strategy.reserve(nbytes, 1 << rng.randrange(13))
+            if placed is not None:
+                live.append((placed, nbytes))
+        _check_floors(strategy)
+        raised = raised or any(strategy._floors[1:])
+    # First fit's searches raise floors; next fit keeps none.
+    assert raised is (cls is FirstFit)
+    assert bool(strategy._floors) is (cls is FirstFit)
+    for offset, nbytes in live:
+        strategy.release(offset, nbytes)
+    _check_floors(strategy)
+    assert strategy.free_extents() == [(0, capacity)]
+
+
+@pytest.mark.skipif(not COMPILED, reason="only the compiled build keeps floors")
+def test_a_search_that_finds_nothing_raises_the_floor_past_every_extent() -> None:
+    strategy = FirstFit(1 << 20)
+    assert strategy.reserve(1 << 19, 256) == 0
+    assert strategy.reserve(1 << 19, 256) is not None  # now full
+    assert strategy.reserve(1 << 19, 256) is None
+    assert strategy._floors[20] == (1 << 20) + 1  # the sentinel's start: nothing of that class
+    strategy.release(0, 1 << 19)
+    assert strategy.reserve(1 << 19, 256) == 0  # the release lowered it again

@@ -248,7 +248,7 @@ class Arena:
 
     def allocate(
         self, nbytes: Size | Any, alignment: int | Any = DEFAULT_ALIGNMENT, stream: Any = None
-    ) -> int:
+    ) -> int | Any:
         """Return the address of ``nbytes`` fresh bytes aligned to ``alignment``.
 
         Raises :class:`OutOfMemoryError` when no free extent is large enough, and
@@ -257,7 +257,8 @@ class Arena:
         """
         # ``Any``: the compiled build keeps the caller's int object and the strategy's as they
         # are, where ``int`` locals would be unboxed and boxed again (an allocation each) to
-        # become the block map's key and value.
+        # become the block map's key and value. The return type ``int | Any`` (an int, typed
+        # loosely) hands the same object back: ``-> int`` would unbox it and box it again.
         requested: Any = nbytes
         # The default alignment is a cached small int: identity settles the common case, and
         # ``_fast_alignment`` is a fresh object when the base cannot honour it.
@@ -280,7 +281,7 @@ class Arena:
             self._alloc_count += 1
             if self._debug:
                 self._check_invariants(self._debug)
-            return address  # type: ignore[no-any-return]  # the strategy's int, or base + it
+            return address  # the strategy's int object, or base + it
         general = self._allocate_general(nbytes, alignment)
         if self._debug:
             self._check_invariants(self._debug)
@@ -317,6 +318,9 @@ class Arena:
         unchanged after any of them.
         """
         live = self._live
+        # The caller's object, kept out of the narrowing below: compiled, the narrowed ``int``
+        # is unboxed, and would be boxed anew (an allocation) as a key and as a ring entry.
+        key: Any = address
         try:
             # KeyError (not live) or TypeError for a tuple (another alignment): the general path.
             # The compiled build raises it here, checking the declared ``int`` (so the arithmetic
@@ -337,12 +341,12 @@ class Arena:
             if self._debug:
                 self._check_invariants(self._debug)
             return
-        del live[address]
+        del live[key]
         count = self._free_count
         try:
-            self._recent_frees[count & self._recent_mask] = address
+            self._recent_frees[count & self._recent_mask] = key
         except IndexError:  # the ring has not grown to that slot yet
-            self._remember_free(count, address)
+            self._remember_free(count, key)
         self._free_count = count + 1
         builtin = self._builtin
         if builtin is not None:

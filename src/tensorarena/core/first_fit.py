@@ -6,9 +6,11 @@ low addresses (which keeps the footprint low). The walk runs in C, over a byte p
 holds its power of two (see :mod:`tensorarena.core._address_ordered`, which also does the
 splitting and coalescing shared with next fit).
 
-The compiled build (see ``setup.py``) walks the sizes themselves instead, natively (~1 ns an
-extent, ~70 extents on ``bench alloc``'s workload), and keeps no class bytes (see
-:mod:`tensorarena.core._address_ordered`).
+The compiled build (see ``setup.py``) walks the sizes themselves instead, natively, and keeps no
+class bytes; it starts the walk at the floor of the request's size class (see
+:mod:`tensorarena.core._address_ordered`): ~4 extents walked on ``bench alloc``'s workload
+instead of ~66 from the bottom, and past 10 000 small holes 0.6 µs a search where walking them
+all cost 11-22 µs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class FirstFit(AddressOrderedExtents):
     name: ClassVar[str] = "first_fit"
     coalesces: ClassVar[bool] = True
     exact: ClassVar[bool] = True  #: reserve(n) takes exactly n bytes
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity, floors=True)
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""
@@ -74,13 +79,18 @@ class FirstFit(AddressOrderedExtents):
 
     def _walk(self, nbytes: int) -> int:
         """The compiled build's search: the index of the lowest extent of at least ``nbytes``,
-        or -1. The sentinel (size 0, last) never fits."""
-        i: i64 = 0
-        # A for loop: compiled, it reads the list without the bounds check of ``sizes[i]``.
-        for size in self._sizes:
-            if size >= nbytes:
+        or -1, walked from the lowest extent of ``nbytes``' bit length (see the floors of
+        :mod:`tensorarena.core._address_ordered`). The sentinel (size 0, last) never fits."""
+        c: i64 = nbytes.bit_length()
+        if c >= len(self._floors):
+            return -1  # larger than the region
+        i = self._first_of_class(c if c else 1)
+        sizes = self._sizes
+        last: i64 = len(sizes) - 1
+        while i < last:
+            if sizes[i] >= nbytes:
                 return i
-            i += 1  # noqa: SIM113 - an i64 counter (enumerate's is a tagged int)
+            i += 1
         return -1
 
     def _reserve_aligned(self, first: int, nbytes: int, alignment: int) -> int | None:
