@@ -1,0 +1,223 @@
+"""``outputs="handover"``: outputs planned into a tail of the arena that each call hands over.
+
+A program's arena is split at a *tail start* ``T``: ``[0, T)`` is the persistent arena, the
+workspace's block, held across calls; ``[T, H)`` is the *tail*, a block of ``H - T`` bytes taken
+from the same resource at every call. The graph's outputs are planned at the bottom of the tail
+(packed: they all live to the end of the call), and intermediates whose lifetimes fit around them
+(those that die before the later outputs are made) are planned there too, where they lower the
+peak of the persistent part. When the call returns, the tail holds the outputs only; it is handed
+to the caller, owned by the outputs (the runtime keeps no reference to it), and the next call
+takes a tail of its own, so nothing a later call writes can alias an output.
+
+The peak of a call is then ``H`` (the persistent arena and one tail), not the arena plus the
+outputs made on top of it (``outputs="fresh"``); the caller keeps ``H - T`` bytes per call it
+keeps outputs of (the outputs, and the alignment padding between them), not a whole arena
+(``outputs="arena"``).
+
+**The plan** (:func:`split_plan`): outputs first, at the lowest offsets of the tail; then, while
+the persistent part's peak of live bytes is at a time where a buffer live then fits in the tail
+beside what is there already (first fit, over time), the largest such buffer moves to the tail.
+The rest is planned by the program's planner into ``[0, T)``. No buffer crosses ``T``: the two
+parts are separate blocks. Kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`)
+stay in the persistent part: their addresses are fixed when the code is generated.
+
+**The code** (:func:`with_tail`): generated once over a template tail block; at each call the
+tensors of the code that view the template (slots, their slices) are pointed at a new block
+(``Tensor.set_``: the code keeps the same tensor objects), the outputs are handed over as new
+views of it (``aten.alias``), and the code's tensors are emptied so that the block is the
+caller's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tensorarena.errors import PlanVerificationError
+from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.runtime.kernel_arena import KERNEL_TAG
+from tensorarena.runtime.lowering import Generated
+from tensorarena.runtime.materialize import _torch, block
+
+if TYPE_CHECKING:
+    import torch
+
+    from tensorarena.memory.resource import MemoryResource
+
+__all__ = ["split_plan", "tail_bytes", "tail_start", "with_tail"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Planning
+# ----------------------------------------------------------------------------------------------
+
+
+def _round_up(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+@dataclass
+class _Tail:
+    """Buffers placed in the tail at offsets relative to its start, first fit over time."""
+
+    placed: list[tuple[Buffer, int]]
+
+    def fit(self, buffer: Buffer, limit: int | None) -> int | None:
+        """The lowest offset where ``buffer`` fits beside the buffers live with it (below
+        ``limit`` if one is given), or ``None``."""
+        busy = sorted((at, at + b.nbytes) for b, at in self.placed
+                      if b.start < buffer.end and buffer.start < b.end)
+        offset = 0
+        for low, high in busy:
+            if offset + buffer.nbytes <= low:
+                break
+            offset = max(offset, _round_up(high, buffer.alignment))
+        if limit is not None and offset + buffer.nbytes > limit:
+            return None
+        return offset
+
+    def add(self, buffer: Buffer, limit: int | None = None) -> bool:
+        offset = self.fit(buffer, limit)
+        if offset is None:
+            return False
+        self.placed.append((buffer, offset))
+        return True
+
+    @property
+    def height(self) -> int:
+        return max((at + b.nbytes for b, at in self.placed), default=0)
+
+
+def split_plan(problem: Problem, outputs: Collection[str],
+               plan: Callable[[Problem], Plan]) -> Plan:
+    """A plan of ``problem`` whose ``outputs`` are at the bottom of a tail above every other
+    buffer of the persistent part (module docstring); ``plan`` plans the persistent part.
+    Without outputs among the buffers it is ``plan(problem)``."""
+    outs = [b for b in problem.buffers if b.id in outputs]
+    if not outs:
+        return plan(problem)
+    alignment = max(b.alignment for b in problem.buffers)
+    tail = _Tail([])
+    for buffer in sorted(outs, key=lambda b: (b.start, -b.nbytes)):
+        tail.add(buffer)
+    limit = _round_up(tail.height, alignment)
+    rest = [b for b in problem.buffers if b.id not in outputs]
+    moved = _fill(tail, rest, limit)
+    persistent = plan(Problem([b for b in rest if b.id not in moved], name=problem.name))
+    if moved:  # never worse than the outputs' tail alone
+        alone = plan(Problem(rest, name=problem.name))
+        if _round_up(alone.height, alignment) <= _round_up(persistent.height, alignment):
+            persistent, tail = alone, _Tail([p for p in tail.placed if p[0].id in outputs])
+    start = _round_up(persistent.height, alignment)
+    offsets = persistent.as_dict()
+    offsets.update({b.id: start + at for b, at in tail.placed})
+    return Plan(problem, tuple(offsets[b.id] for b in problem.buffers),
+                planner=persistent.planner, optimal=False, statistics=persistent.statistics)
+
+
+def _fill(tail: _Tail, rest: list[Buffer], limit: int) -> set[str]:
+    """Move buffers of ``rest`` into ``tail`` (within ``limit`` bytes) while each move lowers
+    the peak of live bytes of those left; return the ids moved."""
+    if not rest:
+        return set()
+    steps = max(b.end for b in rest) + 1
+    change = np.zeros(steps + 1, dtype=np.int64)
+    for b in rest:
+        change[b.start] += b.nbytes
+        change[b.end] -= b.nbytes
+    live = np.cumsum(change)[:steps]
+    candidates = [b for b in rest if KERNEL_TAG not in b.id and 0 < b.nbytes <= limit]
+    moved: set[str] = set()
+    while candidates:
+        at = int(np.argmax(live))
+        here = sorted((b for b in candidates if b.start <= at < b.end),
+                      key=lambda b: -b.nbytes)
+        chosen = next((b for b in here if tail.add(b, limit)), None)
+        if chosen is None:
+            break
+        live[chosen.start:chosen.end] -= chosen.nbytes
+        moved.add(chosen.id)
+        candidates.remove(chosen)
+    return moved
+
+
+def tail_start(plan: Plan, outputs: Collection[str]) -> int:
+    """Where ``plan``'s tail starts (its lowest output; the height without outputs). Raises
+    :class:`PlanVerificationError` if a buffer below it crosses it (not a split plan)."""
+    offsets = [o for o, b in zip(plan.offsets, plan.problem.buffers, strict=True)
+               if b.id in outputs]
+    start = min(offsets, default=plan.height)
+    for offset, buffer in zip(plan.offsets, plan.problem.buffers, strict=True):
+        if offset < start < offset + buffer.nbytes:
+            raise PlanVerificationError(
+                f"buffer {buffer.id!r} at [{offset}, {offset + buffer.nbytes}) crosses the "
+                f"tail's start {start}: the plan was not made by split_plan"
+            )
+    return start
+
+
+def tail_bytes(plan: Plan, outputs: Collection[str]) -> int:
+    """The bytes of ``plan``'s tail: what a caller keeping a call's outputs keeps."""
+    return plan.height - tail_start(plan, outputs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------------------
+
+
+def with_tail(make_code: Callable[[tuple[int, torch.Tensor] | None], Generated], start: int,
+              nbytes: int, resource: MemoryResource | None, device: str) -> Generated:
+    """The code ``make_code(tail)`` generates over a template tail, run with a tail block of its
+    own at every call (module docstring). ``start``: where the tail starts in the plan;
+    ``nbytes``: its size (0: no tail, the code as generated)."""
+    if nbytes == 0:
+        return make_code(None)
+    torch = _torch()
+    template = block(nbytes, resource, device=device)
+    code = make_code((start, template))
+    address = template.untyped_storage().data_ptr()
+    views = [(t, t.storage_offset(), tuple(t.shape), t.stride())
+             for t in _tensors(code.namespace) if t.untyped_storage().data_ptr() == address]
+    alias = torch.ops.aten.alias.default
+    inner = code.run
+    empty = torch.UntypedStorage(0, device=device)
+
+    def let_go() -> None:  # the code's tensors view nothing between calls
+        for tensor, *_ in views:
+            tensor.set_(empty, 0, (0,), (1,))
+
+    def run(inputs: list[Any]) -> Any:
+        tail = block(nbytes, resource, device=device)
+        storage = tail.untyped_storage()
+        for tensor, offset, size, stride in views:
+            tensor.set_(storage, offset, size, stride)
+        try:
+            outputs = inner(inputs)
+            pointer = storage.data_ptr()
+            return _map_tensors(outputs, lambda t: alias(t) if (
+                t.untyped_storage().data_ptr() == pointer) else t)
+        finally:
+            let_go()
+
+    let_go()  # the template goes back now; no call runs over it
+    del template
+    # The tail's slots are emptied between calls: the layout checks see the persistent ones.
+    moving = {id(tensor) for tensor, *_ in views}
+    slots = {k: t for k, t in code.slots.items() if id(t) not in moving}
+    return Generated(run, code.source, slots, code.failed, code.namespace)
+
+
+def _tensors(namespace: dict[str, Any]) -> list[torch.Tensor]:
+    torch = _torch()
+    return [v for v in namespace.values() if isinstance(v, torch.Tensor)]
+
+
+def _map_tensors(outputs: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    torch = _torch()
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map_only(torch.Tensor, fn, outputs)
