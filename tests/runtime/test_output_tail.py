@@ -249,3 +249,47 @@ def test_a_pooled_output_is_bit_identical_to_eager() -> None:
         program = PlannedProgram.from_module(model, (x,), outputs=outputs, kernel_arena=False)
         assert torch.equal(program(x), eager(model, x)), outputs
         assert "no out variant" in program.report().reasons["copy"].__repr__()
+
+
+def test_a_kernel_allocation_planned_in_the_tail_is_served_there_at_each_call() -> None:
+    reason = kernel_arena.unavailable()
+    if reason:
+        pytest.skip(f"kernel arena shim unavailable: {reason}")
+    import struct
+
+    from tensorarena.runtime.kernel_arena import FORWARD
+
+    class Conv(torch.nn.Module):  # the convolution's temporaries make the peak; out comes after
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv1d(16, 16, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv(x)) + 1
+
+    torch.manual_seed(0)
+    model = Conv().eval()
+    x = torch.randn(2, 16, 8)
+    program = PlannedProgram.from_module(model, (x,), outputs="handover", kernel_arena="all")
+    program(x)  # recorded, then planned again with the kernels' allocations
+    current = program._last
+    assert current is not None and current.scripts is not None
+    start = tail_start(current.plan, current.graph.outputs)
+    offsets = current.plan.as_dict()
+    in_tail = [b for b in current.plan.problem.buffers if "#kernel" in b.id
+               and offsets[b.id] >= start]
+    assert in_tail  # it dies before the output is made: it shares the output's bytes
+    inputs = [torch.randn(2, 16, 8) for _ in range(3)]
+    kept = [(xi, program(xi)) for xi in inputs]
+    for xi, out in kept:
+        assert torch.equal(out, eager(model, xi))
+    node, k = in_tail[0].id.split("#kernel")
+    script = current.scripts.scripts[node]
+    (between,) = struct.unpack_from("<Q", script, 32 + 16 * int(k) + 8)
+    assert between == FORWARD  # no address of a tail handed over stays in the script
+    served_before = program.report().kernel_served
+    program(x)
+    assert program.report().kernel_served > served_before
+    _, trace = program.trace_allocations(x)
+    assert trace.planned_allocations == 0
+    program.verify(inputs[0])

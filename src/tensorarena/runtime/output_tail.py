@@ -19,7 +19,9 @@ the persistent part's peak of live bytes is at a time where a buffer live then f
 beside what is there already (first fit, over time), the largest such buffer moves to the tail.
 The rest is planned by the program's planner into ``[0, T)``. No buffer crosses ``T``: the two
 parts are separate blocks. Kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`)
-stay in the persistent part: their addresses are fixed when the code is generated.
+move like any buffer: the shim serves them at ``base + offset`` from its node's script, so the
+entries of those in the tail are written anew at each call, relative to the persistent arena's
+address (modulo 2**64, as the shim adds), and set to "forward" between calls.
 
 **The code** (:func:`with_tail`): generated once over a template tail block; at each call the
 tensors of the code that view the template (slots, their slices) are pointed at a new block
@@ -30,7 +32,8 @@ caller's alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import struct
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +41,7 @@ import numpy as np
 
 from tensorarena.errors import PlanVerificationError
 from tensorarena.planning.problem import Buffer, Plan, Problem
-from tensorarena.runtime.kernel_arena import KERNEL_TAG
+from tensorarena.runtime.kernel_arena import FORWARD, KERNEL_TAG, KernelHooks
 from tensorarena.runtime.lowering import Generated
 from tensorarena.runtime.materialize import _torch, block
 
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
 
     from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["split_plan", "tail_bytes", "tail_start", "with_tail"]
+__all__ = ["kernel_patches", "split_plan", "tail_bytes", "tail_start", "with_tail"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,7 +132,7 @@ def _fill(tail: _Tail, rest: list[Buffer], limit: int) -> set[str]:
         change[b.start] += b.nbytes
         change[b.end] -= b.nbytes
     live = np.cumsum(change)[:steps]
-    candidates = [b for b in rest if KERNEL_TAG not in b.id and 0 < b.nbytes <= limit]
+    candidates = [b for b in rest if 0 < b.nbytes <= limit]
     moved: set[str] = set()
     while candidates:
         at = int(np.argmax(live))
@@ -169,37 +172,75 @@ def tail_bytes(plan: Plan, outputs: Collection[str]) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+#: Where a kernel allocation in the tail is written in its node's script: ``(script, byte
+#: position of its offset, its offset in the tail)``.
+Patch = tuple[bytearray, int, int]
+_HEADER_BYTES, _ENTRY_BYTES, _ADDRESSES = 32, 16, 1 << 64
+
+
+def kernel_patches(kernel: KernelHooks | None, offsets: Mapping[str, int],
+                   start: int) -> list[Patch]:
+    """The script entries of ``kernel``'s nodes whose allocation is planned in the tail
+    (``offsets``: the plan's; ``start``: the tail's)."""
+    if kernel is None or not kernel.serve:
+        return []
+    patches = []
+    for node, script in kernel.objects.items():
+        (count,) = struct.unpack_from("<Q", script, _HEADER_BYTES - 8)
+        for k in range(count):
+            offset = offsets.get(f"{node}{KERNEL_TAG}{k}")
+            if offset is not None and offset >= start:
+                patches.append((script, _HEADER_BYTES + _ENTRY_BYTES * k + 8, offset - start))
+    return patches
+
+
 def with_tail(make_code: Callable[[tuple[int, torch.Tensor] | None], Generated], start: int,
-              nbytes: int, resource: MemoryResource | None, device: str) -> Generated:
+              nbytes: int, resource: MemoryResource | None, device: str,
+              persistent: torch.Tensor, patches: Sequence[Patch] = ()) -> Generated:
     """The code ``make_code(tail)`` generates over a template tail, run with a tail block of its
     own at every call (module docstring). ``start``: where the tail starts in the plan;
-    ``nbytes``: its size (0: no tail, the code as generated)."""
+    ``nbytes``: its size (0: no tail, the code as generated); ``persistent``: the arena held
+    across calls, which no output may view (one that did would be copied out: the plan puts
+    every output in the tail, so this is a guard, never the path taken); ``patches``: the
+    kernel allocations served in the tail (:func:`kernel_patches`)."""
     if nbytes == 0:
         return make_code(None)
-    torch = _torch()
+    th = _torch()
     template = block(nbytes, resource, device=device)
     code = make_code((start, template))
     address = template.untyped_storage().data_ptr()
     views = [(t, t.storage_offset(), tuple(t.shape), t.stride())
              for t in _tensors(code.namespace) if t.untyped_storage().data_ptr() == address]
-    alias = torch.ops.aten.alias.default
+    alias = th.ops.aten.alias.default
     inner = code.run
-    empty = torch.UntypedStorage(0, device=device)
+    arena = persistent.untyped_storage().data_ptr()
+    empty = th.UntypedStorage(0, device=device)
 
     def let_go() -> None:  # the code's tensors view nothing between calls
         for tensor, *_ in views:
             tensor.set_(empty, 0, (0,), (1,))
+        for script, at, _ in patches:
+            struct.pack_into("<Q", script, at, FORWARD)
 
     def run(inputs: list[Any]) -> Any:
         tail = block(nbytes, resource, device=device)
         storage = tail.untyped_storage()
         for tensor, offset, size, stride in views:
             tensor.set_(storage, offset, size, stride)
+        to_tail = storage.data_ptr() - arena
+        for script, at, offset in patches:
+            struct.pack_into("<Q", script, at, (to_tail + offset) % _ADDRESSES)
         try:
             outputs = inner(inputs)
             pointer = storage.data_ptr()
-            return _map_tensors(outputs, lambda t: alias(t) if (
-                t.untyped_storage().data_ptr() == pointer) else t)
+
+            def handed(t: torch.Tensor) -> torch.Tensor:
+                held = t.untyped_storage().data_ptr()
+                if held == pointer:
+                    return alias(t)  # type: ignore[no-any-return]
+                return t.clone() if held == arena else t
+
+            return _map_tensors(outputs, handed)
         finally:
             let_go()
 

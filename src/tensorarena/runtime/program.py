@@ -27,7 +27,10 @@ pays, on top of the arena. With ``outputs="arena"`` they are planned too and han
 views of the arena, which then stays the caller's until the last of them is gone; each call
 takes an arena no caller holds (:mod:`~tensorarena.runtime.held_arenas`). That lets the outputs
 reuse the bytes of intermediates that died before them (a training step's gradients, those of
-its activations) instead of coming on top of the arena.
+its activations) instead of coming on top of the arena. ``outputs="handover"`` plans them in a
+tail of the arena that each call takes anew and hands over with them
+(:mod:`~tensorarena.runtime.output_tail`): the peak is that of the arena with its outputs, and a
+caller that keeps them keeps the tail, not the whole arena.
 
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
@@ -73,7 +76,7 @@ from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.options import check_example, check_options, concurrency_for
-from tensorarena.runtime.output_tail import split_plan, tail_start, with_tail
+from tensorarena.runtime.output_tail import kernel_patches, split_plan, tail_start, with_tail
 from tensorarena.runtime.reordering import copied, reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
@@ -166,7 +169,7 @@ class PlannedProgram:
         shape is planned again with them). ``"all"``: every one, the arena grows where they
         need more bytes than it has idle; ``"idle"``: only where the arena keeps the height it
         has without them (the others stay torch's); ``True`` (default): ``"all"`` with
-        ``outputs="arena"``; with fresh outputs whichever of the two gives the lower peak of
+        ``outputs="arena"``; otherwise whichever of the two gives the lower peak of
         the arena plus torch's allocations (outputs made on top of an arena held whole for
         the call can make ``"all"`` the higher); ``False``: none. Where the shim
         cannot be built, on a GPU or with ``max_shapes`` the program runs without it and
@@ -517,7 +520,8 @@ class PlannedProgram:
         if self.outputs != "handover":
             return make(None)
         start = tail_start(plan, graph.outputs)
-        return with_tail(make, start, plan.height - start, self.workspace.resource, self.device)
+        return with_tail(make, start, plan.height - start, self.workspace.resource, self.device,
+                         arena, kernel_patches(kernel, plan.as_dict(), start))
 
     def _regenerate(self, current: Specialization) -> None:
         """New slots over a new block (the workspace grew, or nodes were demoted): same plan,
