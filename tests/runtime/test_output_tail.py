@@ -138,8 +138,32 @@ def test_outputs_kept_from_one_call_are_unchanged_by_the_next_and_freed_with_the
     del first, copy
     gc.collect()
     assert len(memory.live) == live - 1  # the runtime kept no reference to the first tail
+    del second  # the latest tail is idle now: the next call takes it again
+    made = memory.allocations
+    for _ in range(3):  # outputs dropped before the next call: one tail, taken again
+        torch.testing.assert_close(program(x1), eager(model, x1))
+    assert memory.allocations == made and len(memory.live) == live - 1
+
+
+def test_a_tail_held_through_a_view_or_its_storage_alone_is_never_taken_again() -> None:
+    memory = CountingMemory()
+    program, _ = program_over(memory)
+    x1, x2, x3 = torch.randn(3, 4, 8)
+    first = program(x1)[0]
+    expected = first.clone()
+    row = first[1]  # a view only
+    del first
+    program(x2)
+    assert torch.equal(row, expected[1])
+    del row
+    second = program(x3)[0]
+    kept = second.clone()
+    storage = second.untyped_storage()  # its storage object only
     del second
-    assert len(memory.live) == live - 2  # the workspace alone is left
+    program(x1)
+    program(x2)
+    again = torch.empty(0).set_(storage, 0, kept.shape, kept.stride())
+    assert torch.equal(again, kept)
 
 
 def test_poisoned_verification_passes_and_the_recorded_memory_runs() -> None:
@@ -257,8 +281,6 @@ def test_a_kernel_allocation_planned_in_the_tail_is_served_there_at_each_call() 
         pytest.skip(f"kernel arena shim unavailable: {reason}")
     import struct
 
-    from tensorarena.runtime.kernel_arena import FORWARD
-
     class Conv(torch.nn.Module):  # the convolution's temporaries make the peak; out comes after
         def __init__(self) -> None:
             super().__init__()
@@ -285,8 +307,10 @@ def test_a_kernel_allocation_planned_in_the_tail_is_served_there_at_each_call() 
         assert torch.equal(out, eager(model, xi))
     node, k = in_tail[0].id.split("#kernel")
     script = current.scripts.scripts[node]
-    (between,) = struct.unpack_from("<Q", script, 32 + 16 * int(k) + 8)
-    assert between == FORWARD  # no address of a tail handed over stays in the script
+    (entry,) = struct.unpack_from("<Q", script, 32 + 16 * int(k) + 8)
+    arena = program.workspace.memory.data_ptr()
+    tail = kept[-1][1].untyped_storage().data_ptr()  # the latest tail, still the code's
+    assert (arena + entry) % 2**64 == tail + offsets[in_tail[0].id] - start
     served_before = program.report().kernel_served
     program(x)
     assert program.report().kernel_served > served_before

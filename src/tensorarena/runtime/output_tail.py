@@ -1,13 +1,14 @@
 """``outputs="handover"``: outputs planned into a tail of the arena that each call hands over.
 
 A program's arena is split at a *tail start* ``T``: ``[0, T)`` is the persistent arena, the
-workspace's block, held across calls; ``[T, H)`` is the *tail*, a block of ``H - T`` bytes taken
-from the same resource at every call. The graph's outputs are planned at the bottom of the tail
-(packed: they all live to the end of the call), and intermediates whose lifetimes fit around them
-(those that die before the later outputs are made) are planned there too, where they lower the
-peak of the persistent part. When the call returns, the tail holds the outputs only; it is handed
-to the caller, owned by the outputs (the runtime keeps no reference to it), and the next call
-takes a tail of its own, so nothing a later call writes can alias an output.
+workspace's block, held across calls; ``[T, H)`` is the *tail*, a block of ``H - T`` bytes from
+the same resource, one per call whose outputs are kept. The graph's outputs are planned at the
+bottom of the tail (packed: they all live to the end of the call), and intermediates whose
+lifetimes fit around them (those that die before the later outputs are made) are planned there
+too, where they lower the peak of the persistent part. When the call returns, the tail holds the
+outputs only and is handed to the caller with them; a call made while the caller still holds
+any of them (or a view, or their storage) takes a new tail, so nothing a later call writes can
+alias an output.
 
 The peak of a call is then ``H`` (the persistent arena and one tail), not the arena plus the
 outputs made on top of it (``outputs="fresh"``); the caller keeps ``H - T`` bytes per call it
@@ -20,14 +21,19 @@ beside what is there already (first fit, over time), the largest such buffer mov
 The rest is planned by the program's planner into ``[0, T)``. No buffer crosses ``T``: the two
 parts are separate blocks. Kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`)
 move like any buffer: the shim serves them at ``base + offset`` from its node's script, so the
-entries of those in the tail are written anew at each call, relative to the persistent arena's
-address (modulo 2**64, as the shim adds), and set to "forward" between calls.
+entries of those in the tail are written for each tail the code takes, relative to the
+persistent arena's address (modulo 2**64, as the shim adds).
 
-**The code** (:func:`with_tail`): generated once over a template tail block; at each call the
-tensors of the code that view the template (slots, their slices) are pointed at a new block
-(``Tensor.set_``: the code keeps the same tensor objects), the outputs are handed over as new
-views of it (``aten.alias``), and the code's tensors are emptied so that the block is the
-caller's alone.
+**The code** (:func:`with_tail`): generated once over a first tail. The outputs are handed over
+as new views of the tail (``aten.alias``), so that the caller's tensors count as references to
+it, read as :mod:`~tensorarena.runtime.held_arenas` reads its blocks (the storage's use count
+and the references to its storage object, against the code's own). A call whose caller still
+holds the last tail takes a new one and points every tensor of the code over the old one at it
+(``Tensor.set_``: the code keeps the same tensor objects; the bases the slots were cut from
+too, else they would keep the old tail): the old tail is then the caller's alone. A call whose
+caller dropped the last outputs takes the same tail again, with no allocation and nothing to
+re-point: a loop that drops each call's outputs before the next costs one block for all calls
+(and the runtime keeps that idle tail between calls, as it keeps the arena).
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ import numpy as np
 
 from tensorarena.errors import PlanVerificationError
 from tensorarena.planning.problem import Buffer, Plan, Problem
-from tensorarena.runtime.kernel_arena import FORWARD, KERNEL_TAG, KernelHooks
+from tensorarena.runtime.held_arenas import storage_uses
+from tensorarena.runtime.kernel_arena import KERNEL_TAG, KernelHooks
 from tensorarena.runtime.lowering import Generated
 from tensorarena.runtime.materialize import _torch, block
 
@@ -197,59 +204,102 @@ def kernel_patches(kernel: KernelHooks | None, offsets: Mapping[str, int],
 def with_tail(make_code: Callable[[tuple[int, torch.Tensor] | None], Generated], start: int,
               nbytes: int, resource: MemoryResource | None, device: str,
               persistent: torch.Tensor, patches: Sequence[Patch] = ()) -> Generated:
-    """The code ``make_code(tail)`` generates over a template tail, run with a tail block of its
-    own at every call (module docstring). ``start``: where the tail starts in the plan;
+    """The code ``make_code(tail)`` generates over a first tail, run with a tail no caller holds
+    at every call (module docstring). ``start``: where the tail starts in the plan;
     ``nbytes``: its size (0: no tail, the code as generated); ``persistent``: the arena held
     across calls, which no output may view (one that did would be copied out: the plan puts
     every output in the tail, so this is a guard, never the path taken); ``patches``: the
     kernel allocations served in the tail (:func:`kernel_patches`)."""
     if nbytes == 0:
         return make_code(None)
-    th = _torch()
-    template = block(nbytes, resource, device=device)
-    code = make_code((start, template))
-    address = template.untyped_storage().data_ptr()
-    views = [(t, t.storage_offset(), tuple(t.shape), t.stride())
-             for t in _tensors(code.namespace) if t.untyped_storage().data_ptr() == address]
-    alias = th.ops.aten.alias.default
-    inner = code.run
-    arena = persistent.untyped_storage().data_ptr()
-    empty = th.UntypedStorage(0, device=device)
-
-    def let_go() -> None:  # the code's tensors view nothing between calls
-        for tensor, *_ in views:
-            tensor.set_(empty, 0, (0,), (1,))
-        for script, at, _ in patches:
-            struct.pack_into("<Q", script, at, FORWARD)
-
-    def run(inputs: list[Any]) -> Any:
-        tail = block(nbytes, resource, device=device)
-        storage = tail.untyped_storage()
-        for tensor, offset, size, stride in views:
-            tensor.set_(storage, offset, size, stride)
-        to_tail = storage.data_ptr() - arena
-        for script, at, offset in patches:
-            struct.pack_into("<Q", script, at, (to_tail + offset) % _ADDRESSES)
-        try:
-            outputs = inner(inputs)
-            pointer = storage.data_ptr()
-
-            def handed(t: torch.Tensor) -> torch.Tensor:
-                held = t.untyped_storage().data_ptr()
-                if held == pointer:
-                    return alias(t)  # type: ignore[no-any-return]
-                return t.clone() if held == arena else t
-
-            return _map_tensors(outputs, handed)
-        finally:
-            let_go()
-
-    let_go()  # the template goes back now; no call runs over it
-    del template
-    # The tail's slots are emptied between calls: the layout checks see the persistent ones.
-    moving = {id(tensor) for tensor, *_ in views}
+    first = block(nbytes, resource, device=device)
+    code = make_code((start, first))
+    tail = _TailRun(first, code, nbytes, resource, device, persistent, patches)
+    del first
+    tail.settle()
+    # The tail's slots move between calls: the layout checks see the persistent ones.
+    moving = {id(tensor) for tensor, *_ in tail.views}
     slots = {k: t for k, t in code.slots.items() if id(t) not in moving}
-    return Generated(run, code.source, slots, code.failed, code.namespace)
+    return Generated(tail.run, code.source, slots, code.failed, code.namespace)
+
+
+class _TailRun:
+    """The state of :func:`with_tail`'s code: the tail its tensors view now, and how many
+    references to it are the code's own (:func:`~tensorarena.runtime.held_arenas.storage_uses`,
+    taken when they were pointed at it, before any output existed)."""
+
+    def __init__(self, first: torch.Tensor, code: Generated, nbytes: int,
+                 resource: MemoryResource | None, device: str, persistent: torch.Tensor,
+                 patches: Sequence[Patch]) -> None:
+        th = _torch()
+        address = first.untyped_storage().data_ptr()
+        #: every tensor of the code over the tail and the bases they keep, with their places
+        self.views = [(t, t.storage_offset(), tuple(t.shape), t.stride())
+                      for t in _over(_tensors(code.namespace), address)]
+        self.current = first
+        self.own = 0
+        self._inner = code.run
+        self._nbytes, self._resource, self._device = nbytes, resource, device
+        self._arena = persistent.untyped_storage().data_ptr()
+        self._patches = patches
+        self._alias = th.ops.aten.alias.default
+        self.taken = 0  #: tails made after the first (each when the caller held the last)
+
+    def settle(self) -> None:
+        """Count the code's own references to the current tail and write the kernel
+        allocations' entries for it. Every reference to it must be a view the code re-points:
+        one made elsewhere would keep writing into a tail handed over."""
+        th = _torch()
+        tensors = {id(t) for t, *_ in self.views} | {id(self.current)}
+        uses = int(th._C._storage_Use_Count(self.current.untyped_storage()._cdata))
+        if uses != len(tensors) + 1:  # the views, the block, the storage object just made
+            raise PlanVerificationError(
+                f"the tail is referenced {uses} times, not by the code's {len(self.views)} "
+                "tensors, the block and its storage only: a view the code cannot move"
+            )
+        self.own = storage_uses(self.current)
+        to_tail = self.current.data_ptr() - self._arena
+        for script, at, offset in self._patches:
+            struct.pack_into("<Q", script, at, (to_tail + offset) % _ADDRESSES)
+
+    def _take(self) -> None:
+        """A new tail for the code: the caller holds the last one."""
+        tail = block(self._nbytes, self._resource, device=self._device)
+        storage = tail.untyped_storage()
+        for tensor, offset, size, stride in self.views:
+            tensor.set_(storage, offset, size, stride)
+        del storage
+        self.current = tail
+        self.taken += 1
+        self.settle()
+
+    def run(self, inputs: list[Any]) -> Any:
+        if storage_uses(self.current) > self.own:
+            self._take()
+        outputs = self._inner(inputs)
+        pointer, arena, alias = self.current.data_ptr(), self._arena, self._alias
+
+        def handed(t: torch.Tensor) -> torch.Tensor:
+            held = t.untyped_storage().data_ptr()
+            if held == pointer:
+                return alias(t)  # type: ignore[no-any-return]  # a new tensor: it counts
+            return t.clone() if held == arena else t
+
+        return _map_tensors(outputs, handed)
+
+
+
+def _over(tensors: list[torch.Tensor], address: int) -> list[torch.Tensor]:
+    """The tensors over the storage at ``address`` and every base they keep alive (a slot is
+    a view of the dtype view it was cut from: left alone, that one would keep the first tail)."""
+    found = {id(t): t for t in tensors if t.untyped_storage().data_ptr() == address}
+    stack = list(found.values())
+    while stack:
+        base = stack.pop()._base
+        if base is not None and id(base) not in found:
+            found[id(base)] = base
+            stack.append(base)
+    return list(found.values())
 
 
 def _tensors(namespace: dict[str, Any]) -> list[torch.Tensor]:
@@ -258,7 +308,14 @@ def _tensors(namespace: dict[str, Any]) -> list[torch.Tensor]:
 
 
 def _map_tensors(outputs: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``outputs`` with ``fn`` applied to every tensor: the flat tuple or list a generated
+    function returns without pytree's cost per call, anything else through pytree."""
     torch = _torch()
+    if isinstance(outputs, torch.Tensor):
+        return fn(outputs)
+    if type(outputs) in (tuple, list) and not any(
+            isinstance(v, (tuple, list, dict)) for v in outputs):
+        return type(outputs)(fn(v) if isinstance(v, torch.Tensor) else v for v in outputs)
     from torch.utils import _pytree as pytree
 
     return pytree.tree_map_only(torch.Tensor, fn, outputs)
