@@ -288,7 +288,6 @@ class _TailRun:
         return _map_tensors(outputs, handed)
 
 
-
 def _over(tensors: list[torch.Tensor], address: int) -> list[torch.Tensor]:
     """The tensors over the storage at ``address`` and every base they keep alive (a slot is
     a view of the dtype view it was cut from: left alone, that one would keep the first tail)."""
