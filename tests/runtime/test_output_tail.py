@@ -316,4 +316,9 @@ def test_a_kernel_allocation_planned_in_the_tail_is_served_there_at_each_call() 
     assert program.report().kernel_served > served_before
     _, trace = program.trace_allocations(x)
     assert trace.planned_allocations == 0
-    program.verify(inputs[0])
+    program.verify(inputs[0])  # its code writes its own tail into the same scripts
+    out = program(x)  # the program's code writes its own back before it runs
+    assert torch.equal(out, eager(model, x))
+    (entry,) = struct.unpack_from("<Q", script, 32 + 16 * int(k) + 8)
+    tail = out.untyped_storage().data_ptr()
+    assert (arena + entry) % 2**64 == tail + offsets[in_tail[0].id] - start

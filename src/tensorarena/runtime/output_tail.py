@@ -21,8 +21,8 @@ beside what is there already (first fit, over time), the largest such buffer mov
 The rest is planned by the program's planner into ``[0, T)``. No buffer crosses ``T``: the two
 parts are separate blocks. Kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`)
 move like any buffer: the shim serves them at ``base + offset`` from its node's script, so the
-entries of those in the tail are written for each tail the code takes, relative to the
-persistent arena's address (modulo 2**64, as the shim adds).
+entries of those in the tail are written at each call, relative to the persistent arena's
+address (modulo 2**64, as the shim adds).
 
 **The code** (:func:`with_tail`): generated once over a first tail. The outputs are handed over
 as new views of the tail (``aten.alias``), so that the caller's tensors count as references to
@@ -246,9 +246,9 @@ class _TailRun:
         self.taken = 0  #: tails made after the first (each when the caller held the last)
 
     def settle(self) -> None:
-        """Count the code's own references to the current tail and write the kernel
-        allocations' entries for it. Every reference to it must be a view the code re-points:
-        one made elsewhere would keep writing into a tail handed over."""
+        """Count the code's own references to the current tail. Every reference to it must be
+        a view the code re-points: one made elsewhere would keep writing into a tail handed
+        over."""
         th = _torch()
         tensors = {id(t) for t, *_ in self.views} | {id(self.current)}
         uses = int(th._C._storage_Use_Count(self.current.untyped_storage()._cdata))
@@ -258,9 +258,6 @@ class _TailRun:
                 "tensors, the block and its storage only: a view the code cannot move"
             )
         self.own = storage_uses(self.current)
-        to_tail = self.current.data_ptr() - self._arena
-        for script, at, offset in self._patches:
-            struct.pack_into("<Q", script, at, (to_tail + offset) % _ADDRESSES)
 
     def _take(self) -> None:
         """A new tail for the code: the caller holds the last one."""
@@ -276,6 +273,11 @@ class _TailRun:
     def run(self, inputs: list[Any]) -> Any:
         if storage_uses(self.current) > self.own:
             self._take()
+        # At every call: other code over the same scripts (verify's, a traced call's) writes
+        # its own tail's addresses there.
+        to_tail = self.current.data_ptr() - self._arena
+        for script, at, offset in self._patches:
+            struct.pack_into("<Q", script, at, (to_tail + offset) % _ADDRESSES)
         outputs = self._inner(inputs)
         pointer, arena, alias = self.current.data_ptr(), self._arena, self._alias
 
