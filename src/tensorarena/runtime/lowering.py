@@ -161,7 +161,8 @@ def classify(
             elif root in pooled:
                 lowering.dynamic[root] = "size follows a growing dimension"
         variant = out_variant(_call_target(node)) if node.op == "call_function" else None
-        if variant is not None and out_differs(node):
+        differs = variant is not None and out_differs(node)
+        if differs:
             variant = None  # not the op's own kernel: the result could differ
         kept = [root for root in roots if root not in lowering.dynamic]
         whole = len(roots) == len(names)  # every result is a fresh planned-or-pooled buffer
@@ -198,6 +199,8 @@ def classify(
                 if variant is None
                 else "results only partly planned: run, then copied into the slots"
             )
+            if differs:
+                reason = "its out variant is another kernel: run, then copied into its slot"
         lowering.paths[node.name] = NodePath(node.name, op, path, reason)
     return lowering
 
