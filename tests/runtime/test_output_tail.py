@@ -323,3 +323,21 @@ def test_a_kernel_allocation_planned_in_the_tail_is_served_there_at_each_call() 
     (entry,) = struct.unpack_from("<Q", script, 32 + 16 * int(k) + 8)
     tail = out.untyped_storage().data_ptr()
     assert (arena + entry) % 2**64 == tail + offsets[in_tail[0].id] - start
+
+
+def test_torch_compile_runs_forward_and_backward_graphs_with_handed_over_outputs() -> None:
+    from tensorarena.runtime import Backend
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    backend = Backend(outputs="handover", kernel_arena=False)
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))
+    compiled(x).sum().backward()  # the forward's saved activations are outputs: in its tail
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model(x).sum().backward()
+    assert grads and all(torch.equal(grads[n], p.grad) for n, p in model.named_parameters())
+    assert backend.programs and all(p.outputs == "handover" for p in backend.programs)
