@@ -341,3 +341,34 @@ def test_torch_compile_runs_forward_and_backward_graphs_with_handed_over_outputs
     model(x).sum().backward()
     assert grads and all(torch.equal(grads[n], p.grad) for n, p in model.named_parameters())
     assert backend.programs and all(p.outputs == "handover" for p in backend.programs)
+
+
+def test_an_intermediate_planned_in_the_tail_runs_there_before_the_output_takes_its_bytes() -> None:
+    class Chain(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(8, 64)
+            self.b = torch.nn.Linear(64, 64)
+            self.c = torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(self.b(torch.relu(self.a(x))))
+
+    torch.manual_seed(0)
+    model = Chain().eval()
+    x = torch.randn(4, 8)
+    program = PlannedProgram.from_module(model, (x,), outputs="handover", kernel_arena=False)
+    program(x)
+    current = program._last
+    assert current is not None
+    start = tail_start(current.plan, current.graph.outputs)
+    offsets = current.plan.as_dict()
+    moved = [b for b in current.plan.problem.buffers
+             if b.id not in current.graph.outputs and offsets[b.id] >= start]
+    assert moved  # the first layer's result dies before the output is made
+    assert current.plan.height == 2 * 1024  # fresh outputs would come on top of 2 * 1024
+    inputs = torch.randn(3, 4, 8)
+    kept = [program(xi) for xi in inputs]
+    for xi, out in zip(inputs, kept, strict=True):
+        assert torch.equal(out, eager(model, xi))
+    program.verify(x)
