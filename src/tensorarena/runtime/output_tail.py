@@ -129,8 +129,10 @@ def split_plan(problem: Problem, outputs: Collection[str],
 
 
 def _fill(tail: _Tail, rest: list[Buffer], limit: int) -> set[str]:
-    """Move buffers of ``rest`` into ``tail`` (within ``limit`` bytes) while each move lowers
-    the peak of live bytes of those left; return the ids moved."""
+    """Move buffers of ``rest`` into ``tail`` (within ``limit`` bytes), each time the largest
+    that fits of those live when the bytes left live peak, until none fits there; return the
+    ids moved. (A move at one of several equal peaks lowers nothing alone: :func:`split_plan`
+    keeps the plan without moves when it is not higher.)"""
     if not rest:
         return set()
     steps = max(b.end for b in rest) + 1
