@@ -16,7 +16,8 @@ run measures both executions of the same inputs:
 ``max_abs_err``    the largest absolute difference between planned and eager outputs (for
                    ``--training``: the loss and every gradient)
 ``outputs``        where the planned program's outputs live (``fresh``: torch's, on top of the
-                   arena; ``arena``: planned in it), and ``reordered``, whether it ran in
+                   arena; ``arena``: planned in it; ``handover``: planned in a tail of it
+                   taken at each call, ``tail_bytes``), and ``reordered``, whether it ran in
                    :func:`tensorarena.planning.reorder`'s order (both the runtime's defaults
                    unless ``--outputs``/``--reorder``/``--no-reorder`` say otherwise)
 ``allocations``    torch allocator calls in one steady-state call: ``eager``, ``planned`` (all),
@@ -77,6 +78,7 @@ class ModelResult:
     reordered: bool = False
     kernel_arena: str = ""
     kernel: dict[str, int] = field(default_factory=dict)
+    tail_bytes: int = 0
     #: one recorded planned call as a PyTorch memory snapshot (``record_memory=True``; not JSON)
     memory_snapshot: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -146,7 +148,7 @@ def measure_model(
     unplaceable: Literal["auto", "copy", "dynamic"] = "copy",
     verify: bool = True,
     reorder: bool | None = None,
-    outputs: Literal["fresh", "arena"] | None = None,
+    outputs: Literal["fresh", "arena", "handover"] | None = None,
     record_memory: bool = False,
     kernel_arena: Literal["auto", "all", "idle", "off"] | None = None,
     progress: Progress | None = None,
@@ -252,6 +254,7 @@ def measure_model(
         kernel={"buffers": report.kernel_buffers, "bytes": report.kernel_bytes,
                 "served": report.kernel_served, "forwarded": report.kernel_forwarded,
                 "escaped": report.kernel_escaped},
+        tail_bytes=report.tail_bytes,
         memory_snapshot=snapshot,
     )
 
@@ -278,9 +281,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="run each planned graph in the order tensorarena.planning.reorder "
                              "picks (memory-aware operator reordering; default: the runtime's, "
                              "on for training steps)")
-    parser.add_argument("--outputs", choices=("fresh", "arena"), default=None,
-                        help="outputs made by torch at each call or planned in the arena "
-                             "(default: the runtime's, arena for training steps)")
+    parser.add_argument("--outputs", choices=("fresh", "arena", "handover"), default=None,
+                        help="outputs made by torch at each call, planned in the arena, or "
+                             "planned in a tail of it handed over at each call (default: the "
+                             "runtime's, arena for training steps)")
     parser.add_argument("--kernel-arena", choices=("auto", "all", "idle", "off"), default=None,
                         help="serve kernels' own allocations from the arena: all, only where "
                              "the arena has idle bytes, or off (default: the runtime's, auto: "

@@ -9,9 +9,9 @@ allocation forwarded to torch's allocator, so its results are those of a call wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.runtime.kernel_arena import (
     KERNEL_TAG,
@@ -57,7 +57,7 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
         fresh = [Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
                  for b in current.graph.problem.buffers if b.id in current.lowering.dynamic]
         before = current.plan
-        current.plan, chosen = _plan(program, planned, before, fresh)
+        current.plan, chosen = _plan(program, planned, before, fresh, current.graph.outputs)
         current.kernel_note = f"on ({chosen})"
         if current.plan is before:  # the plan in graph steps: none planned but in their slots
             ticks = 1
@@ -66,7 +66,8 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
         current.scripts = KernelScripts.build(recording, offsets)
         current.scripts.ticks = ticks
         if current.arenas is None:
-            program.workspace.reserve(current.plan.height)
+            program.workspace.reserve(program._persistent_bytes(current.plan,
+                                                                current.graph.outputs))
             program._regenerate(current)
         else:  # the blocks made so far serve the new plan where it fits in them
             held = current.arenas
@@ -78,7 +79,7 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
 
 
 def _plan(program: PlannedProgram, planned: Problem, before: Plan,
-          fresh: list[Buffer]) -> tuple[Plan, str]:
+          fresh: list[Buffer], outputs: Sequence[str]) -> tuple[Plan, str]:
     """The plan with kernels' allocations and the policy that chose it (``kernel_policy``):
     ``"all"`` plans every one; ``"idle"`` only those that keep ``before``'s height (the nodes
     where they would raise it are left to torch; ``before`` itself if even that does not fit:
@@ -86,11 +87,11 @@ def _plan(program: PlannedProgram, planned: Problem, before: Plan,
     gives the lower peak, the arena plus what torch holds at once of ``fresh`` (the buffers
     made fresh at each call, in the plan's time) and of the allocations left to it."""
     policy = program._kernel_policy
-    every = make_plan(planned, program._planner, time_limit=program._time_limit)
+    every = program._make_plan(planned, outputs)
     if policy == "all" or every.height <= before.height:
         return every, "all"
     within = _within(planned, before.height)
-    idle = make_plan(within, program._planner, time_limit=program._time_limit)
+    idle = program._make_plan(within, outputs)
     if idle.height > before.height:
         idle = before
     if policy == "idle":

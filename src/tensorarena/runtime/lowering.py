@@ -49,7 +49,7 @@ from tensorarena.runtime.in_slot import (
 )
 from tensorarena.runtime.kernel_arena import KernelHooks
 from tensorarena.runtime.materialize import slot
-from tensorarena.runtime.ops import out_variant
+from tensorarena.runtime.ops import out_differs, out_variant
 from tensorarena.runtime.scalars import hoisted, mean_as_sum
 
 if TYPE_CHECKING:
@@ -161,6 +161,9 @@ def classify(
             elif root in pooled:
                 lowering.dynamic[root] = "size follows a growing dimension"
         variant = out_variant(_call_target(node)) if node.op == "call_function" else None
+        differs = variant is not None and out_differs(node)
+        if differs:
+            variant = None  # not the op's own kernel: the result could differ
         kept = [root for root in roots if root not in lowering.dynamic]
         whole = len(roots) == len(names)  # every result is a fresh planned-or-pooled buffer
         if node.name in demoted and kept:
@@ -196,6 +199,8 @@ def classify(
                 if variant is None
                 else "results only partly planned: run, then copied into the slots"
             )
+            if differs:
+                reason = "its out variant is another kernel: run, then copied into its slot"
         lowering.paths[node.name] = NodePath(node.name, op, path, reason)
     return lowering
 
@@ -288,6 +293,7 @@ def generate(
     annotate: bool = False,
     pool_tensor: Callable[[str], Any] | None = None,
     kernel: KernelHooks | None = None,
+    tail: tuple[int, torch.Tensor] | None = None,
 ) -> Generated:
     """Write and compile the function that runs ``graph`` with planned buffers at ``offsets``
     in ``memory``. ``owner`` resolves ``get_attr``/``call_module`` targets (the graph's module);
@@ -296,7 +302,9 @@ def generate(
     :mod:`~tensorarena.runtime.measure`, which attributes allocations to paths). ``kernel``
     arms the kernel-allocation shim around the nodes it names
     (:mod:`~tensorarena.runtime.kernel_arena`); offsets of buffers that are no tensor of the
-    graph (its planned kernel allocations) get no slot."""
+    graph (its planned kernel allocations) get no slot. ``tail=(start, block)``: buffers at
+    offsets from ``start`` on live in ``block`` instead, at ``offset - start``
+    (:mod:`~tensorarena.runtime.output_tail`)."""
     import torch
 
     writer = _Writer()
@@ -304,9 +312,14 @@ def generate(
     slots: dict[str, torch.Tensor] = {}
     failed: dict[str, str] = {}
     specs: dict[str, TensorSpec] = gp.tensors
+    def place(offset: int) -> tuple[torch.Tensor, int]:  # the block a byte offset lives in
+        if tail is not None and offset >= tail[0]:
+            return tail[1], offset - tail[0]
+        return memory, offset
+
     for buffer_id, offset in offsets.items():
         if buffer_id in specs:
-            slots[buffer_id] = slot(memory, offset, specs[buffer_id])
+            slots[buffer_id] = slot(*place(offset), specs[buffer_id])
     nodes = list(graph.nodes)
     index = {node: i for i, node in enumerate(nodes)}
     last_use = _last_uses(nodes, index)
@@ -325,6 +338,8 @@ def generate(
         lines.append(f"    {', '.join(placeholders)}, = inputs")
     if poison:
         lines.append(f"    _poison({writer.const(memory)})")
+        if tail is not None:
+            lines.append(f"    _poison({writer.const(tail[1])})")
     for i, node in enumerate(nodes):
         if node.op == "placeholder":
             pass
@@ -342,7 +357,8 @@ def generate(
                 label = f"tensorarena:{path.path if path else 'other'}:{node.name}"
                 lines[at:] = [f"    with _annotate({label!r}):"] + ["    " + s for s in lines[at:]]
         for buffer_id in deaths.get(i, ()):
-            whole = memory[offsets[buffer_id] : offsets[buffer_id] + specs[buffer_id].nbytes]
+            within, at = place(offsets[buffer_id])
+            whole = within[at : at + specs[buffer_id].nbytes]
             lines.append(f"    _poison({writer.const(whole)})")
         dead = [f"v{index[n]}" for n in last_use.get(i, ())]
         if node.op != "output" and not node.users and node.op != "placeholder":

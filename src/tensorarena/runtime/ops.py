@@ -23,7 +23,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OutVariant", "out_variant"]
+__all__ = ["OutVariant", "out_differs", "out_variant"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,16 @@ def _out_variant(op: Any) -> OutVariant | None:
 
 def _signature(arg: Any) -> tuple[str, str, bool]:
     return arg.name, str(arg.type), bool(arg.kwarg_only)
+
+
+def out_differs(node: Any) -> bool:
+    """Whether ``node``'s out variant computes by another kernel than the op itself, so that its
+    result may differ in the last bit: ``adaptive_avg_pool2d`` to ``1 x 1`` is a ``mean`` in
+    ATen's composite op but a pooling kernel in ``adaptive_avg_pool2d.out`` (ResNet's pooled
+    output). Such a node takes the copy path (run, then copied into its slot)."""
+    import torch
+
+    if node.target is not torch.ops.aten.adaptive_avg_pool2d.default or len(node.args) < 2:
+        return False
+    size = node.args[1]
+    return isinstance(size, (list, tuple)) and all(v == 1 for v in size)

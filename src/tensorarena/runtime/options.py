@@ -42,8 +42,10 @@ def check_options(
         raise InvalidArgumentError(
             f"unplaceable must be 'auto', 'copy' or 'dynamic', got {unplaceable!r}"
         )
-    if outputs not in ("fresh", "arena"):
-        raise InvalidArgumentError(f"outputs must be 'fresh' or 'arena', got {outputs!r}")
+    if outputs not in ("fresh", "arena", "handover"):
+        raise InvalidArgumentError(
+            f"outputs must be 'fresh', 'arena' or 'handover', got {outputs!r}"
+        )
     if not isinstance(reorder, bool) and reorder != "always":
         raise InvalidArgumentError(f"reorder must be True, False or 'always', got {reorder!r}")
     for name, value in (("inplace", inplace), ("poison", poison)):

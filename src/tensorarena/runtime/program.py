@@ -27,7 +27,10 @@ pays, on top of the arena. With ``outputs="arena"`` they are planned too and han
 views of the arena, which then stays the caller's until the last of them is gone; each call
 takes an arena no caller holds (:mod:`~tensorarena.runtime.held_arenas`). That lets the outputs
 reuse the bytes of intermediates that died before them (a training step's gradients, those of
-its activations) instead of coming on top of the arena.
+its activations) instead of coming on top of the arena. ``outputs="handover"`` plans them in a
+tail of the arena that each call takes anew and hands over with them
+(:mod:`~tensorarena.runtime.output_tail`): the peak is that of the arena with its outputs, and a
+caller that keeps them keeps the tail, not the whole arena.
 
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
@@ -73,6 +76,7 @@ from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.options import check_example, check_options, concurrency_for
+from tensorarena.runtime.output_tail import kernel_patches, split_plan, tail_start, with_tail
 from tensorarena.runtime.reordering import copied, reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
@@ -94,8 +98,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ExportFailedError", "OutputPlacement", "PlanVerificationError", "PlannedProgram"]
 
-#: Where a program's outputs live: made by torch at each call, or planned in the arena.
-OutputPlacement = Literal["fresh", "arena"]
+#: Where a program's outputs live: made by torch at each call, planned in the arena, or planned
+#: in a tail of the arena handed over at each call (:mod:`~tensorarena.runtime.output_tail`).
+OutputPlacement = Literal["fresh", "arena", "handover"]
 
 #: Seconds the exact search may spend on one shape's plan by default.
 DEFAULT_TIME_LIMIT = 2.0
@@ -144,6 +149,8 @@ class PlannedProgram:
         caller's outputs then hold (a call takes an arena none holds; see the module
         docstring). The arena does not come from ``workspace``, which is then used for its
         lock only. :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``;
+        ``"handover"``: planned in a tail of the arena taken anew at each call and handed over
+        with the outputs, the rest held across calls (:mod:`~tensorarena.runtime.output_tail`);
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on; decided after reordering, on the order that runs);
@@ -162,7 +169,7 @@ class PlannedProgram:
         shape is planned again with them). ``"all"``: every one, the arena grows where they
         need more bytes than it has idle; ``"idle"``: only where the arena keeps the height it
         has without them (the others stay torch's); ``True`` (default): ``"all"`` with
-        ``outputs="arena"``; with fresh outputs whichever of the two gives the lower peak of
+        ``outputs="arena"``; otherwise whichever of the two gives the lower peak of
         the arena plus torch's allocations (outputs made on top of an arena held whole for
         the call can make ``"all"`` the higher); ``False``: none. Where the shim
         cannot be built, on a GPU or with ``max_shapes`` the program runs without it and
@@ -212,7 +219,7 @@ class PlannedProgram:
         if reorder:
             self._gm, self._graph, self.schedule = reordered(
                 gm, problem_of, time_limit, always=reorder == "always",
-                with_outputs=outputs == "arena")
+                with_outputs=outputs != "fresh")
         #: whether the nodes run in :attr:`schedule`'s order
         self.reordered = self._graph is not gm.graph
         self._gm, self._graph = copied(self._gm)
@@ -418,13 +425,13 @@ class PlannedProgram:
         graph = self._problem_of(bindings)
         lowering = self._classify(graph)
         planned = planned_problem(graph, lowering)
-        plan, note = self._plan_for(planned, bindings)
+        plan, note = self._plan_for(planned, bindings, graph.outputs)
         if self.outputs == "arena":
             current = Specialization(bindings, graph, lowering, plan, note, NOT_GENERATED,
                                       self.workspace.generation, 0.0)
             current.arenas = self._held_arenas(current)
         else:
-            self.workspace.reserve(plan.height)
+            self.workspace.reserve(self._persistent_bytes(plan, graph.outputs))
             current = Specialization(
                 bindings, graph, lowering, plan, note,
                 self._generate(graph, lowering, plan, poison=self._poison),
@@ -452,7 +459,7 @@ class PlannedProgram:
         return classify(self._graph, graph, unplaceable=self._unplaceable,
                         pooled=self._pooled(), demoted=self._demoted,
                         inplace=self.inplace_nodes, elsewhere=self._elsewhere,
-                        planned_outputs=self.outputs == "arena",
+                        planned_outputs=self.outputs != "fresh",
                         composite_out_as_copy=self._kernel_note == "to record")
 
     def _pooled(self) -> set[str]:
@@ -461,13 +468,27 @@ class PlannedProgram:
         return {name for name, value in self._values.items()
                 if _free_symbols(value) & self._growing}
 
-    def _plan_for(self, planned: Problem, bindings: Mapping[Any, int]) -> tuple[Plan, str]:
+    def _plan_for(self, planned: Problem, bindings: Mapping[Any, int],
+                  outputs: Sequence[str] = ()) -> tuple[Plan, str]:
         if self._max_bindings is not None:
             fitted = self._inside_max_plan(planned)
             if fitted is not None:
                 return fitted, "inside the plan for the maximum shapes"
         self.plans_made += 1
-        return make_plan(planned, self._planner, time_limit=self._time_limit), ""
+        return self._make_plan(planned, outputs), ""
+
+    def _make_plan(self, planned: Problem, outputs: Sequence[str]) -> Plan:
+        """Plan ``planned``; with ``outputs="handover"``, its ``outputs`` in the tail."""
+        def plan_part(part: Problem) -> Plan:
+            return make_plan(part, self._planner, time_limit=self._time_limit)
+
+        if self.outputs != "handover":
+            return plan_part(planned)
+        return split_plan(planned, outputs, plan_part)
+
+    def _persistent_bytes(self, plan: Plan, outputs: Sequence[str]) -> int:
+        """The bytes of ``plan`` held across calls: all but a handed-over tail."""
+        return tail_start(plan, outputs) if self.outputs == "handover" else plan.height
 
     def _inside_max_plan(self, planned: Problem) -> Plan | None:
         """The maximum-shape plan's offsets for ``planned`` if every buffer fits in its slot."""
@@ -481,17 +502,26 @@ class PlannedProgram:
         lowering = self._classify(graph)
         planned = planned_problem(graph, lowering)
         self.plans_made += 1
-        plan = make_plan(planned, self._planner, time_limit=self._time_limit)
-        self.workspace.reserve(plan.height)
+        plan = self._make_plan(planned, graph.outputs)
+        self.workspace.reserve(self._persistent_bytes(plan, graph.outputs))
         return Specialization(bindings, graph, lowering, plan, "maximum shapes",
                                NOT_GENERATED, self.workspace.generation, 0.0)
 
     def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
                   poison: bool, memory: torch.Tensor | None = None,
-                  kernel: KernelHooks | None = None) -> Generated:
-        return generate(self._graph, self._gm, graph, lowering, plan.as_dict(),
-                        self.workspace.memory if memory is None else memory, poison=poison,
-                        pool_tensor=self._pool_tensor, kernel=kernel)
+                  kernel: KernelHooks | None = None, **extra: Any) -> Generated:
+        arena = self.workspace.memory if memory is None else memory
+        extra.setdefault("pool_tensor", self._pool_tensor)
+
+        def make(tail: tuple[int, torch.Tensor] | None) -> Generated:
+            return generate(self._graph, self._gm, graph, lowering, plan.as_dict(), arena,
+                            poison=poison, kernel=kernel, tail=tail, **extra)
+
+        if self.outputs != "handover":
+            return make(None)
+        start = tail_start(plan, graph.outputs)
+        return with_tail(make, start, plan.height - start, self.workspace.resource, self.device,
+                         arena, kernel_patches(kernel, plan.as_dict(), start))
 
     def _regenerate(self, current: Specialization) -> None:
         """New slots over a new block (the workspace grew, or nodes were demoted): same plan,
@@ -528,7 +558,9 @@ class PlannedProgram:
         """How the most recent call ran: paths per node, planned and dynamic bytes, the plan."""
         if self._last is None:
             raise InvalidArgumentError("the program has not run yet: call it once first")
-        return execution_report(self.name, self._last, self._binder)
+        last = self._last
+        tail = last.plan.height - self._persistent_bytes(last.plan, last.graph.outputs)
+        return execution_report(self.name, last, self._binder, tail_bytes=tail)
 
     def verify(self, *args: Any, **kwargs: Any) -> Any:
         """Run once with every slot poisoned at the end of its buffer's lifetime (and the whole
@@ -565,10 +597,10 @@ class PlannedProgram:
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
             self._annotated_memory = self._call_memory(current)
-            annotated = generate(self._graph, self._gm, current.graph, current.lowering,
-                                 current.plan.as_dict(), self._annotated_memory, annotate=True,
-                                 pool_tensor=pool_tensor or self._pool_tensor,
-                                 kernel=serving(self, current))
+            annotated = self._generate(current.graph, current.lowering, current.plan,
+                                       poison=False, memory=self._annotated_memory,
+                                       kernel=serving(self, current), annotate=True,
+                                       pool_tensor=pool_tensor or self._pool_tensor)
 
         def run() -> Any:
             with self.workspace.use(), self._no_grad():

@@ -35,7 +35,9 @@ class ExecutionReport:
     (:mod:`~tensorarena.runtime.kernel_arena`; otherwise it says why not); ``kernel_served``
     and ``kernel_forwarded`` count the allocations of armed nodes served from the arena and
     forwarded to torch's allocator over every call so far, ``kernel_escaped`` the served ones
-    that outlived their node (their nodes are no longer armed).
+    that outlived their node (their nodes are no longer armed). With ``outputs="handover"``,
+    ``tail_bytes`` of ``planned_bytes`` are the tail each call takes and hands over with its
+    outputs (:mod:`~tensorarena.runtime.output_tail`); 0 otherwise.
     """
 
     name: str
@@ -57,6 +59,7 @@ class ExecutionReport:
     kernel_served: int = 0
     kernel_forwarded: int = 0
     kernel_escaped: int = 0
+    tail_bytes: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -103,6 +106,7 @@ class ExecutionReport:
             "kernel_served": self.kernel_served,
             "kernel_forwarded": self.kernel_forwarded,
             "kernel_escaped": self.kernel_escaped,
+            "tail_bytes": self.tail_bytes,
         }
 
     def __str__(self) -> str:
@@ -126,8 +130,10 @@ class ExecutionReport:
         return "\n".join(lines)
 
 
-def execution_report(name: str, current: Specialization, binder: ShapeBinder) -> ExecutionReport:
-    """The report of one shape of the program ``name``, its size symbols named by ``binder``."""
+def execution_report(name: str, current: Specialization, binder: ShapeBinder, *,
+                     tail_bytes: int = 0) -> ExecutionReport:
+    """The report of one shape of the program ``name``, its size symbols named by ``binder``;
+    ``tail_bytes``: its handed-over tail's size."""
     graph, lowering, plan = current.graph, current.lowering, current.plan
     sizes = {b.id: b.nbytes for b in graph.problem.buffers}
     kernel = [b for b in plan.problem.buffers if KERNEL_TAG in b.id]
@@ -153,4 +159,5 @@ def execution_report(name: str, current: Specialization, binder: ShapeBinder) ->
         kernel_served=served,
         kernel_forwarded=forwarded,
         kernel_escaped=escaped,
+        tail_bytes=tail_bytes,
     )
