@@ -42,7 +42,6 @@ shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poi
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -59,7 +58,6 @@ from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.held_arenas import HeldArenas
-from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
 from tensorarena.runtime.kernel_recording import record_kernels, serving
 from tensorarena.runtime.lowering import (
@@ -71,10 +69,10 @@ from tensorarena.runtime.lowering import (
 )
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
-from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.options import check_example, check_options, concurrency_for
-from tensorarena.runtime.reordering import copied, reordered, with_graph
+from tensorarena.runtime.reordering import reordered, with_graph
 from tensorarena.runtime.report import ExecutionReport, execution_report
+from tensorarena.runtime.run_graph import RunGraph, prepare
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
 from tensorarena.runtime.specialization import (
@@ -137,7 +135,10 @@ class PlannedProgram:
         of the buffers planned here (reorder also counts the outputs, which the arena leaves
         out; ``"always"`` runs it regardless, to compare orders). Every order it returns keeps
         data dependencies, in-place accesses and random ops in their original order, so outputs
-        are those of the graph as given (default off);
+        are those of the graph as given (default off). With ``True`` and the kernel arena, the
+        first recorded call chooses again with its kernels' allocations counted (the traced
+        order, this one, or one searched anew: :mod:`~tensorarena.runtime.kernel_order`,
+        :attr:`order_estimates`); every shape runs the order chosen then;
     ``outputs``
         ``"fresh"`` (default): outputs are made by torch at each call, outside the plan;
         ``"arena"``: they are planned too and returned as views of the arena, which the
@@ -206,24 +207,25 @@ class PlannedProgram:
         self.name = name
         #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
         self.outputs: OutputPlacement = outputs
-        self._gm, self._graph = gm, gm.graph
+        #: the graph as given (traced order) and its problem: orders are made from it
+        self._given = (gm, problem_of)
+        self._inplace = inplace
+        self._cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
+        self._max: Specialization | None = None
         #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
         self.schedule: Any = None
+        ordered = gm
         if reorder:
-            self._gm, self._graph, self.schedule = reordered(
+            ordered, _, self.schedule = reordered(
                 gm, problem_of, time_limit, always=reorder == "always",
                 with_outputs=outputs == "arena")
         #: whether the nodes run in :attr:`schedule`'s order
-        self.reordered = self._graph is not gm.graph
-        self._gm, self._graph = copied(self._gm)
-        #: matrix products whose broadcast operand is first copied into a planned buffer
-        #: (:mod:`~tensorarena.runtime.operands`)
-        self.contiguous_operands = tuple(contiguous_operands(self._graph))
-        self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
-        if inplace:
-            before = problem_of(self._graph, hints(self._graph))
-            self.inplace_nodes = tuple(rewrite_inplace(self._graph, before))
-        self._problem_of = functools.partial(problem_of, self._graph)
+        self.reordered = ordered is not gm
+        self._adopt(prepare(ordered, problem_of, inplace=inplace))
+        #: ``reorder=True``: the order is chosen again with the first recorded call's kernel
+        #: allocations (:mod:`~tensorarena.runtime.kernel_order`); its estimates, by candidate
+        self.order_estimates: dict[str, int] = {}
+        self._order_open = reorder is True
         self._signature = signature
         self._reference = reference
         #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
@@ -260,8 +262,6 @@ class PlannedProgram:
             self._max_bindings = self._binder.bind_shapes(max_shapes)
             self._binder.limit({s: v for s, v in self._max_bindings.items()
                                 if s not in self._growing})
-        self._max: Specialization | None = None
-        self._cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
         self._demoted: dict[str, str] = {}
         self._last: Specialization | None = None
         self._bindings: Mapping[Any, int] = {}
@@ -383,6 +383,8 @@ class PlannedProgram:
             self._bindings = bindings
             if current.kernel_note == "to record":
                 outputs = record_kernels(self, current, inputs)
+                if current.retired:  # the program changed order: every shape is made anew
+                    return outputs
             elif current.arenas is None:
                 outputs = current.generated.run(inputs)
             else:
@@ -433,6 +435,21 @@ class PlannedProgram:
         current.seconds = time.perf_counter() - start
         return current
 
+    def _adopt(self, run: RunGraph) -> None:
+        """Run ``run`` from now on: every shape planned for another order is dropped (each is
+        planned anew at its next call)."""
+        for stale in self._cache.values():
+            stale.retired = True
+        self._cache.clear()
+        self._max = None
+        self._run = run
+        self._gm, self._graph = run.gm, run.graph
+        #: matrix products whose broadcast operand is first copied into a planned buffer
+        #: (:mod:`~tensorarena.runtime.operands`)
+        self.contiguous_operands = run.contiguous_operands
+        self.inplace_nodes = run.inplace_nodes  #: nodes rewritten to run in place
+        self._problem_of = run.problem_of
+
     def _held_arenas(self, current: Specialization) -> HeldArenas:
         def make_code(memory: torch.Tensor) -> Generated:
             return self._generate(current.graph, current.lowering, current.plan,
@@ -448,10 +465,11 @@ class PlannedProgram:
             return self.workspace.memory
         return block(current.plan.height, self.workspace.resource, device=self.device)
 
-    def _classify(self, graph: GraphProblem) -> Lowering:
-        return classify(self._graph, graph, unplaceable=self._unplaceable,
+    def _classify(self, graph: GraphProblem, run: RunGraph | None = None) -> Lowering:
+        run = run or self._run
+        return classify(run.graph, graph, unplaceable=self._unplaceable,
                         pooled=self._pooled(), demoted=self._demoted,
-                        inplace=self.inplace_nodes, elsewhere=self._elsewhere,
+                        inplace=run.inplace_nodes, elsewhere=self._elsewhere,
                         planned_outputs=self.outputs == "arena",
                         composite_out_as_copy=self._kernel_note == "to record")
 
