@@ -32,9 +32,12 @@ its activations) instead of coming on top of the arena.
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
 
-Elsewhere: the graph copied and reordered before anything is planned
-(:mod:`~tensorarena.runtime.reordering`), kernels' own allocations recorded at a shape's first
-call and served from the arena (:mod:`~tensorarena.runtime.kernel_recording`), the report of a
+Elsewhere: where the graph comes from (:mod:`~tensorarena.runtime.graph_sources`), the graph
+reordered before anything is planned (:mod:`~tensorarena.runtime.reordering`) and the program's
+own copy of it with its rewrites (:mod:`~tensorarena.runtime.run_graph`), kernels' own
+allocations recorded at a shape's first call and served from the arena
+(:mod:`~tensorarena.runtime.kernel_recording`), the order chosen again with them
+(:mod:`~tensorarena.runtime.kernel_order`), the report of a
 shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
 (:mod:`~tensorarena.runtime.verification`) and :meth:`~PlannedProgram.record_memory`'s snapshot
 (:mod:`~tensorarena.runtime.recording`).
@@ -52,10 +55,11 @@ from tensorarena.errors import (
     InvalidArgumentError,
     PlanVerificationError,
 )
-from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
+from tensorarena.planning._torch_graph import _free_symbols, _spec
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.runtime import graph_sources
 from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
@@ -70,11 +74,11 @@ from tensorarena.runtime.lowering import (
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.options import check_example, check_options, concurrency_for
-from tensorarena.runtime.reordering import reordered, with_graph
+from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
-from tensorarena.runtime.run_graph import RunGraph, prepare
-from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
-from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
+from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
+from tensorarena.runtime.shapes import ShapeBinder, growing_symbols
+from tensorarena.runtime.signature import Signature
 from tensorarena.runtime.specialization import (
     NOT_GENERATED,
     Specialization,
@@ -265,7 +269,7 @@ class PlannedProgram:
         self._demoted: dict[str, str] = {}
         self._last: Specialization | None = None
         self._bindings: Mapping[Any, int] = {}
-        self._values = _result_values(self._graph)
+        self._values = result_values(self._graph)
         self._placeholders = sum(node.op == "placeholder" for node in self._graph.nodes)
         self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
@@ -284,20 +288,7 @@ class PlannedProgram:
     @classmethod
     def from_exported(cls, ep: torch.export.ExportedProgram, **options: Any) -> PlannedProgram:
         """Plan and run an ``ExportedProgram``; call the result as ``ep.module()`` is called."""
-        from tensorarena.planning.torch_frontend import problem_from_exported
-
-        if not isinstance(ep, _torch().export.ExportedProgram):
-            raise InvalidArgumentError(
-                f"from_exported takes a torch.export.ExportedProgram, got {type(ep).__name__} "
-                "(for a module: PlannedProgram.from_module(model, (x,)))"
-            )
-        name = options.pop("name", "") or "exported"
-
-        def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
-            return problem_from_exported(ep, name=name, bindings=bindings or None, graph=graph)
-
-        return cls(ep.graph_module, problem_of, ExportedSignature(ep), name=name,
-                   reference=ep.module(), ranges=ranges_of(ep), **options)
+        return cls._from(graph_sources.from_exported(ep, options.pop("name", "")), options)
 
     @classmethod
     def from_module(
@@ -314,20 +305,8 @@ class PlannedProgram:
         in: call ``model.eval()`` first for inference) and plan the program. A model that cannot
         be exported raises :class:`ExportFailedError` carrying torch's error."""
         check_example(args, kwargs)
-        torch = _torch()
-        try:
-            with torch.no_grad():
-                ep = torch.export.export(model, tuple(args), dict(kwargs or {}),
+        ep = graph_sources.export_module(model, args, kwargs or {},
                                          dynamic_shapes=dynamic_shapes, strict=strict)
-        except Exception as exc:
-            raise ExportFailedError(
-                f"torch.export could not capture {type(model).__name__}: "
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}\n"
-                "What to try: torch.compile(model, backend='tensorarena'), which plans the parts "
-                "export cannot capture whole (graph breaks); strict=False if you passed True; "
-                "a dynamic_shapes spec if a dimension changes between calls; or export the model "
-                "yourself and pass the program to PlannedProgram.from_exported"
-            ) from exc
         options.setdefault("name", type(model).__name__)
         return cls.from_exported(ep, **options)
 
@@ -343,24 +322,16 @@ class PlannedProgram:
         """Plan and run an FX ``GraphModule`` whose nodes carry shapes (``make_fx``, export,
         dynamo, ``aot_autograd``); call the result with the graph's placeholders in order.
         ``check_inputs=False`` skips the shape checks (for callers that guard already)."""
-        from tensorarena.planning.torch_frontend import problem_from_fx
+        source = graph_sources.from_graph_module(
+            gm, options.pop("name", ""), input_names=input_names, check_inputs=check_inputs,
+            signature=options.pop("signature", None))
+        options.setdefault("reference", gm)
+        return cls._from(source, options)
 
-        if not isinstance(gm, _torch().fx.GraphModule):
-            raise InvalidArgumentError(
-                f"from_graph_module takes a torch.fx.GraphModule, got {type(gm).__name__} "
-                "(for a module: PlannedProgram.from_module(model, (x,)))"
-            )
-        name = options.pop("name", "") or "graph"
-        signature = options.pop("signature", None) or FlatSignature(
-            gm, input_names, check=check_inputs
-        )
-
-        def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
-            owner = gm if graph is gm.graph else with_graph(gm, graph)
-            return problem_from_fx(owner, name=name, bindings=bindings or None)
-
-        return cls(gm, problem_of, signature, name=name, reference=options.pop("reference", gm),
-                   **options)
+    @classmethod
+    def _from(cls, source: graph_sources.GraphSource, options: dict[str, Any]) -> PlannedProgram:
+        return cls(source.gm, source.problem_of, source.signature,
+                   **{**source.options, **options})
 
     # ------------------------------------------------------------------------------------------
     # Calling
@@ -606,21 +577,3 @@ class PlannedProgram:
             f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
         )
 
-
-def _result_values(graph: torch.fx.Graph) -> dict[str, Any]:
-    """Tensor name → its (fake, possibly symbolic) value, as the front end names results."""
-    import operator
-
-    from tensorarena.planning._torch_graph import _is_tensor_like
-    from tensorarena.planning.torch_frontend import _element_names
-
-    values: dict[str, Any] = {}
-    for node in graph.nodes:
-        value = _meta_value(node)
-        if _is_tensor_like(value):
-            values[node.name] = value
-        elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
-            for name, v in zip(_element_names(node, len(value)), value, strict=True):
-                if _is_tensor_like(v):
-                    values[name] = v
-    return values

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.planning._torch_graph import _meta_value
 from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.reordering import copied
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
     from tensorarena.planning.graph_problem import GraphProblem
 
-__all__ = ["ProblemOf", "RunGraph", "prepare"]
+__all__ = ["ProblemOf", "RunGraph", "prepare", "result_values"]
 
 #: The planning problem of a graph of the program's at given values of its size symbols.
 ProblemOf = Callable[["torch.fx.Graph", Mapping[Any, int]], "GraphProblem"]
@@ -59,3 +60,22 @@ def prepare(gm: torch.fx.GraphModule, problem_of: ProblemOf, *, inplace: bool) -
     if inplace:
         rewritten = tuple(rewrite_inplace(graph, problem_of(graph, hints(graph))))
     return RunGraph(module, graph, operands, rewritten, functools.partial(problem_of, graph))
+
+
+def result_values(graph: torch.fx.Graph) -> dict[str, Any]:
+    """Tensor name → its (fake, possibly symbolic) value, as the front end names results."""
+    import operator
+
+    from tensorarena.planning._torch_graph import _is_tensor_like
+    from tensorarena.planning.torch_frontend import _element_names
+
+    values: dict[str, Any] = {}
+    for node in graph.nodes:
+        value = _meta_value(node)
+        if _is_tensor_like(value):
+            values[node.name] = value
+        elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
+            for name, v in zip(_element_names(node, len(value)), value, strict=True):
+                if _is_tensor_like(v):
+                    values[name] = v
+    return values
