@@ -118,6 +118,9 @@ def test_whisper_training_step_is_below_eager_with_kernel_scratch_counted() -> N
     # the convolutions' backward columns where activations are live cost 34 840 bytes more
     # in the first order (629 316); now no higher than the traced order
     assert step.report().planned_bytes <= traced.report().planned_bytes
+    schedule, ran = step.program.schedule, [n.name for n in step.program._graph.nodes]
+    if step.program.reordered:  # the schedule says the order that runs
+        assert [n for n in ran if n in set(schedule.order)] == list(schedule.order)
     torch.manual_seed(1)
     model.zero_grad(set_to_none=True)
     expected = _default_loss(model(*args, **kwargs))

@@ -36,6 +36,7 @@ from tensorarena.runtime.run_graph import RunGraph, prepare
 from tensorarena.runtime.specialization import planned_problem
 
 if TYPE_CHECKING:
+    from tensorarena.planning.op_graph import OpGraph
     from tensorarena.runtime.program import PlannedProgram
     from tensorarena.runtime.specialization import Specialization
 
@@ -94,6 +95,9 @@ def choose_order(program: PlannedProgram, current: Specialization,
                  recording: KernelRecording, in_slots: Mapping[str, str]) -> bool:
     """Compare the orders (module docstring) for ``current``'s shape and make ``program`` run
     the lowest; return whether it now runs another order than the one ``current`` ran."""
+    scratch = scratch_by_node(recording, in_slots)
+    if not scratch:
+        return False  # nothing recorded changes the orders' peaks: the choice made stands
     started = time.perf_counter()
     given_gm, given_problem_of = program._given
     runs: dict[str, RunGraph] = {"running": program._run}
@@ -110,8 +114,7 @@ def choose_order(program: PlannedProgram, current: Specialization,
         runs["traced"] = prepare(given_gm, given_problem_of, inplace=program._inplace)
     elif program.schedule is not None:
         runs["reorder"] = run_of(program.schedule.order)
-    scratch = scratch_by_node(recording, in_slots)
-    searched = _searched(program, current.bindings, scratch)
+    ops, searched = _searched(program, current.bindings, scratch)
     known = {_given_order(run, given_gm) for run in runs.values()}
     added = 0
     for method, order in searched:
@@ -127,11 +130,14 @@ def choose_order(program: PlannedProgram, current: Specialization,
         return False
     program._adopt(runs[best])
     program.reordered = best != "traced"
-    if best.startswith("searched"):
+    if best.startswith("searched"):  # the schedule's numbers stay those of tensors alone
+        order = _given_order(runs[best], given_gm)
+        index = {name: v for v, name in enumerate(ops.names)}
         program.schedule = dataclasses.replace(
-            program.schedule, order=_given_order(runs[best], given_gm),
+            program.schedule, order=order,
             method=f"{best.split('(')[1].rstrip(')')} with kernel scratch",
-            seconds=program.schedule.seconds + time.perf_counter() - started, optimal=False)
+            lower_bound=ops.peak([index[name] for name in order]), optimal=False,
+            seconds=program.schedule.seconds + time.perf_counter() - started)
     return True
 
 
@@ -142,8 +148,9 @@ def _given_order(run: RunGraph, given_gm: Any) -> tuple[str, ...]:
 
 
 def _searched(program: PlannedProgram, bindings: Mapping[Any, int],
-              scratch: Mapping[str, int]) -> list[tuple[str, tuple[str, ...]]]:
-    """The orders of a search whose cost counts every node's scratch, lowest peak first."""
+              scratch: Mapping[str, int]) -> tuple[OpGraph, list[tuple[str, tuple[str, ...]]]]:
+    """The given graph's :class:`OpGraph` and the orders of a search over it whose cost counts
+    every node's scratch (method, node names), lowest peak first."""
     from tensorarena.planning.op_graph import op_graph_from_fx, with_node_buffers
     from tensorarena.planning.reorder import reorder_graph
     from tensorarena.runtime.inplace import hints
@@ -154,4 +161,4 @@ def _searched(program: PlannedProgram, bindings: Mapping[Any, int],
     names = set(ops.names)
     local = with_node_buffers(ops, {n: nbytes for n, nbytes in scratch.items() if n in names})
     found = reorder_graph(local, time_limit=program._time_limit).candidates
-    return [(method, tuple(ops.names[v] for v in order)) for method, order in found]
+    return ops, [(method, tuple(ops.names[v] for v in order)) for method, order in found]
