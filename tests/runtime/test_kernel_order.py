@@ -130,3 +130,24 @@ def test_whisper_training_step_is_below_eager_with_kernel_scratch_counted() -> N
     _, trace = step.program.trace_allocations(*args, **kwargs)
     assert trace.planned_allocations == 0
     step.verify(*args, **kwargs)
+
+
+def test_compiled_forward_and_backward_choose_their_order_and_equal_eager() -> None:
+    from tensorarena.runtime.backend import Backend
+
+    torch.manual_seed(0)
+    model = ConvLate()
+    backend = Backend(reorder=True, time_limit=SEARCH_SECONDS)
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(1, 64, 32, requires_grad=True)
+    for _ in range(2):
+        got = compiled(x)
+        got.sum().backward()
+        got_grad, x.grad = x.grad, None
+        expected = model(x)
+        expected.sum().backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got_grad, x.grad)
+        x.grad = None
+    assert len(backend.programs) == 2  # forward and backward, each chose once with scratch
+    assert all("running" in program.order_estimates for program in backend.programs)
