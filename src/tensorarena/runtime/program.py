@@ -73,7 +73,7 @@ from tensorarena.runtime.lowering import (
 )
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
-from tensorarena.runtime.options import check_example, check_options, concurrency_for
+from tensorarena.runtime.options import check_example, check_options, workspace_for
 from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
@@ -211,6 +211,9 @@ class PlannedProgram:
         self.name = name
         #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
         self.outputs: OutputPlacement = outputs
+        #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
+        self.device = graph_device(gm.graph)
+        self.workspace = workspace_for(workspace, resource, self.device, concurrency)
         #: the graph as given (traced order) and its problem: orders are made from it
         self._given = (gm, problem_of)
         self._inplace = inplace
@@ -232,25 +235,6 @@ class PlannedProgram:
         self._order_open = reorder is True
         self._signature = signature
         self._reference = reference
-        #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
-        self.device = graph_device(self._graph)
-        if workspace is not None and not isinstance(workspace, Workspace):
-            raise InvalidArgumentError(
-                f"workspace must be a Workspace, got {type(workspace).__name__}"
-            )
-        if workspace is not None and resource is not None:
-            raise InvalidArgumentError(
-                "give resource or workspace, not both: a program given a workspace takes its "
-                "memory from the workspace's resource (Workspace(resource))"
-            )
-        if workspace is not None and workspace.device != self.device:
-            raise InvalidArgumentError(
-                f"the graph runs on {self.device} but the workspace given is on "
-                f"{workspace.device}"
-            )
-        resolved = concurrency_for(concurrency, workspace)
-        self.workspace = workspace or Workspace(resource, concurrency=resolved,
-                                                device=self.device)
         self._pool = pool
         self._planner = planner
         self._time_limit = time_limit
