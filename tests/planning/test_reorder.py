@@ -14,7 +14,7 @@ from graph_checks import forced_live_bound
 from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import schedules
 from tensorarena.planning.cut_bound import CutBound
-from tensorarena.planning.op_graph import OpGraph, check_order
+from tensorarena.planning.op_graph import OpGraph, check_order, with_node_buffers
 from tensorarena.planning.reorder import Schedule, reorder, reorder_graph
 from tensorarena.planning.validate import validate
 
@@ -356,3 +356,37 @@ def test_a_planning_problem_is_refused_with_what_to_pass_instead() -> None:
 
     with pytest.raises(InvalidArgumentError, match="pass the graph it was made from"):
         reorder(Problem([Buffer("a", 0, 1, 8)]))  # type: ignore[arg-type]
+
+
+def _conv_late() -> OpGraph:
+    """h (8 bytes; a convolution whose scratch is given separately), u (8), m = f(u) (1), the
+    output y = g(h, m) (2): without scratch the best order makes h late, after u has died."""
+    return OpGraph(names=("h", "u", "m", "y"), preds=((), (), (1,), (0, 2)),
+                   produces=((0,), (1,), (2,), (3,)), uses=((), (), (1,), (0, 2)),
+                   buffer_ids=("H", "U", "M", "Y"), sizes=(8, 8, 1, 2), outputs=frozenset({3}))
+
+
+def test_a_node_buffer_changes_which_order_is_best() -> None:
+    graph = _conv_late()
+    plain = reorder_graph(graph, time_limit=1.0)
+    assert [graph.names[v] for v in plain.candidates[0][1]] == ["u", "m", "h", "y"]
+    assert graph.peak(plain.candidates[0][1]) == 11 < graph.peak([0, 1, 2, 3]) == 17
+    local = with_node_buffers(graph, {"h": 72, "u": 0})
+    assert local.buffer_ids[-1] == "h#local" and len(local.buffer_ids) == 5  # a zero adds none
+    start, end = local.lifetimes([0, 1, 2, 3])
+    assert (start[-1], end[-1]) == (0, 1)  # live only while its node runs
+    found = reorder_graph(local, time_limit=1.0)
+    # 72 bytes of scratch where m is live cost 1 byte more than where nothing else is
+    assert [graph.names[v] for v in found.candidates[0][1]] == ["h", "u", "m", "y"]
+    assert local.peak(found.candidates[0][1]) == 80 < local.peak(plain.candidates[0][1]) == 81
+    assert found.proven
+
+
+@pytest.mark.parametrize(("sizes", "match"), [
+    ({"x": 4}, "'x' is not a node"), ({"h": -1}, "non-negative int"), ({"h": 1.5}, "int"),
+])
+def test_with_node_buffers_refuses_unknown_nodes_and_bad_sizes(sizes: Any, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        with_node_buffers(_conv_late(), sizes)
+    with pytest.raises(InvalidArgumentError, match="takes an OpGraph"):
+        with_node_buffers("graph", {})  # type: ignore[arg-type]

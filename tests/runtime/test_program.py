@@ -228,6 +228,16 @@ def test_a_workspace_option_must_be_a_workspace_and_comes_without_a_resource() -
         block_program(workspace=Workspace(), resource=CountingMemory())
 
 
+def test_a_bad_workspace_is_refused_before_the_order_is_searched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def searched(*args: object, **kwargs: object) -> None:
+        raise AssertionError("reorder searched before the workspace was checked")
+
+    monkeypatch.setattr("tensorarena.runtime.program.reordered", searched)
+    with pytest.raises(tensorarena.InvalidArgumentError, match="must be a Workspace"):
+        block_program(workspace="shared", reorder=True)
+
+
 def test_concurrency_defaults_to_the_workspaces_and_may_not_contradict_it() -> None:
     # An explicit concurrency given with a workspace used to be dropped without a word: the
     # default "serialize" could not be told from one the caller wrote.

@@ -20,7 +20,7 @@ original order, so that a reordered graph draws the same random numbers and give
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from tensorarena.planning.graph_problem import GraphProblem
 if TYPE_CHECKING:
     import torch.fx
 
-__all__ = ["OpGraph", "check_order", "op_graph_from_fx", "reordered_graph"]
+__all__ = ["OpGraph", "check_order", "op_graph_from_fx", "reordered_graph", "with_node_buffers"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -141,6 +141,34 @@ class OpGraph:
     def peak(self, order: Sequence[int] | IntArray) -> int:
         """The lower bound of the problem ``order`` makes: its peak of live bytes."""
         return int(self.profile(order).max(initial=0))
+
+
+def with_node_buffers(graph: OpGraph, nbytes: Mapping[str, int]) -> OpGraph:
+    """``graph`` with a buffer ``<node>#local`` of ``nbytes[node]`` bytes made and used by that
+    node alone (live only while it runs): memory a node needs besides its inputs and outputs,
+    such as a kernel's scratch, which then weighs on every order that runs the node where
+    much else is live. Names that are not nodes of ``graph`` are refused; zero sizes add
+    nothing."""
+    if not isinstance(graph, OpGraph):
+        raise InvalidArgumentError(
+            f"with_node_buffers() takes an OpGraph, got {type(graph).__name__}")
+    index = {name: v for v, name in enumerate(graph.names)}
+    unknown = next((name for name in nbytes if name not in index), None)
+    if unknown is not None:
+        raise InvalidArgumentError(f"with_node_buffers(): {unknown!r} is not a node of the graph")
+    produces = [list(made) for made in graph.produces]
+    ids, sizes = list(graph.buffer_ids), list(graph.sizes)
+    for name, size in nbytes.items():
+        if type(size) is not int or size < 0:
+            raise InvalidArgumentError(
+                f"with_node_buffers(): {name!r} needs a non-negative int of bytes, got {size!r}")
+        if size:
+            produces[index[name]].append(len(ids))
+            ids.append(f"{name}#local")
+            sizes.append(size)
+    return OpGraph(names=graph.names, preds=graph.preds,
+                   produces=tuple(tuple(p) for p in produces), uses=graph.uses,
+                   buffer_ids=tuple(ids), sizes=tuple(sizes), outputs=graph.outputs)
 
 
 def _is_index(value: object, limit: int) -> bool:

@@ -20,6 +20,7 @@ from tensorarena.runtime.kernel_arena import (
     KernelScripts,
     temporaries,
 )
+from tensorarena.runtime.kernel_order import choose_order, live_peak
 
 if TYPE_CHECKING:
     from tensorarena.runtime.program import PlannedProgram
@@ -32,7 +33,10 @@ _OP_NODES = ("call_function", "call_method", "call_module")
 
 def record_kernels(program: PlannedProgram, current: Specialization, inputs: list[Any]) -> Any:
     """Run ``current`` once recording its kernels' allocations, then plan them; return the
-    call's outputs (handed over as :meth:`PlannedProgram.run_flat` would)."""
+    call's outputs (handed over as :meth:`PlannedProgram.run_flat` would). With
+    ``reorder=True`` the program's first recording may change its order
+    (:func:`~tensorarena.runtime.kernel_order.choose_order`): ``current`` is then retired and
+    the shape planned anew in the new order with this recording (:func:`_carried_over`)."""
     graph = program._graph
     recording = KernelRecording()
     hooks = recording.hooks(n.name for n in graph.nodes if n.op in _OP_NODES)
@@ -45,10 +49,57 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
     outputs = code.run(inputs)
     if current.arenas is not None:
         outputs = current.arenas.hand_over(outputs, memory)
-    steps = {node.name: i for i, node in enumerate(graph.nodes)}
+    in_slots = recording.in_slots(current.lowering.results, code.slots,
+                                  _starts(current, memory))
+    if program._order_open:  # reorder=True: choose the order again, these allocations counted
+        program._order_open = False
+        calls = _calls(graph)
+        if choose_order(program, current, recording, in_slots):
+            program._demoted.update(code.failed)  # out variants that failed: copied from now on
+            current.kernel_note = "recorded; the program then changed order"
+            new = program._specialization(current.bindings)
+            carried = _carried_over(program, recording, calls, current, new)
+            memory = program._call_memory(new)
+            slots = program._generate(new.graph, new.lowering, new.plan, poison=False,
+                                      memory=memory).slots
+            _plan_recorded(program, new, carried,
+                           carried.in_slots(new.lowering.results, slots, _starts(new, memory)))
+            return outputs
+    _plan_recorded(program, current, recording, in_slots)
+    current.generated.failed.update(code.failed)  # out variants that failed: re-lowered next
+    return outputs
+
+
+def _starts(current: Specialization, memory: Any) -> dict[str, int]:
+    """The address of each planned buffer of ``current`` in ``memory``."""
     base = memory.data_ptr()
-    starts = {name: base + offset for name, offset in current.plan.as_dict().items()}
-    in_slots = recording.in_slots(current.lowering.results, code.slots, starts)
+    return {name: base + offset for name, offset in current.plan.as_dict().items()}
+
+
+def _calls(graph: Any) -> dict[str, tuple[Any, str, str]]:
+    """Each node's call: its target and arguments (by node name)."""
+    return {node.name: (node.target, repr(node.args), repr(node.kwargs)) for node in graph.nodes}
+
+
+def _carried_over(program: PlannedProgram, recording: KernelRecording,
+                  calls: dict[str, tuple[Any, str, str]], old: Specialization,
+                  new: Specialization) -> KernelRecording:
+    """``recording`` (made running ``old``, whose nodes made ``calls``) for ``new``, a shape
+    of the order the program runs now: only the nodes that make the same call in both, on the
+    same path. A node rewritten in one order only (run in place, or given another operand
+    copy) may allocate otherwise: its allocations are left to torch."""
+    same = {name for name, call in _calls(program._graph).items() if calls.get(name) == call
+            and name in old.lowering.paths and name in new.lowering.paths
+            and old.lowering.paths[name].path == new.lowering.paths[name].path}
+    return KernelRecording({n: log for n, log in recording.logs.items() if n in same},
+                           {n: r for n, r in recording.results.items() if n in same})
+
+
+def _plan_recorded(program: PlannedProgram, current: Specialization,
+                   recording: KernelRecording, in_slots: dict[str, str]) -> None:
+    """Plan ``current`` again with ``recording``'s allocations and make the code that serves
+    them (``in_slots``: allocations served in a result's slot)."""
+    steps = {node.name: i for i, node in enumerate(program._graph.nodes)}
     planned, ticks = temporaries(recording, steps, current.plan.problem, in_slots)
     current.kernel_note = "on"
     if len(planned) == len(current.plan.problem) and not in_slots:
@@ -74,8 +125,6 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
             program._regenerate(current)
             if held.remake(current.arenas._make_code, current.plan.height):
                 current.arenas = held
-    current.generated.failed.update(code.failed)  # out variants that failed: re-lowered next
-    return outputs
 
 
 def _plan(program: PlannedProgram, planned: Problem, before: Plan,
@@ -98,20 +147,9 @@ def _plan(program: PlannedProgram, planned: Problem, before: Plan,
         return idle, "idle"
     kept = {b.id for b in idle.problem.buffers}
     left = [b for b in planned.buffers if KERNEL_TAG in b.id and b.id not in kept]
-    if every.height + _peak(fresh) <= idle.height + _peak(fresh + left):
+    if every.height + live_peak(fresh) <= idle.height + live_peak(fresh + left):
         return every, "lower peak: all"
     return idle, "lower peak: idle"
-
-
-def _peak(buffers: list[Buffer]) -> int:
-    """The most bytes of ``buffers`` live at once."""
-    events = sorted([(b.start, b.nbytes) for b in buffers] + [(b.end, -b.nbytes) for b in buffers],
-                    key=lambda e: (e[0], e[1]))
-    live = peak = 0
-    for _, delta in events:
-        live += delta
-        peak = max(peak, live)
-    return peak
 
 
 def _within(problem: Problem, height: int) -> Problem:

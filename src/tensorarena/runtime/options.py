@@ -16,9 +16,10 @@ from tensorarena.planning._options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
 
 if TYPE_CHECKING:
+    from tensorarena.memory.resource import MemoryResource
     from tensorarena.runtime.workspace import Concurrency, Workspace
 
-__all__ = ["check_example", "check_options", "concurrency_for"]
+__all__ = ["check_example", "check_options", "concurrency_for", "workspace_for"]
 
 
 def check_options(
@@ -84,6 +85,30 @@ def concurrency_for(concurrency: Concurrency | None, workspace: Workspace | None
             f"concurrency out or make the workspace with Workspace(concurrency={concurrency!r})"
         )
     return workspace.concurrency
+
+
+def workspace_for(workspace: Any, resource: MemoryResource | None, device: str,
+                  concurrency: Concurrency | None) -> Workspace:
+    """The workspace of a program whose graph runs on ``device``: ``workspace``, checked (a
+    :class:`Workspace` on that device, not given with a ``resource``, whose concurrency
+    ``concurrency`` does not contradict), or a new one over ``resource``."""
+    from tensorarena.runtime.workspace import Workspace
+
+    if workspace is not None and not isinstance(workspace, Workspace):
+        raise InvalidArgumentError(
+            f"workspace must be a Workspace, got {type(workspace).__name__}"
+        )
+    if workspace is not None and resource is not None:
+        raise InvalidArgumentError(
+            "give resource or workspace, not both: a program given a workspace takes its "
+            "memory from the workspace's resource (Workspace(resource))"
+        )
+    if workspace is not None and workspace.device != device:
+        raise InvalidArgumentError(
+            f"the graph runs on {device} but the workspace given is on {workspace.device}"
+        )
+    resolved = concurrency_for(concurrency, workspace)
+    return workspace or Workspace(resource, concurrency=resolved, device=device)
 
 
 def check_example(args: Any, kwargs: Any) -> None:

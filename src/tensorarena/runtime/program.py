@@ -35,9 +35,12 @@ caller that keeps them keeps the tail, not the whole arena.
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
 
-Elsewhere: the graph copied and reordered before anything is planned
-(:mod:`~tensorarena.runtime.reordering`), kernels' own allocations recorded at a shape's first
-call and served from the arena (:mod:`~tensorarena.runtime.kernel_recording`), the report of a
+Elsewhere: where the graph comes from (:mod:`~tensorarena.runtime.graph_sources`), the graph
+reordered before anything is planned (:mod:`~tensorarena.runtime.reordering`) and the program's
+own copy of it with its rewrites (:mod:`~tensorarena.runtime.run_graph`), kernels' own
+allocations recorded at a shape's first call and served from the arena
+(:mod:`~tensorarena.runtime.kernel_recording`), the order chosen again with them
+(:mod:`~tensorarena.runtime.kernel_order`), the report of a
 shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
 (:mod:`~tensorarena.runtime.verification`) and :meth:`~PlannedProgram.record_memory`'s snapshot
 (:mod:`~tensorarena.runtime.recording`).
@@ -45,7 +48,6 @@ shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poi
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,13 +58,13 @@ from tensorarena.errors import (
     InvalidArgumentError,
     PlanVerificationError,
 )
-from tensorarena.planning._torch_graph import _free_symbols, _meta_value, _spec
+from tensorarena.planning._torch_graph import _free_symbols, _spec
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.runtime import graph_sources
 from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.held_arenas import HeldArenas
-from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
 from tensorarena.runtime.kernel_recording import record_kernels, serving
 from tensorarena.runtime.lowering import (
@@ -74,13 +76,13 @@ from tensorarena.runtime.lowering import (
 )
 from tensorarena.runtime.materialize import _torch, block, slot
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
-from tensorarena.runtime.operands import contiguous_operands
-from tensorarena.runtime.options import check_example, check_options, concurrency_for
+from tensorarena.runtime.options import check_example, check_options, workspace_for
 from tensorarena.runtime.output_tail import kernel_patches, split_plan, tail_start, with_tail
-from tensorarena.runtime.reordering import copied, reordered, with_graph
+from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
-from tensorarena.runtime.shapes import ShapeBinder, growing_symbols, ranges_of
-from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
+from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
+from tensorarena.runtime.shapes import ShapeBinder, growing_symbols
+from tensorarena.runtime.signature import Signature
 from tensorarena.runtime.specialization import (
     NOT_GENERATED,
     Specialization,
@@ -142,7 +144,10 @@ class PlannedProgram:
         of the buffers planned here (reorder also counts the outputs, which the arena leaves
         out; ``"always"`` runs it regardless, to compare orders). Every order it returns keeps
         data dependencies, in-place accesses and random ops in their original order, so outputs
-        are those of the graph as given (default off);
+        are those of the graph as given (default off). With ``True`` and the kernel arena, the
+        first recorded call chooses again with its kernels' allocations counted (the traced
+        order, this one, or one searched anew: :mod:`~tensorarena.runtime.kernel_order`,
+        :attr:`order_estimates`); every shape runs the order chosen then;
     ``outputs``
         ``"fresh"`` (default): outputs are made by torch at each call, outside the plan;
         ``"arena"``: they are planned too and returned as views of the arena, which the
@@ -213,45 +218,30 @@ class PlannedProgram:
         self.name = name
         #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
         self.outputs: OutputPlacement = outputs
-        self._gm, self._graph = gm, gm.graph
+        #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
+        self.device = graph_device(gm.graph)
+        self.workspace = workspace_for(workspace, resource, self.device, concurrency)
+        #: the graph as given (traced order) and its problem: orders are made from it
+        self._given = (gm, problem_of)
+        self._inplace = inplace
+        self._cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
+        self._max: Specialization | None = None
         #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
         self.schedule: Any = None
+        ordered = gm
         if reorder:
-            self._gm, self._graph, self.schedule = reordered(
+            ordered, _, self.schedule = reordered(
                 gm, problem_of, time_limit, always=reorder == "always",
                 with_outputs=outputs != "fresh")
         #: whether the nodes run in :attr:`schedule`'s order
-        self.reordered = self._graph is not gm.graph
-        self._gm, self._graph = copied(self._gm)
-        #: matrix products whose broadcast operand is first copied into a planned buffer
-        #: (:mod:`~tensorarena.runtime.operands`)
-        self.contiguous_operands = tuple(contiguous_operands(self._graph))
-        self.inplace_nodes: tuple[str, ...] = ()  #: nodes rewritten to run in place
-        if inplace:
-            before = problem_of(self._graph, hints(self._graph))
-            self.inplace_nodes = tuple(rewrite_inplace(self._graph, before))
-        self._problem_of = functools.partial(problem_of, self._graph)
+        self.reordered = ordered is not gm
+        self._adopt(prepare(ordered, problem_of, inplace=inplace))
+        #: ``reorder=True``: the order is chosen again with the first recorded call's kernel
+        #: allocations (:mod:`~tensorarena.runtime.kernel_order`); its estimates, by candidate
+        self.order_estimates: dict[str, int] = {}
+        self._order_open = reorder is True
         self._signature = signature
         self._reference = reference
-        #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
-        self.device = graph_device(self._graph)
-        if workspace is not None and not isinstance(workspace, Workspace):
-            raise InvalidArgumentError(
-                f"workspace must be a Workspace, got {type(workspace).__name__}"
-            )
-        if workspace is not None and resource is not None:
-            raise InvalidArgumentError(
-                "give resource or workspace, not both: a program given a workspace takes its "
-                "memory from the workspace's resource (Workspace(resource))"
-            )
-        if workspace is not None and workspace.device != self.device:
-            raise InvalidArgumentError(
-                f"the graph runs on {self.device} but the workspace given is on "
-                f"{workspace.device}"
-            )
-        resolved = concurrency_for(concurrency, workspace)
-        self.workspace = workspace or Workspace(resource, concurrency=resolved,
-                                                device=self.device)
         self._pool = pool
         self._planner = planner
         self._time_limit = time_limit
@@ -267,12 +257,10 @@ class PlannedProgram:
             self._max_bindings = self._binder.bind_shapes(max_shapes)
             self._binder.limit({s: v for s, v in self._max_bindings.items()
                                 if s not in self._growing})
-        self._max: Specialization | None = None
-        self._cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
         self._demoted: dict[str, str] = {}
         self._last: Specialization | None = None
         self._bindings: Mapping[Any, int] = {}
-        self._values = _result_values(self._graph)
+        self._values = result_values(self._graph)
         self._placeholders = sum(node.op == "placeholder" for node in self._graph.nodes)
         self._elsewhere = off_device(self._values, self.device)
         self._no_grad = torch.no_grad
@@ -291,20 +279,7 @@ class PlannedProgram:
     @classmethod
     def from_exported(cls, ep: torch.export.ExportedProgram, **options: Any) -> PlannedProgram:
         """Plan and run an ``ExportedProgram``; call the result as ``ep.module()`` is called."""
-        from tensorarena.planning.torch_frontend import problem_from_exported
-
-        if not isinstance(ep, _torch().export.ExportedProgram):
-            raise InvalidArgumentError(
-                f"from_exported takes a torch.export.ExportedProgram, got {type(ep).__name__} "
-                "(for a module: PlannedProgram.from_module(model, (x,)))"
-            )
-        name = options.pop("name", "") or "exported"
-
-        def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
-            return problem_from_exported(ep, name=name, bindings=bindings or None, graph=graph)
-
-        return cls(ep.graph_module, problem_of, ExportedSignature(ep), name=name,
-                   reference=ep.module(), ranges=ranges_of(ep), **options)
+        return cls._from(graph_sources.from_exported(ep, options.pop("name", "")), options)
 
     @classmethod
     def from_module(
@@ -321,20 +296,8 @@ class PlannedProgram:
         in: call ``model.eval()`` first for inference) and plan the program. A model that cannot
         be exported raises :class:`ExportFailedError` carrying torch's error."""
         check_example(args, kwargs)
-        torch = _torch()
-        try:
-            with torch.no_grad():
-                ep = torch.export.export(model, tuple(args), dict(kwargs or {}),
+        ep = graph_sources.export_module(model, args, kwargs or {},
                                          dynamic_shapes=dynamic_shapes, strict=strict)
-        except Exception as exc:
-            raise ExportFailedError(
-                f"torch.export could not capture {type(model).__name__}: "
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}\n"
-                "What to try: torch.compile(model, backend='tensorarena'), which plans the parts "
-                "export cannot capture whole (graph breaks); strict=False if you passed True; "
-                "a dynamic_shapes spec if a dimension changes between calls; or export the model "
-                "yourself and pass the program to PlannedProgram.from_exported"
-            ) from exc
         options.setdefault("name", type(model).__name__)
         return cls.from_exported(ep, **options)
 
@@ -350,24 +313,16 @@ class PlannedProgram:
         """Plan and run an FX ``GraphModule`` whose nodes carry shapes (``make_fx``, export,
         dynamo, ``aot_autograd``); call the result with the graph's placeholders in order.
         ``check_inputs=False`` skips the shape checks (for callers that guard already)."""
-        from tensorarena.planning.torch_frontend import problem_from_fx
+        source = graph_sources.from_graph_module(
+            gm, options.pop("name", ""), input_names=input_names, check_inputs=check_inputs,
+            signature=options.pop("signature", None))
+        options.setdefault("reference", gm)
+        return cls._from(source, options)
 
-        if not isinstance(gm, _torch().fx.GraphModule):
-            raise InvalidArgumentError(
-                f"from_graph_module takes a torch.fx.GraphModule, got {type(gm).__name__} "
-                "(for a module: PlannedProgram.from_module(model, (x,)))"
-            )
-        name = options.pop("name", "") or "graph"
-        signature = options.pop("signature", None) or FlatSignature(
-            gm, input_names, check=check_inputs
-        )
-
-        def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
-            owner = gm if graph is gm.graph else with_graph(gm, graph)
-            return problem_from_fx(owner, name=name, bindings=bindings or None)
-
-        return cls(gm, problem_of, signature, name=name, reference=options.pop("reference", gm),
-                   **options)
+    @classmethod
+    def _from(cls, source: graph_sources.GraphSource, options: dict[str, Any]) -> PlannedProgram:
+        return cls(source.gm, source.problem_of, source.signature,
+                   **{**source.options, **options})
 
     # ------------------------------------------------------------------------------------------
     # Calling
@@ -390,6 +345,8 @@ class PlannedProgram:
             self._bindings = bindings
             if current.kernel_note == "to record":
                 outputs = record_kernels(self, current, inputs)
+                if current.retired:  # the program changed order: every shape is made anew
+                    return outputs
             elif current.arenas is None:
                 outputs = current.generated.run(inputs)
             else:
@@ -440,6 +397,21 @@ class PlannedProgram:
         current.seconds = time.perf_counter() - start
         return current
 
+    def _adopt(self, run: RunGraph) -> None:
+        """Run ``run`` from now on: every shape planned for another order is dropped (each is
+        planned anew at its next call)."""
+        for stale in self._cache.values():
+            stale.retired = True
+        self._cache.clear()
+        self._max = None
+        self._run = run
+        self._gm, self._graph = run.gm, run.graph
+        #: matrix products whose broadcast operand is first copied into a planned buffer
+        #: (:mod:`~tensorarena.runtime.operands`)
+        self.contiguous_operands = run.contiguous_operands
+        self.inplace_nodes = run.inplace_nodes  #: nodes rewritten to run in place
+        self._problem_of = run.problem_of
+
     def _held_arenas(self, current: Specialization) -> HeldArenas:
         def make_code(memory: torch.Tensor) -> Generated:
             return self._generate(current.graph, current.lowering, current.plan,
@@ -455,10 +427,11 @@ class PlannedProgram:
             return self.workspace.memory
         return block(current.plan.height, self.workspace.resource, device=self.device)
 
-    def _classify(self, graph: GraphProblem) -> Lowering:
-        return classify(self._graph, graph, unplaceable=self._unplaceable,
+    def _classify(self, graph: GraphProblem, run: RunGraph | None = None) -> Lowering:
+        run = run or self._run
+        return classify(run.graph, graph, unplaceable=self._unplaceable,
                         pooled=self._pooled(), demoted=self._demoted,
-                        inplace=self.inplace_nodes, elsewhere=self._elsewhere,
+                        inplace=run.inplace_nodes, elsewhere=self._elsewhere,
                         planned_outputs=self.outputs != "fresh",
                         composite_out_as_copy=self._kernel_note == "to record")
 
@@ -620,21 +593,3 @@ class PlannedProgram:
             f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
         )
 
-
-def _result_values(graph: torch.fx.Graph) -> dict[str, Any]:
-    """Tensor name → its (fake, possibly symbolic) value, as the front end names results."""
-    import operator
-
-    from tensorarena.planning._torch_graph import _is_tensor_like
-    from tensorarena.planning.torch_frontend import _element_names
-
-    values: dict[str, Any] = {}
-    for node in graph.nodes:
-        value = _meta_value(node)
-        if _is_tensor_like(value):
-            values[node.name] = value
-        elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
-            for name, v in zip(_element_names(node, len(value)), value, strict=True):
-                if _is_tensor_like(v):
-                    values[name] = v
-    return values

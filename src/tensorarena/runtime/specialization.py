@@ -39,6 +39,9 @@ class Specialization:
     #: with the policy that planned them
     kernel_note: str = "off"
     scripts: KernelScripts | None = None  # "on": the scripts of the nodes served
+    #: made for an order the program no longer runs (:mod:`~tensorarena.runtime.kernel_order`):
+    #: out of the cache, never run again
+    retired: bool = False
 
 
 #: The code of a specialization that has none of its own (outputs="arena": each held arena has
