@@ -3,28 +3,15 @@
 Built from a ``torch.export`` program (:meth:`PlannedProgram.from_exported`) or an FX graph with
 shapes (:meth:`PlannedProgram.from_graph_module`: ``make_fx``, ``aot_autograd``). For each input
 shape it plans the buffers that can live in the arena, reserves the plan's height in its
-:class:`~tensorarena.runtime.workspace.Workspace` and generates straight-line code that writes
-each result into its slot (:mod:`~tensorarena.runtime.shape_plans`,
-:mod:`~tensorarena.runtime.shape_code`),
-and caches the result (a :class:`~tensorarena.runtime.specialization.Specialization`), up to
-``max_plans`` shapes (least recently used first out), as ONNX Runtime caches its memory
-patterns. ``max_shapes`` plans once for declared maximum sizes instead
-and serves every smaller shape inside that plan (each buffer at the same offset, never larger);
-``growing`` names dimensions that change at every call (a growing KV cache): their buffers are
-allocated per call from the dynamic pool and never trigger a new plan.
-
-**Outputs.** By default (``outputs="fresh"``) the buffers a graph returns (and everything they
-view) are left out of the plan and made fresh at each call, so the caller owns them outright and
-the next call cannot overwrite them: the plan is made *around* the outputs rather than copying
-them out, which costs nothing but those outputs' own allocation, exactly what eager execution
-pays, on top of the arena. With ``outputs="arena"`` they are planned too and handed over as
-views of the arena, which then stays the caller's until the last of them is gone; each call
-takes an arena no caller holds (:mod:`~tensorarena.runtime.held_arenas`). That lets the outputs
-reuse the bytes of intermediates that died before them (a training step's gradients, those of
-its activations) instead of coming on top of the arena. ``outputs="handover"`` plans them in a
-tail of the arena that each call takes anew and hands over with them
-(:mod:`~tensorarena.runtime.output_tail`): the peak is that of the arena with its outputs, and a
-caller that keeps them keeps the tail, not the whole arena.
+:class:`~tensorarena.runtime.workspace.Workspace`, generates straight-line code that writes each
+result into its slot (:mod:`~tensorarena.runtime.shape_plans`,
+:mod:`~tensorarena.runtime.shape_code`) and caches the result (a
+:class:`~tensorarena.runtime.specialization.Specialization`), up to ``max_plans`` shapes (least
+recently used first out), as ONNX Runtime caches its memory patterns. ``max_shapes`` plans once
+for declared maximum sizes instead and serves every smaller shape inside that plan (each buffer
+at the same offset, never larger); ``growing`` names dimensions that change at every call (a
+growing KV cache): their buffers are allocated per call from the dynamic pool and never trigger
+a new plan. Where the outputs live: :mod:`~tensorarena.runtime.output_placement`.
 
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
@@ -34,8 +21,8 @@ reordered before anything is planned (:mod:`~tensorarena.runtime.reordering`) an
 own copy of it with its rewrites (:mod:`~tensorarena.runtime.run_graph`), kernels' own
 allocations recorded at a shape's first call and served from the arena
 (:mod:`~tensorarena.runtime.kernel_recording`), the order chosen again with them
-(:mod:`~tensorarena.runtime.kernel_order`), the report of a
-shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
+(:mod:`~tensorarena.runtime.kernel_order`), the report of a shape
+(:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
 (:mod:`~tensorarena.runtime.verification`) and :meth:`~PlannedProgram.record_memory`'s snapshot
 (:mod:`~tensorarena.runtime.recording`).
 """
@@ -49,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tensorarena.errors import ExportFailedError, InvalidArgumentError, PlanVerificationError
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.problem import Plan, Problem
-from tensorarena.runtime import graph_sources, shape_code, shape_plans
+from tensorarena.runtime import graph_sources, output_placement, shape_code, shape_plans
 from tensorarena.runtime.device import graph_device, off_device
 from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
@@ -57,6 +44,7 @@ from tensorarena.runtime.lowering import Lowering, Unplaceable
 from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.options import check_example, check_options, workspace_for
+from tensorarena.runtime.output_placement import OutputPlacement
 from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
@@ -73,10 +61,6 @@ if TYPE_CHECKING:
     from tensorarena.memory.resource import MemoryResource
 
 __all__ = ["ExportFailedError", "OutputPlacement", "PlanVerificationError", "PlannedProgram"]
-
-#: Where a program's outputs live: made by torch at each call, planned in the arena, or planned
-#: in a tail of the arena handed over at each call (:mod:`~tensorarena.runtime.output_tail`).
-OutputPlacement = Literal["fresh", "arena", "handover"]
 
 #: Seconds the exact search may spend on one shape's plan by default.
 DEFAULT_TIME_LIMIT = 2.0
@@ -125,11 +109,11 @@ class PlannedProgram:
     ``outputs``
         ``"fresh"`` (default): outputs are made by torch at each call, outside the plan;
         ``"arena"``: they are planned too and returned as views of the arena, which the
-        caller's outputs then hold (a call takes an arena none holds; see the module
-        docstring). The arena does not come from ``workspace``, which is then used for its
-        lock only. :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``;
-        ``"handover"``: planned in a tail of the arena taken anew at each call and handed over
-        with the outputs, the rest held across calls (:mod:`~tensorarena.runtime.output_tail`);
+        caller's outputs then hold (a call takes an arena none holds). The arena does not come
+        from ``workspace``, which is then used for its lock only.
+        :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``; ``"handover"``:
+        planned in a tail of the arena taken anew at each call and handed over with the
+        outputs, the rest held across calls (:mod:`~tensorarena.runtime.output_placement`);
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on; decided after reordering, on the order that runs);
@@ -323,8 +307,7 @@ class PlannedProgram:
         return shape_plans.specialization_for(self, bindings)
 
     # ------------------------------------------------------------------------------------------
-    # Building one shape (:mod:`~tensorarena.runtime.shape_plans`) and its code
-    # (:mod:`~tensorarena.runtime.shape_code`): the methods other modules call
+    # Building one shape: wrappers of shape_plans, shape_code and output_placement for callers
     # ------------------------------------------------------------------------------------------
 
     def _adopt(self, run: RunGraph) -> None:
@@ -346,10 +329,10 @@ class PlannedProgram:
         return shape_plans.classify_nodes(self, graph, run)
 
     def _make_plan(self, planned: Problem, outputs: Sequence[str]) -> Plan:
-        return shape_plans.plan_buffers(self, planned, outputs)
+        return output_placement.plan_buffers(self, planned, outputs)
 
     def _persistent_bytes(self, plan: Plan, outputs: Sequence[str]) -> int:
-        return shape_plans.persistent_bytes(self, plan, outputs)
+        return output_placement.persistent_bytes(self, plan, outputs)
 
     def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
                   poison: bool, memory: torch.Tensor | None = None,
@@ -358,7 +341,7 @@ class PlannedProgram:
                                         memory=memory, kernel=kernel, **extra)
 
     def _call_memory(self, current: Specialization) -> torch.Tensor:
-        return shape_code.call_memory(self, current)
+        return output_placement.call_memory(self, current)
 
     def _regenerate(self, current: Specialization) -> None:
         shape_code.regenerate(self, current)

@@ -3,11 +3,11 @@
 Generated (:func:`~tensorarena.runtime.generated_code.generate`) over the workspace's block,
 over an arena of each call's own with ``outputs="arena"``
 (:mod:`~tensorarena.runtime.held_arenas`) or with the outputs in a tail handed over at each call
-(``outputs="handover"``, :mod:`~tensorarena.runtime.output_tail`); run at each call
+(``outputs="handover"``, :mod:`~tensorarena.runtime.output_placement`); run at each call
 (:func:`run_code`); made anew over the same plan when the workspace's block moved or nodes whose
 out variant failed were demoted; and once with every node annotated, for the allocator trace and
-the memory recording. The program's methods of the same names are thin wrappers over these
-functions.
+the memory recording. The functions take the program; its ``_generate``, ``_regenerate``,
+``_pool_tensor`` and ``_annotated_call`` are one-line wrappers over them for other modules.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tensorarena.runtime.generated_code import Generated, generate
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_recording import record_kernels, serving
 from tensorarena.runtime.materialize import block, slot
-from tensorarena.runtime.output_tail import kernel_patches, tail_start, with_tail
+from tensorarena.runtime.output_placement import call_memory, placed_code
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = [
     "annotated_call",
     "arenas_for",
-    "call_memory",
     "generate_code",
     "pool_allocator",
     "regenerate",
@@ -75,11 +74,7 @@ def generate_code(program: PlannedProgram, graph: GraphProblem, lowering: Loweri
         return generate(program._graph, program._gm, graph, lowering, plan.as_dict(), arena,
                         poison=poison, kernel=kernel, tail=tail, **extra)
 
-    if program.outputs != "handover":
-        return make(None)
-    start = tail_start(plan, graph.outputs)
-    return with_tail(make, start, plan.height - start, program.workspace.resource,
-                     program.device, arena, kernel_patches(kernel, plan.as_dict(), start))
+    return placed_code(program, make, plan, graph.outputs, arena, kernel)
 
 
 def arenas_for(program: PlannedProgram, current: Specialization) -> HeldArenas:
@@ -90,14 +85,6 @@ def arenas_for(program: PlannedProgram, current: Specialization) -> HeldArenas:
                              kernel=serving(program, current))
 
     return HeldArenas(make_code, current.plan.height, program.workspace.resource, program.device)
-
-
-def call_memory(program: PlannedProgram, current: Specialization) -> torch.Tensor:
-    """The arena for a one-off call (verify, traced, recorded): the workspace's block, or
-    with ``outputs="arena"`` a block of its own that its outputs keep."""
-    if current.arenas is None:
-        return program.workspace.memory
-    return block(current.plan.height, program.workspace.resource, device=program.device)
 
 
 def regenerate(program: PlannedProgram, current: Specialization) -> None:

@@ -8,14 +8,14 @@ For each input shape the program
    the plan what cannot live in the arena;
 3. plans the rest (:func:`tensorarena.planning.plan`; inside the plan for the maximum shapes
    when ``max_shapes`` is given and every buffer fits in its slot; with ``outputs="handover"``
-   the outputs in a tail, :mod:`~tensorarena.runtime.output_tail`) and reserves the plan's
+   the outputs in a tail, :mod:`~tensorarena.runtime.output_placement`) and reserves the plan's
    height in its :class:`~tensorarena.runtime.workspace.Workspace`, one block from a
    tensorarena resource;
 4. generates straight-line code that writes each result into its slot
    (:mod:`~tensorarena.runtime.shape_code`),
 
-and caches the result (:func:`specialization_for`). The program's methods of the same names are
-thin wrappers over these functions.
+and caches the result (:func:`specialization_for`). The functions take the program;
+its ``_specialization`` and ``_classify`` are one-line wrappers over them for other modules.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.planning._torch_graph import _free_symbols
-from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.lowering import Lowering, classify
-from tensorarena.runtime.output_tail import split_plan, tail_start
+from tensorarena.runtime.output_placement import persistent_bytes, plan_buffers
 from tensorarena.runtime.shape_code import arenas_for, generate_code, regenerate
 from tensorarena.runtime.specialization import (
     NOT_GENERATED,
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
     from tensorarena.runtime.program import PlannedProgram
     from tensorarena.runtime.run_graph import RunGraph
 
-__all__ = ["build", "classify_nodes", "persistent_bytes", "plan_buffers", "specialization_for"]
+__all__ = ["build", "classify_nodes", "specialization_for"]
 
 
 def specialization_for(program: PlannedProgram, bindings: dict[Any, int]) -> Specialization:
@@ -111,21 +110,6 @@ def _plan_for(program: PlannedProgram, planned: Problem, bindings: Mapping[Any, 
             return fitted, "inside the plan for the maximum shapes"
     program.plans_made += 1
     return plan_buffers(program, planned, outputs), ""
-
-
-def plan_buffers(program: PlannedProgram, planned: Problem, outputs: Sequence[str]) -> Plan:
-    """Plan ``planned``; with ``outputs="handover"``, its ``outputs`` in the tail."""
-    def plan_part(part: Problem) -> Plan:
-        return make_plan(part, program._planner, time_limit=program._time_limit)
-
-    if program.outputs != "handover":
-        return plan_part(planned)
-    return split_plan(planned, outputs, plan_part)
-
-
-def persistent_bytes(program: PlannedProgram, plan: Plan, outputs: Sequence[str]) -> int:
-    """The bytes of ``plan`` held across calls: all but a handed-over tail."""
-    return tail_start(plan, outputs) if program.outputs == "handover" else plan.height
 
 
 def _inside_max_plan(program: PlannedProgram, planned: Problem) -> Plan | None:
