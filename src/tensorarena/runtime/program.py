@@ -2,35 +2,16 @@
 
 Built from a ``torch.export`` program (:meth:`PlannedProgram.from_exported`) or an FX graph with
 shapes (:meth:`PlannedProgram.from_graph_module`: ``make_fx``, ``aot_autograd``). For each input
-shape it:
-
-1. builds the graph's planning problem (:mod:`tensorarena.planning.torch_frontend`, with the
-   shape's values for the size symbols of a dynamic graph);
-2. decides each node's path (:func:`~tensorarena.runtime.lowering.classify`) and leaves out of
-   the plan what cannot live in the arena;
-3. plans the rest (:func:`tensorarena.planning.plan`) and reserves the plan's height in its
-   :class:`~tensorarena.runtime.workspace.Workspace`, one block from a tensorarena resource;
-4. generates straight-line code that writes each result into its slot.
-
-and caches the result (a :class:`~tensorarena.runtime.specialization.Specialization`), up to
-``max_plans`` shapes (least recently used first out), as ONNX Runtime caches its memory
-patterns. ``max_shapes`` plans once for declared maximum sizes instead
-and serves every smaller shape inside that plan (each buffer at the same offset, never larger);
-``growing`` names dimensions that change at every call (a growing KV cache): their buffers are
-allocated per call from the dynamic pool and never trigger a new plan.
-
-**Outputs.** By default (``outputs="fresh"``) the buffers a graph returns (and everything they
-view) are left out of the plan and made fresh at each call, so the caller owns them outright and
-the next call cannot overwrite them: the plan is made *around* the outputs rather than copying
-them out, which costs nothing but those outputs' own allocation, exactly what eager execution
-pays, on top of the arena. With ``outputs="arena"`` they are planned too and handed over as
-views of the arena, which then stays the caller's until the last of them is gone; each call
-takes an arena no caller holds (:mod:`~tensorarena.runtime.held_arenas`). That lets the outputs
-reuse the bytes of intermediates that died before them (a training step's gradients, those of
-its activations) instead of coming on top of the arena. ``outputs="handover"`` plans them in a
-tail of the arena that each call takes anew and hands over with them
-(:mod:`~tensorarena.runtime.output_tail`): the peak is that of the arena with its outputs, and a
-caller that keeps them keeps the tail, not the whole arena.
+shape it plans the buffers that can live in the arena, reserves the plan's height in its
+:class:`~tensorarena.runtime.workspace.Workspace`, generates straight-line code that writes each
+result into its slot (:mod:`~tensorarena.runtime.shape_plans`,
+:mod:`~tensorarena.runtime.shape_code`) and caches the result (a
+:class:`~tensorarena.runtime.specialization.Specialization`), up to ``max_plans`` shapes (least
+recently used first out), as ONNX Runtime caches its memory patterns. ``max_shapes`` plans once
+for declared maximum sizes instead and serves every smaller shape inside that plan (each buffer
+at the same offset, never larger); ``growing`` names dimensions that change at every call (a
+growing KV cache): their buffers are allocated per call from the dynamic pool and never trigger
+a new plan. Where the outputs live: :mod:`~tensorarena.runtime.output_placement`.
 
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
@@ -40,55 +21,36 @@ reordered before anything is planned (:mod:`~tensorarena.runtime.reordering`) an
 own copy of it with its rewrites (:mod:`~tensorarena.runtime.run_graph`), kernels' own
 allocations recorded at a shape's first call and served from the arena
 (:mod:`~tensorarena.runtime.kernel_recording`), the order chosen again with them
-(:mod:`~tensorarena.runtime.kernel_order`), the report of a
-shape (:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
+(:mod:`~tensorarena.runtime.kernel_order`), the report of a shape
+(:mod:`~tensorarena.runtime.report`), :meth:`~PlannedProgram.verify`'s poisoned run
 (:mod:`~tensorarena.runtime.verification`) and :meth:`~PlannedProgram.record_memory`'s snapshot
 (:mod:`~tensorarena.runtime.recording`).
 """
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena.errors import (
-    ExportFailedError,
-    InvalidArgumentError,
-    PlanVerificationError,
-)
-from tensorarena.planning._torch_graph import _free_symbols, _spec
+from tensorarena.errors import ExportFailedError, InvalidArgumentError, PlanVerificationError
 from tensorarena.planning.graph_problem import GraphProblem
-from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem
-from tensorarena.runtime import graph_sources
+from tensorarena.runtime import graph_sources, output_placement, shape_code, shape_plans
 from tensorarena.runtime.device import graph_device, off_device
-from tensorarena.runtime.held_arenas import HeldArenas
+from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
-from tensorarena.runtime.kernel_recording import record_kernels, serving
-from tensorarena.runtime.lowering import (
-    Generated,
-    Lowering,
-    Unplaceable,
-    classify,
-    generate,
-)
-from tensorarena.runtime.materialize import _torch, block, slot
+from tensorarena.runtime.lowering import Lowering, Unplaceable
+from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 from tensorarena.runtime.options import check_example, check_options, workspace_for
-from tensorarena.runtime.output_tail import kernel_patches, split_plan, tail_start, with_tail
+from tensorarena.runtime.output_placement import OutputPlacement
 from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols
 from tensorarena.runtime.signature import Signature
-from tensorarena.runtime.specialization import (
-    NOT_GENERATED,
-    Specialization,
-    inside_plan,
-    planned_problem,
-)
+from tensorarena.runtime.specialization import Specialization
 from tensorarena.runtime.verification import verify_call
 from tensorarena.runtime.workspace import Concurrency, Workspace
 
@@ -99,10 +61,6 @@ if TYPE_CHECKING:
     from tensorarena.memory.resource import MemoryResource
 
 __all__ = ["ExportFailedError", "OutputPlacement", "PlanVerificationError", "PlannedProgram"]
-
-#: Where a program's outputs live: made by torch at each call, planned in the arena, or planned
-#: in a tail of the arena handed over at each call (:mod:`~tensorarena.runtime.output_tail`).
-OutputPlacement = Literal["fresh", "arena", "handover"]
 
 #: Seconds the exact search may spend on one shape's plan by default.
 DEFAULT_TIME_LIMIT = 2.0
@@ -151,11 +109,11 @@ class PlannedProgram:
     ``outputs``
         ``"fresh"`` (default): outputs are made by torch at each call, outside the plan;
         ``"arena"``: they are planned too and returned as views of the arena, which the
-        caller's outputs then hold (a call takes an arena none holds; see the module
-        docstring). The arena does not come from ``workspace``, which is then used for its
-        lock only. :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``;
-        ``"handover"``: planned in a tail of the arena taken anew at each call and handed over
-        with the outputs, the rest held across calls (:mod:`~tensorarena.runtime.output_tail`);
+        caller's outputs then hold (a call takes an arena none holds). The arena does not come
+        from ``workspace``, which is then used for its lock only.
+        :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``; ``"handover"``:
+        planned in a tail of the arena taken anew at each call and handed over with the
+        outputs, the rest held across calls (:mod:`~tensorarena.runtime.output_placement`);
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on; decided after reordering, on the order that runs);
@@ -343,59 +301,14 @@ class PlannedProgram:
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
             self._bindings = bindings
-            if current.kernel_note == "to record":
-                outputs = record_kernels(self, current, inputs)
-                if current.retired:  # the program changed order: every shape is made anew
-                    return outputs
-            elif current.arenas is None:
-                outputs = current.generated.run(inputs)
-            else:
-                memory, current.generated = current.arenas.take()
-                outputs = current.arenas.hand_over(current.generated.run(inputs), memory)
-            if current.generated.failed:
-                self._relower(current)
-            elif current.scripts is not None and current.scripts.stale:
-                self._regenerate(current)  # a node's kernel kept a served block: not armed now
-        return outputs
+            return shape_code.run_code(self, current, inputs)
 
     def _specialization(self, bindings: dict[Any, int]) -> Specialization:
-        key = tuple(bindings[s] for s in self._key_symbols)
-        current = self._cache.get(key)
-        if current is None:
-            current = self._build(bindings)
-            self._cache[key] = current
-            while len(self._cache) > self._max_plans:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
-            if current.arenas is None and current.generation != self.workspace.generation:
-                self._regenerate(current)
-        self._last = current
-        return current
+        return shape_plans.specialization_for(self, bindings)
 
     # ------------------------------------------------------------------------------------------
-    # Building one shape
+    # Building one shape: wrappers of shape_plans, shape_code and output_placement for callers
     # ------------------------------------------------------------------------------------------
-
-    def _build(self, bindings: dict[Any, int]) -> Specialization:
-        start = time.perf_counter()
-        graph = self._problem_of(bindings)
-        lowering = self._classify(graph)
-        planned = planned_problem(graph, lowering)
-        plan, note = self._plan_for(planned, bindings, graph.outputs)
-        if self.outputs == "arena":
-            current = Specialization(bindings, graph, lowering, plan, note, NOT_GENERATED,
-                                      self.workspace.generation, 0.0)
-            current.arenas = self._held_arenas(current)
-        else:
-            self.workspace.reserve(self._persistent_bytes(plan, graph.outputs))
-            current = Specialization(
-                bindings, graph, lowering, plan, note,
-                self._generate(graph, lowering, plan, poison=self._poison),
-                self.workspace.generation, 0.0)
-        current.kernel_note = self._kernel_note
-        current.seconds = time.perf_counter() - start
-        return current
 
     def _adopt(self, run: RunGraph) -> None:
         """Run ``run`` from now on: every shape planned for another order is dropped (each is
@@ -412,116 +325,29 @@ class PlannedProgram:
         self.inplace_nodes = run.inplace_nodes  #: nodes rewritten to run in place
         self._problem_of = run.problem_of
 
-    def _held_arenas(self, current: Specialization) -> HeldArenas:
-        def make_code(memory: torch.Tensor) -> Generated:
-            return self._generate(current.graph, current.lowering, current.plan,
-                                  poison=self._poison, memory=memory,
-                                  kernel=serving(self, current))
-
-        return HeldArenas(make_code, current.plan.height, self.workspace.resource, self.device)
-
-    def _call_memory(self, current: Specialization) -> torch.Tensor:
-        """The arena for a one-off call (verify, traced, recorded): the workspace's block, or
-        with ``outputs="arena"`` a block of its own that its outputs keep."""
-        if current.arenas is None:
-            return self.workspace.memory
-        return block(current.plan.height, self.workspace.resource, device=self.device)
-
     def _classify(self, graph: GraphProblem, run: RunGraph | None = None) -> Lowering:
-        run = run or self._run
-        return classify(run.graph, graph, unplaceable=self._unplaceable,
-                        pooled=self._pooled(), demoted=self._demoted,
-                        inplace=run.inplace_nodes, elsewhere=self._elsewhere,
-                        planned_outputs=self.outputs != "fresh",
-                        composite_out_as_copy=self._kernel_note == "to record")
-
-    def _pooled(self) -> set[str]:
-        if not self._growing:
-            return set()
-        return {name for name, value in self._values.items()
-                if _free_symbols(value) & self._growing}
-
-    def _plan_for(self, planned: Problem, bindings: Mapping[Any, int],
-                  outputs: Sequence[str] = ()) -> tuple[Plan, str]:
-        if self._max_bindings is not None:
-            fitted = self._inside_max_plan(planned)
-            if fitted is not None:
-                return fitted, "inside the plan for the maximum shapes"
-        self.plans_made += 1
-        return self._make_plan(planned, outputs), ""
+        return shape_plans.classify_nodes(self, graph, run)
 
     def _make_plan(self, planned: Problem, outputs: Sequence[str]) -> Plan:
-        """Plan ``planned``; with ``outputs="handover"``, its ``outputs`` in the tail."""
-        def plan_part(part: Problem) -> Plan:
-            return make_plan(part, self._planner, time_limit=self._time_limit)
-
-        if self.outputs != "handover":
-            return plan_part(planned)
-        return split_plan(planned, outputs, plan_part)
+        return output_placement.plan_buffers(self, planned, outputs)
 
     def _persistent_bytes(self, plan: Plan, outputs: Sequence[str]) -> int:
-        """The bytes of ``plan`` held across calls: all but a handed-over tail."""
-        return tail_start(plan, outputs) if self.outputs == "handover" else plan.height
-
-    def _inside_max_plan(self, planned: Problem) -> Plan | None:
-        """The maximum-shape plan's offsets for ``planned`` if every buffer fits in its slot."""
-        if self._max is None:
-            assert self._max_bindings is not None
-            self._max = self._build_max(self._max_bindings)
-        return inside_plan(self._max.plan, planned)
-
-    def _build_max(self, bindings: dict[Any, int]) -> Specialization:
-        graph = self._problem_of(bindings)
-        lowering = self._classify(graph)
-        planned = planned_problem(graph, lowering)
-        self.plans_made += 1
-        plan = self._make_plan(planned, graph.outputs)
-        self.workspace.reserve(self._persistent_bytes(plan, graph.outputs))
-        return Specialization(bindings, graph, lowering, plan, "maximum shapes",
-                               NOT_GENERATED, self.workspace.generation, 0.0)
+        return output_placement.persistent_bytes(self, plan, outputs)
 
     def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
                   poison: bool, memory: torch.Tensor | None = None,
                   kernel: KernelHooks | None = None, **extra: Any) -> Generated:
-        arena = self.workspace.memory if memory is None else memory
-        extra.setdefault("pool_tensor", self._pool_tensor)
+        return shape_code.generate_code(self, graph, lowering, plan, poison=poison,
+                                        memory=memory, kernel=kernel, **extra)
 
-        def make(tail: tuple[int, torch.Tensor] | None) -> Generated:
-            return generate(self._graph, self._gm, graph, lowering, plan.as_dict(), arena,
-                            poison=poison, kernel=kernel, tail=tail, **extra)
-
-        if self.outputs != "handover":
-            return make(None)
-        start = tail_start(plan, graph.outputs)
-        return with_tail(make, start, plan.height - start, self.workspace.resource, self.device,
-                         arena, kernel_patches(kernel, plan.as_dict(), start))
+    def _call_memory(self, current: Specialization) -> torch.Tensor:
+        return output_placement.call_memory(self, current)
 
     def _regenerate(self, current: Specialization) -> None:
-        """New slots over a new block (the workspace grew, or nodes were demoted): same plan,
-        new code. Held arenas start over: blocks the caller holds die with its tensors."""
-        if current.arenas is not None:
-            current.arenas = self._held_arenas(current)
-        else:
-            current.generated = self._generate(current.graph, current.lowering, current.plan,
-                                               poison=self._poison,
-                                               kernel=serving(self, current))
-        current.generation = self.workspace.generation
-
-    def _relower(self, current: Specialization) -> None:
-        """Nodes whose out variant failed take the copy path from now on."""
-        for node, reason in current.generated.failed.items():
-            self._demoted[node] = reason
-            current.lowering.demote(node, reason)
-        self._regenerate(current)
+        shape_code.regenerate(self, current)
 
     def _pool_tensor(self, name: str) -> Callable[[], torch.Tensor]:
-        value = self._values[name]
-
-        def allocate() -> torch.Tensor:
-            spec = _spec(value, name, self._bindings)
-            return slot(block(spec.nbytes, self._pool, device=self.device), 0, spec)
-
-        return allocate
+        return shape_code.pool_allocator(self, name)
 
     # ------------------------------------------------------------------------------------------
     # Reports and checks
@@ -564,23 +390,7 @@ class PlannedProgram:
     def _annotated_call(self, inputs: list[Any],
                         pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
                         ) -> Callable[[], Any]:
-        """One call of code whose nodes are profiler ranges ``tensorarena:<path>:<node>``,
-        generated now and run when the returned function is called."""
-        with self.workspace.use(), self._no_grad():
-            bindings = self._binder.bind(inputs)
-            current = self._specialization(bindings)
-            self._annotated_memory = self._call_memory(current)
-            annotated = self._generate(current.graph, current.lowering, current.plan,
-                                       poison=False, memory=self._annotated_memory,
-                                       kernel=serving(self, current), annotate=True,
-                                       pool_tensor=pool_tensor or self._pool_tensor)
-
-        def run() -> Any:
-            with self.workspace.use(), self._no_grad():
-                self._bindings = bindings
-                return annotated.run(inputs)
-
-        return run
+        return shape_code.annotated_call(self, inputs, pool_tensor)
 
     @property
     def source(self) -> str:
