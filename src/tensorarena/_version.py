@@ -28,6 +28,7 @@ COMPILED_MODULES = (
     "tensorarena.core.segregated_fit",
     "tensorarena.core.tlsf",
     "tensorarena.adaptors._thread_cache",
+    "tensorarena.interop.arrays",
 )
 
 
