@@ -68,9 +68,11 @@ def test_an_editable_install_imports_the_extensions_from_src() -> None:
 
 
 def test_class_docstrings_survive_compilation() -> None:
+    from tensorarena.adaptors import ThreadCached, ThreadCacheStatistics
+    from tensorarena.adaptors._thread_cache import ThreadCachedCore
     from tensorarena.core import TLSF, Arena, BestFit
 
-    for cls in (Arena, BestFit, TLSF):
+    for cls in (Arena, BestFit, TLSF, ThreadCacheStatistics, ThreadCachedCore, ThreadCached):
         # mypyc's own __doc__ is the text signature ("Arena(capacity, ...)\n--\n\n").
         assert cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("), cls
 

@@ -46,7 +46,10 @@ except ImportError:
 
 __all__ = ["ThreadCacheStatistics", "ThreadCachedCore"]
 
-_Key = tuple[int, int]  # (nbytes, alignment)
+# (nbytes, alignment). Written as a variable-length tuple type on purpose: mypyc keeps such a
+# tuple as the Python object it is, where a fixed-length one becomes a C struct that is boxed into
+# a new tuple at every use as a dict key (twice per hit, twice per put).
+_Key = tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
