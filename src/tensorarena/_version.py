@@ -27,6 +27,8 @@ COMPILED_MODULES = (
     "tensorarena.core._segregated",
     "tensorarena.core.segregated_fit",
     "tensorarena.core.tlsf",
+    "tensorarena.adaptors._thread_cache",
+    "tensorarena.interop.arrays",
 )
 
 

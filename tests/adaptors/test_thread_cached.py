@@ -299,3 +299,21 @@ def test_integer_like_sizes_are_cached_as_ints_and_flush() -> None:
     cached.deallocate(again, "100B")
     cached.flush_all()
     assert upstream.live == 0 and cached.statistics().cached_blocks == 0
+
+
+def test_the_adaptor_is_an_ordinary_resource_adaptor_in_either_build() -> None:
+    # The compiled build compiles its body (ThreadCachedCore) as a native class; the public class
+    # stays a Python subclass: weakly referenceable (empty() remembers a checked resource through
+    # a weak reference), a ResourceAdaptor, with attributes of its own.
+    import weakref
+
+    from tensorarena.memory.resource import ResourceAdaptor
+
+    upstream = BufferMemory()
+    cached = ThreadCached(upstream)
+    assert weakref.ref(cached)() is cached
+    assert isinstance(cached, ResourceAdaptor) and cached.upstream is upstream
+    assert cached.memory_kind is upstream.memory_kind
+    cached.note = "user data"  # type: ignore[attr-defined]
+    with cached as entered:
+        assert entered is cached

@@ -25,12 +25,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 # The suites the pure build must pass too: the hypothesis state machine over every strategy, the
-# arena's record of recent frees (a ring the compiled build indexes natively) and the
-# conformance suite every resource is run through.
+# arena's record of recent frees (a ring the compiled build indexes natively), the conformance
+# suite every resource is run through, and those of the compiled array path (the thread cache
+# and ``empty`` with its owners).
 PURE_SUITES = [
     "tests/core/test_strategy_conformance.py",
     "tests/core/test_arena_recent_frees.py",
     "tests/test_resource_conformance.py",
+    "tests/adaptors/test_thread_cached.py",
+    "tests/interop/test_owner.py",
+    "tests/interop/test_owner_reuse.py",
+    "tests/interop/test_arrays.py",
 ]
 
 
@@ -63,9 +68,11 @@ def test_an_editable_install_imports_the_extensions_from_src() -> None:
 
 
 def test_class_docstrings_survive_compilation() -> None:
+    from tensorarena.adaptors import ThreadCached, ThreadCacheStatistics
+    from tensorarena.adaptors._thread_cache import ThreadCachedCore
     from tensorarena.core import TLSF, Arena, BestFit
 
-    for cls in (Arena, BestFit, TLSF):
+    for cls in (Arena, BestFit, TLSF, ThreadCacheStatistics, ThreadCachedCore, ThreadCached):
         # mypyc's own __doc__ is the text signature ("Arena(capacity, ...)\n--\n\n").
         assert cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("), cls
 

@@ -16,7 +16,11 @@ the default resource are checked when they are set, an explicit ``resource=`` on
 (the last one found good is remembered through a weak reference, so a loop over one pool pays
 the check once).
 
-This is the hot path of pooled arrays, so it avoids work: dtypes are resolved once and cached.
+This is the hot path of pooled arrays, so it avoids work: dtypes are resolved once and cached,
+and the compiled build compiles this module with mypyc (``_version.COMPILED_MODULES``). The
+arguments are annotated ``... | Any`` where callers pass more than the annotation says (NumPy
+integers, shapes of any sequence type): compiled code checks declared types at the call, and such
+input must reach the checks below, which accept it or raise the specific error.
 On the interface route a structured dtype is built as raw ``V<itemsize>`` records and viewed as
 itself, so padding and offsets survive (``__array_interface__``'s ``descr`` cannot express them).
 """
@@ -28,12 +32,13 @@ import ctypes
 import math
 import sys
 import weakref
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
 from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError, InvalidDtypeError, InvalidSizeError
+from tensorarena.interop import default as _defaults
 from tensorarena.interop.default import check_host_accessible, default_resource
 from tensorarena.interop.owner import BLOCK_TYPES, Allocation, InterfaceAllocation, block_type
 from tensorarena.interop.scope import Scope, current_scope
@@ -43,23 +48,28 @@ from tensorarena.sizes import MAX_SIZE, check_alignment
 __all__ = ["empty", "zeros"]
 
 Shape = int | tuple[int, ...] | list[int]
-# Bound once: the hot path calls them for every array.
-_asarray = np.asarray
-_frombuffer = np.frombuffer
-_ndarray = np.ndarray
-_block_types_get = BLOCK_TYPES.get
+# Bound once: the hot path calls them for every array. ``Final``: the compiled build keeps them
+# in C variables instead of looking them up in the module's namespace at every call.
+_asarray: Final = np.asarray
+_frombuffer: Final = np.frombuffer
+_ndarray: Final = np.ndarray
+_block_types_get: Final = BLOCK_TYPES.get
+_current_scope: Final = current_scope
+_default_resource: Final = default_resource
+_MAX_SIZE: Final = MAX_SIZE
+_DEFAULT_ALIGNMENT: Final = DEFAULT_ALIGNMENT
 Like = Literal["numpy", "torch"]
 
 # dtype argument -> (item size, typestr, structured dtype or None, torch dtype or None, the
 # NumPy dtype the bytes are read as).
 _DtypeEntry = tuple[int, str, Any, Any, np.dtype[Any]]
-_DTYPES: dict[Any, _DtypeEntry] = {}
+_DTYPES: Final[dict[Any, _DtypeEntry]] = {}
 # NumPy dtype -> torch dtype, or None where torch has none (from_numpy then says why).
-_TORCH_DTYPES: dict[np.dtype[Any], Any] = {}
+_TORCH_DTYPES: Final[dict[np.dtype[Any], Any]] = {}
 # torch is looked up in sys.modules first: importlib.import_module costs ~0.3 µs a call.
-_loaded_modules = sys.modules
+_loaded_modules: Final = sys.modules
 # Dimensions must fit NumPy's npy_intp.
-_MAX_DIM = (1 << 63) - 1
+_MAX_DIM: Final = (1 << 63) - 1
 
 # The last explicit resource found host-accessible (see the module docstring).
 _verified: weakref.ref[Any] | None = None
@@ -101,7 +111,7 @@ def _resolve_dtype(dtype: Any) -> _DtypeEntry:
     return entry
 
 
-def _normalize_shape(shape: Shape) -> tuple[int, ...]:
+def _normalize_shape(shape: Shape | Any) -> tuple[int, ...]:
     if type(shape) is int:
         dims: tuple[Any, ...] = (shape,)
     elif type(shape) is tuple:
@@ -138,12 +148,12 @@ def _check_explicit(resource: Any) -> None:
 
 
 def empty(
-    shape: Shape,
+    shape: Shape | Any,
     dtype: Any = np.float32,
     *,
     resource: MemoryResource | None = None,
-    like: Like = "numpy",
-    alignment: int = DEFAULT_ALIGNMENT,
+    like: Like | Any = "numpy",
+    alignment: int | Any = DEFAULT_ALIGNMENT,
 ) -> Any:
     """A C-contiguous array of ``shape`` and ``dtype`` over fresh bytes from ``resource``.
 
@@ -167,9 +177,9 @@ def empty(
         dims = _normalize_shape(shape)
         count = math.prod(dims)
     nbytes = count * itemsize
-    if nbytes > MAX_SIZE:
+    if nbytes > _MAX_SIZE:
         raise InvalidSizeError(
-            f"shape {shape!r} of {itemsize}-byte items needs {nbytes} bytes, over {MAX_SIZE}"
+            f"shape {shape!r} of {itemsize}-byte items needs {nbytes} bytes, over {_MAX_SIZE}"
         )
     torch = None
     if like != "numpy":
@@ -178,9 +188,9 @@ def empty(
         torch = _loaded_modules.get("torch") or _import_torch()
     elif torch_dtype is not None:
         raise InvalidDtypeError(f"a torch dtype ({dtype}) needs like='torch'")
-    if alignment != DEFAULT_ALIGNMENT:
+    if alignment != _DEFAULT_ALIGNMENT:
         alignment = check_alignment(alignment)
-    current = current_scope()
+    current = _current_scope()
     if resource is not None:
         verified = _verified  # the check's fast path inline: a call costs ~50 ns
         if verified is None or verified() is not resource:
@@ -188,7 +198,11 @@ def empty(
     elif current is not None and current.resource is not None:
         resource = current.resource  # checked when the scope began
     else:
-        resource = default_resource()  # checked when it was set
+        # Checked when it was set. Read from its module variable: the function around it
+        # would cost a Python call per array (it only creates the resource on first use).
+        resource = _defaults._default
+        if resource is None:
+            resource = _default_resource()
     # A zero-size array still gets a (1-byte) block: it has an address and an owner like any.
     request = nbytes or 1
     # The owner type first: making one may fail, and nothing must be allocated then.
@@ -263,12 +277,12 @@ def _torch_dtype(torch: Any, np_dtype: np.dtype[Any]) -> Any:
 
 
 def zeros(
-    shape: Shape,
+    shape: Shape | Any,
     dtype: Any = np.float32,
     *,
     resource: MemoryResource | None = None,
-    like: Like = "numpy",
-    alignment: int = DEFAULT_ALIGNMENT,
+    like: Like | Any = "numpy",
+    alignment: int | Any = DEFAULT_ALIGNMENT,
 ) -> Any:
     """Like :func:`empty`, with every byte zero (``fill(0)`` would write ``b"0"`` into a string
     dtype, so the bytes are cleared directly)."""
