@@ -199,6 +199,17 @@ def test_bad_frees_and_requests_change_nothing() -> None:
     cached.deallocate(address, 100)  # still live after all that
 
 
+@pytest.mark.parametrize("bounds", [
+    {"max_block_size": None}, {"max_cached_bytes": None}, {"max_cached_bytes": 1.5},
+    {"max_cached_blocks": None}, {"max_cached_blocks": 1.5}, {"max_cached_blocks": -1},
+    {"max_cached_blocks": "8"},
+])
+def test_bad_bounds_are_refused_with_our_error_in_either_build(bounds: dict[str, object]) -> None:
+    # compiled, a declared parameter type would raise a bare TypeError at the call instead
+    with pytest.raises(InvalidSizeError):
+        ThreadCached(BufferMemory(), **bounds)  # type: ignore[arg-type]
+
+
 def test_an_upstream_failure_leaves_the_block_live() -> None:
     upstream = BufferMemory()
     cached = ThreadCached(upstream, max_block_size=0)  # no caching: frees go straight upstream

@@ -237,10 +237,12 @@ class ThreadCachedCore:
         self,
         upstream: MemoryResource,
         *,
-        max_block_size: Size = "1MiB",
-        max_cached_bytes: Size = "8MiB",
-        max_cached_blocks: int = 1024,
+        max_block_size: Size | Any = "1MiB",
+        max_cached_bytes: Size | Any = "8MiB",
+        max_cached_blocks: int | Any = 1024,
     ) -> None:
+        # ``| Any``: compiled, a declared type is checked at the call with a bare TypeError;
+        # the checks below give each bad bound its own InvalidSizeError in either build.
         upstream = check_resource(upstream)
         self._max_block = parse_size(max_block_size, name="max_block_size", allow_zero=True)
         self._max_bytes = parse_size(max_cached_bytes, name="max_cached_bytes", allow_zero=True)
