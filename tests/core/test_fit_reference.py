@@ -145,3 +145,48 @@ def test_best_fit_refuses_an_odd_request_beyond_the_capacity_without_refining() 
     assert bf.reserve((1 << 20) + 1, 1) is None
     assert bf.reserve((1 << 70) + 1, 1) is None
     assert bf.granule == 256
+
+
+@pytest.mark.parametrize("side", ["below", "above"])
+def test_best_fit_moves_a_grown_key_within_its_bin(side: str) -> None:
+    """A release merging with one neighbour whose bin the merged extent stays in moves that
+    neighbour's key up the bin (past a larger key here), and the next requests still get the
+    smallest fit."""
+    g = 256
+    bf = BestFit(100 * g)
+    # Granules: [0, 9) free-to-be, [9, 11) the released block, [11, 12) held, [12, 22) free-to-be
+    # (size 10), [22, 23) held, [23, 35) free-to-be (size 12), the rest held. For "above", the
+    # first two swap: the block [0, 2) sits below a 9-granule extent [2, 11).
+    first, second = (9, 2) if side == "below" else (2, 9)
+    a = bf.reserve(first * g, g)
+    b = bf.reserve(second * g, g)
+    offsets = [bf.reserve(n * g, g) for n in (1, 10, 1, 12, 65)]
+    assert None not in (a, b, *offsets)
+    block, neighbour = (b, a) if side == "below" else (a, b)
+    for offset, n in ((neighbour, 9), (offsets[1], 10), (offsets[3], 12)):
+        assert offset is not None
+        bf.release(offset, n * g)
+    bf._check_invariants()
+    assert block is not None
+    bf.release(block, 2 * g)  # the merged extent [0, 11): 11 granules, bin 4 as 9 was
+    bf._check_invariants()
+    assert bf.free_extents() == [(0, 11 * g), (12 * g, 10 * g), (23 * g, 12 * g)]
+    assert bf.reserve(11 * g, g) == 0
+    assert bf.reserve(10 * g, g) == 12 * g
+    bf._check_invariants()
+
+
+def test_best_fit_grows_a_key_in_place_when_it_keeps_its_rank() -> None:
+    """The merged extent's key stays at its index when no key of its bin lies between the old
+    and the new one."""
+    g = 256
+    bf = BestFit(64 * g)
+    a = bf.reserve(9 * g, g)
+    b = bf.reserve(1 * g, g)
+    held = bf.reserve(54 * g, g)
+    assert (a, b, held) == (0, 9 * g, 10 * g)
+    bf.release(0, 9 * g)
+    bf.release(9 * g, g)  # [0, 10): 10 granules, bin 4 as 9 was
+    bf._check_invariants()
+    assert bf.free_extents() == [(0, 10 * g)]
+    assert bf.reserve(10 * g, g) == 0

@@ -244,39 +244,62 @@ class BestFit(BuiltinStrategy):
         below_start = starts[below]
         below_size = sizes[below]
         # A merged neighbour's key leaves its bin (inline: a method call costs the pure build
-        # more than the bisection itself).
+        # more than the bisection itself), or, when the merged extent stays in that bin, moves
+        # up in it (its key only grows): see _grow_key.
         if below_start + below_size == start:
             start = below_start
-            keys = self._bins[below_size.bit_length()]
-            key = below_size << shift | start
-            del keys[_bisect.bisect_left(keys, key) if COMPILED else _bisect_left(keys, key)]
-            if not keys:
-                self._nonempty ^= 1 << below_size.bit_length()
-            size += below_size
-            if starts[p] == end:
+            if starts[p] == end:  # first, so that the below key's index stays valid
                 self._drop_key(sizes[p], end)
                 size += sizes[p]
                 del starts[p]
                 del sizes[p]
+            size += below_size
             sizes[below] = size
+            old_size = below_size
+            old_key = below_size << shift | start
         elif starts[p] == end:
-            above_size = sizes[p]
-            keys = self._bins[above_size.bit_length()]
-            key = above_size << shift | end
-            del keys[_bisect.bisect_left(keys, key) if COMPILED else _bisect_left(keys, key)]
-            if not keys:
-                self._nonempty ^= 1 << above_size.bit_length()
-            size += above_size
+            old_size = sizes[p]
+            old_key = old_size << shift | end
+            size += old_size
             starts[p] = start
             sizes[p] = size
         else:
             starts.insert(p, start)
             sizes.insert(p, size)
-        c = size.bit_length()
-        keys = self._bins[c]
+            c = size.bit_length()
+            keys = self._bins[c]
+            key = size << shift | start
+            _bisect.insort(keys, key) if COMPILED else _insort(keys, key)
+            self._nonempty |= 1 << c
+            return
+        old_c = old_size.bit_length()
+        keys = self._bins[old_c]
+        j = _bisect.bisect_left(keys, old_key) if COMPILED else _bisect_left(keys, old_key)
         key = size << shift | start
+        c = size.bit_length()
+        if c == old_c:
+            self._grow_key(keys, j, key)
+            return
+        del keys[j]
+        if not keys:
+            self._nonempty ^= 1 << old_c
+        keys = self._bins[c]
         _bisect.insort(keys, key) if COMPILED else _insort(keys, key)
         self._nonempty |= 1 << c
+
+    def _grow_key(self, keys: list[int], j: int, key: int) -> None:
+        """Replace ``keys[j]`` by the larger ``key`` of the same bin, keeping the bin sorted:
+        one bisection above ``j`` and, when the key keeps its place (often), one store."""
+        k = (
+            _bisect.bisect_left_in(keys, key, j + 1, len(keys))
+            if COMPILED
+            else _bisect_left(keys, key, j + 1)
+        )
+        if k == j + 1:
+            keys[j] = key
+        else:
+            del keys[j]
+            keys.insert(k - 1, key)
 
     def _add_key(self, c: int, key: int) -> None:
         """Insert ``key`` into bin ``c`` (its size's bit length)."""
