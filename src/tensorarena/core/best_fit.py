@@ -12,7 +12,8 @@ a few keys each, so their bisections take 2-3 steps and their memmoves are short
 of every key took ~8 steps and moved hundreds of items (compiled: 5-8 % of a pair).
 
 A reservation is a bisection in its bin, one by address (to update the extent) and the rest's
-key put back; a release is one bisection by address, at most two keys removed and one inserted.
+key put back; a release is one bisection by address, at most two keys removed and one inserted
+(or, when the merged extent stays in its neighbour's bin, that key moved up in place).
 The boundary dicts this replaces (start → size, end → start) cost 6-9 dict operations a pair on
 boxed ints; the bisections that take their place compare unboxed ints in the compiled build
 (see ``setup.py``). Interpreted, a C bisection costs more than a dict lookup: the pure build is
