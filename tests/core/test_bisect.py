@@ -28,31 +28,6 @@ def test_bisect_left_and_insort_match_the_bisect_module(bits: int) -> None:
         assert keys == expected
 
 
-@pytest.mark.parametrize("bits", [8, 40, 62, 64])
-def test_bisect_left_near_finds_what_bisect_left_finds_from_any_hint(bits: int) -> None:
-    """Right, off by a few, far off, out of range: every hint gives the same index (equal keys
-    included), for every key up to the last (the function's precondition)."""
-    rng = random.Random(bits)
-    for _ in range(300):
-        keys = sorted(rng.randrange(64) << (bits - 6) for _ in range(rng.randrange(1, 40)))
-        key = rng.randrange(keys[-1] + 1) if rng.random() < 0.8 else rng.choice(keys)
-        expected = bisect.bisect_left(keys, key)
-        for hint in {
-            expected,
-            expected + 1,
-            expected - 1,
-            expected + 3,
-            expected - 5,
-            expected + 9,
-            expected - 12,
-            0,
-            len(keys) - 1,
-            len(keys) + 7,
-            -3,
-        }:
-            assert _bisect.bisect_left_near(keys, key, hint) == expected, (keys, key, hint)
-
-
 def test_compiled_flag_says_which_build_runs() -> None:
     # Best fit and the address-ordered engine choose their search by this flag.
     assert _bisect.COMPILED is (build() == "compiled")

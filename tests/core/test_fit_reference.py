@@ -148,10 +148,10 @@ def test_best_fit_refuses_an_odd_request_beyond_the_capacity_without_refining() 
 
 
 @pytest.mark.parametrize("side", ["below", "above"])
-def test_best_fit_moves_a_grown_key_within_its_bin(side: str) -> None:
-    """A release merging with one neighbour whose bin the merged extent stays in moves that
-    neighbour's key up the bin (past a larger key here), and the next requests still get the
-    smallest fit."""
+def test_best_fit_reorders_a_bin_when_a_merge_grows_an_extent_within_it(side: str) -> None:
+    """A release merging with one neighbour into an extent of the neighbour's size bin (its key
+    now ranks past a larger extent's of that bin): the bins stay sorted, and the next requests
+    still get the smallest fit."""
     g = 256
     bf = BestFit(100 * g)
     # Granules: [0, 9) free-to-be, [9, 11) the released block, [11, 12) held, [12, 22) free-to-be
@@ -176,9 +176,8 @@ def test_best_fit_moves_a_grown_key_within_its_bin(side: str) -> None:
     bf._check_invariants()
 
 
-def test_best_fit_grows_a_key_in_place_when_it_keeps_its_rank() -> None:
-    """The merged extent's key stays at its index when no key of its bin lies between the old
-    and the new one."""
+def test_best_fit_merges_within_a_bin_when_the_extent_keeps_its_rank() -> None:
+    """A merge that grows the only extent of a bin leaves one extent of the merged size."""
     g = 256
     bf = BestFit(64 * g)
     a = bf.reserve(9 * g, g)

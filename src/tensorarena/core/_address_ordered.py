@@ -33,11 +33,7 @@ bound; a release lowers the floors of the classes up to the released extent's (s
 first floor already low enough); a search raises its class's floor to the extent it found first
 of that class, and the higher classes' floors to at least that. Only first fit keeps floors
 (``floors=True``; next fit searches from its rover), and only compiled: the pure build's byte scan
-is O(n) in C anyway, and the upkeep would be interpreted. Each floor keeps the index in ``starts``
-where it was last set (``floor_at``, a hint): a search looks for the floor's place there first
-(:func:`~tensorarena.core._bisect.bisect_left_near`), since only an extent inserted or deleted
-below it moves it, by one; about half the hints are exact on ``bench alloc``'s workload and nine
-in ten within four places, where a bisection of ``starts`` reads ~8 keys.
+is O(n) in C anyway, and the upkeep would be interpreted.
 """
 
 from __future__ import annotations
@@ -72,7 +68,6 @@ class AddressOrderedExtents(BuiltinStrategy):
         self._sizes: list[int] = []
         self._classes = bytearray()
         self._floors: list[int] = []
-        self._floor_at: list[int] = []
         self._free = 0
         self.reset()
 
@@ -89,8 +84,6 @@ class AddressOrderedExtents(BuiltinStrategy):
         self._classes = bytearray() if COMPILED else bytearray((capacity.bit_length(), 0))
         # One floor per bit length an extent (or a request that can fit) may have.
         self._floors = [0] * (capacity.bit_length() + 1) if self._keeps_floors else []
-        # Where each floor was last seen in ``starts`` (a hint, checked before use).
-        self._floor_at = [0] * len(self._floors)
         self._free = capacity
 
     # --- carving and releasing ------------------------------------------------------------
@@ -150,7 +143,7 @@ class AddressOrderedExtents(BuiltinStrategy):
             sizes[j] = size
             if COMPILED:
                 if self._keeps_floors:
-                    self._lower_floors(starts[j], size.bit_length(), j)
+                    self._lower_floors(starts[j], size.bit_length())
             else:
                 classes[j] = size.bit_length()
         elif starts[i] == end:
@@ -159,7 +152,7 @@ class AddressOrderedExtents(BuiltinStrategy):
             sizes[i] = size
             if COMPILED:
                 if self._keeps_floors:
-                    self._lower_floors(offset, size.bit_length(), i)
+                    self._lower_floors(offset, size.bit_length())
             else:
                 classes[i] = size.bit_length()
         else:
@@ -167,24 +160,22 @@ class AddressOrderedExtents(BuiltinStrategy):
             sizes.insert(i, nbytes)
             if COMPILED:
                 if self._keeps_floors:
-                    self._lower_floors(offset, nbytes.bit_length(), i)
+                    self._lower_floors(offset, nbytes.bit_length())
             else:
                 classes.insert(i, nbytes.bit_length())
 
     # --- floors (compiled build) ------------------------------------------------------------
 
-    def _lower_floors(self, start: int, c: i64, at: i64) -> None:
-        """A free extent of bit length ``c`` now starts at ``start``, index ``at`` of
-        ``starts``: no floor of a class up to ``c`` may lie above it."""
+    def _lower_floors(self, start: int, c: i64) -> None:
+        """A free extent of bit length ``c`` now starts at ``start``: no floor of a class up
+        to ``c`` may lie above it."""
         floors = self._floors
         if c > 0 and floors[c] > start:  # else every floor up to c is low enough already
             # Boxed once, here (an allocation): ``floors[c] = start`` would box it each time.
             start_obj: Any = start
             objects: list[Any] = floors
-            floor_at = self._floor_at
             while c > 0 and floors[c] > start:
                 objects[c] = start_obj
-                floor_at[c] = at
                 c -= 1
 
     def _first_of_class(self, c: i64) -> i64:
@@ -193,11 +184,7 @@ class AddressOrderedExtents(BuiltinStrategy):
         floors = self._floors
         starts = self._starts
         sizes = self._sizes
-        floor_at = self._floor_at
-        # Looked for where the floor was last seen: an extent inserted or deleted below it since
-        # shifts it by one, a carve leaves it in place (~50 % exact, ~90 % within four on
-        # bench alloc's workload, where a bisection of ``starts`` reads ~8 keys).
-        i: i64 = _bisect.bisect_left_near(starts, floors[c], floor_at[c])
+        i: i64 = _bisect.bisect_left(starts, floors[c])
         last: i64 = len(sizes) - 1  # the sentinel
         least = 1 << (c - 1)
         while i < last and sizes[i] < least:
@@ -208,10 +195,8 @@ class AddressOrderedExtents(BuiltinStrategy):
         start: int = start_obj
         floor_objects: list[Any] = floors
         top: i64 = len(floors)
-        floor_at[c] = i  # floors[c] ends at start (raised to it, or there already)
         while c < top and floors[c] < start:
             floor_objects[c] = start_obj
-            floor_at[c] = i
             c += 1
         return i
 

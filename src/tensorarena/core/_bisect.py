@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
     from mypy_extensions import i64
 
-__all__ = ["COMPILED", "bisect_left", "bisect_left_in", "bisect_left_near", "insort"]
+__all__ = ["COMPILED", "bisect_left", "bisect_left_in", "insort"]
 
 
 def bisect_left(keys: list[int], key: int) -> int:
@@ -63,29 +63,6 @@ def bisect_left_in(keys: list[int], key: int, lo: i64, hi: i64) -> i64:
     if keys[lo] < key:
         lo += 1
     return lo
-
-
-def bisect_left_near(keys: list[int], key: int, hint: i64) -> i64:
-    """``bisect_left(keys, key)`` for a non-empty ``keys`` whose last key is not below ``key``,
-    looked for first at ``hint`` (any int): two reads when it is right, one more a step when it
-    is off by up to four, and a bisection of the side it bounds beyond that."""
-    n: i64 = len(keys)
-    i = hint if 0 <= hint < n else n - 1
-    if keys[i] < key:  # the answer lies above i (the last key is not below key)
-        steps = 0
-        while steps < 4:
-            i += 1
-            if not keys[i] < key:
-                return i
-            steps += 1
-        return bisect_left_in(keys, key, i + 1, n)
-    steps = 0  # keys[i] >= key: the answer is i or below
-    while steps < 4:
-        if i == 0 or keys[i - 1] < key:
-            return i
-        i -= 1
-        steps += 1
-    return bisect_left_in(keys, key, 0, i)
 
 
 def insort(keys: list[int], key: int) -> None:

@@ -12,8 +12,7 @@ a few keys each, so their bisections take 2-3 steps and their memmoves are short
 of every key took ~8 steps and moved hundreds of items (compiled: 5-8 % of a pair).
 
 A reservation is a bisection in its bin, one by address (to update the extent) and the rest's
-key put back; a release is one bisection by address, at most two keys removed and one inserted
-(or, when the merged extent stays in its neighbour's bin, that key moved up in place).
+key put back; a release is one bisection by address, at most two keys removed and one inserted.
 The boundary dicts this replaces (start → size, end → start) cost 6-9 dict operations a pair on
 boxed ints; the bisections that take their place compare unboxed ints in the compiled build
 (see ``setup.py``). Interpreted, a C bisection costs more than a dict lookup: the pure build is
@@ -245,62 +244,39 @@ class BestFit(BuiltinStrategy):
         below_start = starts[below]
         below_size = sizes[below]
         # A merged neighbour's key leaves its bin (inline: a method call costs the pure build
-        # more than the bisection itself), or, when the merged extent stays in that bin, moves
-        # up in it (its key only grows): see _grow_key.
+        # more than the bisection itself).
         if below_start + below_size == start:
             start = below_start
-            if starts[p] == end:  # first, so that the below key's index stays valid
+            keys = self._bins[below_size.bit_length()]
+            key = below_size << shift | start
+            del keys[_bisect.bisect_left(keys, key) if COMPILED else _bisect_left(keys, key)]
+            if not keys:
+                self._nonempty ^= 1 << below_size.bit_length()
+            size += below_size
+            if starts[p] == end:
                 self._drop_key(sizes[p], end)
                 size += sizes[p]
                 del starts[p]
                 del sizes[p]
-            size += below_size
             sizes[below] = size
-            old_size = below_size
-            old_key = below_size << shift | start
         elif starts[p] == end:
-            old_size = sizes[p]
-            old_key = old_size << shift | end
-            size += old_size
+            above_size = sizes[p]
+            keys = self._bins[above_size.bit_length()]
+            key = above_size << shift | end
+            del keys[_bisect.bisect_left(keys, key) if COMPILED else _bisect_left(keys, key)]
+            if not keys:
+                self._nonempty ^= 1 << above_size.bit_length()
+            size += above_size
             starts[p] = start
             sizes[p] = size
         else:
             starts.insert(p, start)
             sizes.insert(p, size)
-            c = size.bit_length()
-            keys = self._bins[c]
-            key = size << shift | start
-            _bisect.insort(keys, key) if COMPILED else _insort(keys, key)
-            self._nonempty |= 1 << c
-            return
-        old_c = old_size.bit_length()
-        keys = self._bins[old_c]
-        j = _bisect.bisect_left(keys, old_key) if COMPILED else _bisect_left(keys, old_key)
-        key = size << shift | start
         c = size.bit_length()
-        if c == old_c:
-            self._grow_key(keys, j, key)
-            return
-        del keys[j]
-        if not keys:
-            self._nonempty ^= 1 << old_c
         keys = self._bins[c]
+        key = size << shift | start
         _bisect.insort(keys, key) if COMPILED else _insort(keys, key)
         self._nonempty |= 1 << c
-
-    def _grow_key(self, keys: list[int], j: int, key: int) -> None:
-        """Replace ``keys[j]`` by the larger ``key`` of the same bin, keeping the bin sorted:
-        one bisection above ``j`` and, when the key keeps its place (often), one store."""
-        k = (
-            _bisect.bisect_left_in(keys, key, j + 1, len(keys))
-            if COMPILED
-            else _bisect_left(keys, key, j + 1)
-        )
-        if k == j + 1:
-            keys[j] = key
-        else:
-            del keys[j]
-            keys.insert(k - 1, key)
 
     def _add_key(self, c: int, key: int) -> None:
         """Insert ``key`` into bin ``c`` (its size's bit length)."""
