@@ -17,6 +17,9 @@ __version__ = "0.1.0"
 #: interpreted: the strategy protocol is runtime-checkable, which mypyc does not support.
 COMPILED_MODULES = (
     "tensorarena.core.arena",
+    "tensorarena.core._arena_check",
+    "tensorarena.core._arena_errors",
+    "tensorarena.core._recent_frees",
     "tensorarena.core._bisect",
     "tensorarena.core._builtin",
     "tensorarena.core._address_ordered",

@@ -145,3 +145,47 @@ def test_best_fit_refuses_an_odd_request_beyond_the_capacity_without_refining() 
     assert bf.reserve((1 << 20) + 1, 1) is None
     assert bf.reserve((1 << 70) + 1, 1) is None
     assert bf.granule == 256
+
+
+@pytest.mark.parametrize("side", ["below", "above"])
+def test_best_fit_reorders_a_bin_when_a_merge_grows_an_extent_within_it(side: str) -> None:
+    """A release merging with one neighbour into an extent of the neighbour's size bin (its key
+    now ranks past a larger extent's of that bin): the bins stay sorted, and the next requests
+    still get the smallest fit."""
+    g = 256
+    bf = BestFit(100 * g)
+    # Granules: [0, 9) free-to-be, [9, 11) the released block, [11, 12) held, [12, 22) free-to-be
+    # (size 10), [22, 23) held, [23, 35) free-to-be (size 12), the rest held. For "above", the
+    # first two swap: the block [0, 2) sits below a 9-granule extent [2, 11).
+    first, second = (9, 2) if side == "below" else (2, 9)
+    a = bf.reserve(first * g, g)
+    b = bf.reserve(second * g, g)
+    offsets = [bf.reserve(n * g, g) for n in (1, 10, 1, 12, 65)]
+    assert None not in (a, b, *offsets)
+    block, neighbour = (b, a) if side == "below" else (a, b)
+    for offset, n in ((neighbour, 9), (offsets[1], 10), (offsets[3], 12)):
+        assert offset is not None
+        bf.release(offset, n * g)
+    bf._check_invariants()
+    assert block is not None
+    bf.release(block, 2 * g)  # the merged extent [0, 11): 11 granules, bin 4 as 9 was
+    bf._check_invariants()
+    assert bf.free_extents() == [(0, 11 * g), (12 * g, 10 * g), (23 * g, 12 * g)]
+    assert bf.reserve(11 * g, g) == 0
+    assert bf.reserve(10 * g, g) == 12 * g
+    bf._check_invariants()
+
+
+def test_best_fit_merges_within_a_bin_when_the_extent_keeps_its_rank() -> None:
+    """A merge that grows the only extent of a bin leaves one extent of the merged size."""
+    g = 256
+    bf = BestFit(64 * g)
+    a = bf.reserve(9 * g, g)
+    b = bf.reserve(1 * g, g)
+    held = bf.reserve(54 * g, g)
+    assert (a, b, held) == (0, 9 * g, 10 * g)
+    bf.release(0, 9 * g)
+    bf.release(9 * g, g)  # [0, 10): 10 granules, bin 4 as 9 was
+    bf._check_invariants()
+    assert bf.free_extents() == [(0, 10 * g)]
+    assert bf.reserve(10 * g, g) == 0

@@ -23,22 +23,9 @@ real access pattern, so they do as few of either as the checks allow:
   the default alignment, whose reserved size the rounding recomputes, and ``(requested,
   reserved)`` for the others (adding to a tuple fails, and that failure *is* the branch to the
   general path).
-* Freed addresses are remembered in a ring of the last ``recent_frees`` (as the upstream
-  resources do, ``memory/_live.py``): the k-th free writes slot ``k % recent_frees``, so the
-  count of frees is the ring's index and the good path pays one list store (the ring grows to
-  its size as frees come: a pool may hold many arenas that free little). Its length is the
-  arena's own, :func:`recent_frees_length` of its capacity: the power of two covering the
-  blocks of the default alignment the arena can hold (``capacity // 256``), 16 at least,
-  ``RECENT_FREES`` at most. A ring of 4096 in every arena cost a pool grown to eight small
-  arenas (4–264 KiB) 1.0 MB over a 400 000-event replay, 0.19 MB sized so; the per-arena mask
-  costs the compiled hot path nothing measurable (``bench alloc``, within ±3 %). Only an error
-  looks in the ring (a scan in C), to tell a double free from a foreign address; an address
-  freed longer ago is refused as not live. A ring entry whose address was handed out again is
-  shadowed by the map, which is looked up first. Tombstones kept in the map instead (the
-  earlier design) grew it with every address ever used (10–14 thousand entries for 496 live
-  blocks on ``bench alloc``; 7.5 MiB over a 10^6-event replay, 1.8 MiB with the ring) and its
-  lookups missed the cache: compiled, the ring is 2–9 % faster a pair except on buddy (+5 %:
-  its map stayed small); pure, a wash.
+* Freed addresses are remembered in a ring of the last ``recent_frees`` (see
+  :mod:`tensorarena.core._recent_frees`): the good path pays one list store; only an error
+  looks in the ring, to tell a double free from a foreign address.
 * ``reserved`` is derived from the strategy's free bytes rather than counted, and the peak is
   folded in lazily: ``allocated`` only reaches a new high just before it decreases, so
   ``deallocate`` (and ``reset``) record it and the statistics take ``max(peak, allocated)``.
@@ -47,9 +34,11 @@ real access pattern, so they do as few of either as the checks allow:
   base 0 skips adding and subtracting the base.
 * Addresses must be exact ints: ``1234.0`` hashes like ``1234`` and would find a live block,
   so the good path tests the address's type once, after the lookup, alongside the size test.
-* Debug mode (invariants checked after every call, graded by :mod:`tensorarena.debug`) is one
-  test of an int at the end of each call: swapping checked methods in at construction, which
-  saved it, cannot be done to a class compiled by mypyc (see below).
+* Debug mode (invariants checked after every call, graded by :mod:`tensorarena.debug`; the
+  checks are in :mod:`tensorarena.core._arena_check`) is one test of an int at the end of each
+  call: swapping checked methods in at construction, which saved it, cannot be done to a class
+  compiled by mypyc (see below). The errors are built off the hot paths, in
+  :mod:`tensorarena.core._arena_errors`.
 
 The module is also compiled by mypyc (``setup.py``; the pure build runs this same file), which
 enforces annotations where interpreted code calls in: the parameters that take a user's input
@@ -68,28 +57,22 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from tensorarena.core._arena_check import check_arena
+from tensorarena.core._arena_errors import (
+    check_free_size,
+    checked_alignment,
+    not_live_error,
+    out_of_memory_error,
+    size_error,
+)
 from tensorarena.core._builtin import BuiltinStrategy
+from tensorarena.core._recent_frees import RECENT_FREES, recent_frees_length, remember_free
 from tensorarena.core.registry import StrategySpec, strategy_factory
 from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
-from tensorarena.debug import CHEAP, EXPENSIVE, OFF, check, resolve_debug
-from tensorarena.errors import (
-    DoubleFreeError,
-    InvalidAddressError,
-    InvalidAlignmentError,
-    InvalidSizeError,
-    OutOfMemoryError,
-    SizeMismatchError,
-)
+from tensorarena.debug import EXPENSIVE, OFF, resolve_debug
+from tensorarena.errors import InvalidAddressError, InvalidSizeError, OutOfMemoryError
 from tensorarena.memory_kind import MemoryKind
-from tensorarena.sizes import (
-    MAX_SIZE,
-    Size,
-    check_address,
-    check_alignment,
-    check_nbytes,
-    format_size,
-    parse_size,
-)
+from tensorarena.sizes import MAX_SIZE, Size, check_address, check_nbytes, format_size, parse_size
 from tensorarena.stats import ArenaStatistics, Count
 
 __all__ = [
@@ -109,24 +92,6 @@ DEFAULT_ALIGNMENT: Final = 256
 
 #: Default placement strategy: the lowest fragmentation for an O(log n) search.
 DEFAULT_STRATEGY: Final = "best_fit"
-
-#: The most freed addresses an arena remembers to tell a double free from a foreign address
-#: (a power of two: the ring's index is the count of frees masked). A smaller arena remembers
-#: fewer: see :func:`recent_frees_length`.
-RECENT_FREES: Final = 4096
-#: The fewest freed addresses an arena remembers, however small.
-_MIN_RECENT_FREES: Final = 16
-if RECENT_FREES & (RECENT_FREES - 1):  # pragma: no cover - guards the mask in deallocate()
-    raise ImportError("RECENT_FREES must be a power of two")
-
-
-def recent_frees_length(capacity: int) -> int:
-    """How many freed addresses an arena of ``capacity`` bytes remembers: the power of two at
-    least ``capacity // 256`` (the blocks of the default alignment it can hold at once), and at
-    least 16, at most :data:`RECENT_FREES`."""
-    blocks = max(_MIN_RECENT_FREES, capacity // DEFAULT_ALIGNMENT)
-    return min(RECENT_FREES, 1 << (blocks - 1).bit_length())
-
 
 # MAX_SIZE is a power of two, so one shift tells whether a size is in range.
 _SIZE_BITS: Final = MAX_SIZE.bit_length() - 1
@@ -366,7 +331,7 @@ class Arena:
         if type(nbytes) is not int or (nbytes - 1) >> _SIZE_BITS:
             nbytes = check_nbytes(nbytes)
         if type(alignment) is not int or alignment not in self._alignments:
-            alignment = self._checked_alignment(alignment)
+            alignment = checked_alignment(alignment, self._base, self._base_alignment)
         reserved = (nbytes + alignment - 1) & -alignment
         offset = self._reserve(reserved, alignment)
         if offset is None:
@@ -389,7 +354,7 @@ class Arena:
         else:
             requested, reserved = entry
         if nbytes is not None and (type(nbytes) is not int or nbytes != requested):
-            self._check_free_size(address, requested, nbytes)
+            check_free_size(address, requested, nbytes)
         del self._live[address]
         self._remember_free(self._free_count, address)
         self._free_count += 1
@@ -417,14 +382,7 @@ class Arena:
 
     def _remember_free(self, count: int, address: int) -> None:
         """Put the address of the ``count``-th free in its slot, growing the ring to it."""
-        recent = self._recent_frees
-        slot = count & self._recent_mask
-        if slot >= len(recent):
-            size = max(8, 2 * len(recent))
-            while size <= slot:
-                size *= 2
-            recent.extend([None] * (min(size, self._recent_mask + 1) - len(recent)))
-        recent[slot] = address
+        remember_free(self._recent_frees, self._recent_mask, count, address)
 
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``)."""
@@ -509,70 +467,25 @@ class Arena:
 
     # --- errors ----------------------------------------------------------------------------
 
-    def _checked_alignment(self, alignment: object) -> int:
-        """Validate an alignment the fast path did not recognise; return it as an int."""
-        checked = check_alignment(alignment)
-        if checked > self._base_alignment:
-            raise InvalidAlignmentError(
-                f"alignment {checked} exceeds the alignment of the arena's base "
-                f"address {self._base:#x}"
-            )
-        return checked
-
-    def _check_free_size(self, address: int, requested: int, nbytes: object) -> None:
-        """Raise unless ``nbytes`` (given to ``deallocate``) names the block's requested size."""
-        given = check_nbytes(nbytes)
-        if given != requested:
-            raise SizeMismatchError(
-                f"block at {address:#x} was allocated with {requested} bytes, "
-                f"deallocated with {nbytes!r}",
-                address=address,
-                given=given,
-                allocated=requested,
-            )
-
     def _refused(self, nbytes: int, alignment: int) -> InvalidSizeError | OutOfMemoryError:
         """The error for a request the strategy refused: too large for any arena, or no room."""
         if nbytes > MAX_SIZE:
-            return _size_error(nbytes)
+            return size_error(nbytes)
         self._num_ooms += 1
-        reserved = (nbytes + alignment - 1) & -alignment
-        largest_free = self._strategy.largest_free()
-        detail = ""
-        if reserved > nbytes and reserved > largest_free >= nbytes:
-            detail = (
-                f"alignment {alignment} rounds the request up to {reserved} bytes, more than "
-                "the largest free extent"
-            )
-        elif reserved <= largest_free:
-            detail = (
-                f"no free extent holds {reserved} bytes at alignment {alignment} "
-                f"(the strategy's placement rules leave no room for it)"
-            )
-        return OutOfMemoryError(
+        return out_of_memory_error(
             nbytes,
-            free=self._strategy.free_bytes(),
-            largest_free=largest_free,
+            alignment,
+            self._strategy,
             capacity=self._capacity,
             allocated=self.requested,
-            reserved=self._initial_free - self._strategy.free_bytes(),
-            detail=detail,
+            initial_free=self._initial_free,
         )
 
     def _not_live(self, address: int) -> InvalidAddressError:
         """The error for ``address``, which is not live: a double free if it was freed among
         the last :attr:`recent_frees` frees, else an address never allocated here."""
-        if address in self._recent_frees:  # not live, so freed recently
-            return DoubleFreeError(
-                f"double free: block at {address:#x} was already freed (or released by reset())",
-                address=address,
-            )
-        where = "inside" if self.owns(address) else "outside"
-        return InvalidAddressError(
-            f"address {address:#x} is not live in this arena: never allocated here, or freed "
-            f"long ago (before the last {self._recent_mask + 1} frees); {where} its region "
-            f"[{self._base:#x}, {self._base + self._capacity:#x})",
-            address=address,
+        return not_live_error(
+            address, self._recent_frees, self._recent_mask + 1, self._base, self._capacity
         )
 
     # --- invariants ------------------------------------------------------------------------
@@ -581,63 +494,4 @@ class Arena:
         """Check the invariants of ``level`` (:data:`~tensorarena.debug.CHEAP`: the counters,
         O(1); :data:`~tensorarena.debug.EXPENSIVE`: every block and free extent, O(n log n));
         raise :class:`~tensorarena.errors.InvariantError` on the first broken one."""
-        if level < CHEAP:
-            return
-        strategy = self._strategy
-        free = strategy.free_bytes()
-        held = self._initial_free - free
-        check(self._alloc_count >= self._free_count >= 0, "more frees than allocations")
-        requested = self._requested_total - self._requested_freed
-        check(0 <= requested <= held, "requested bytes exceed the bytes the strategy holds")
-        check(0 <= free <= self._capacity, "more free bytes than capacity")
-        check(strategy.largest_free() <= free, "the largest free extent exceeds the free bytes")
-        if level < EXPENSIVE:
-            return
-        entries = [
-            (a, (e, (e + 255) & -256) if isinstance(e, int) else e) for a, e in self._live.items()
-        ]
-        check(len(entries) == len(self), "live count drifts")
-        check(all(type(a) is int for a, _ in entries), "a live address is not an exact int")
-        blocks = sorted((a - self._base, e[1]) for a, e in entries)
-        extents = strategy.free_extents()
-        previous_end = 0
-        for offset, reserved in blocks:
-            check(offset >= previous_end, f"live blocks overlap at offset {offset}")
-            previous_end = offset + reserved
-        check(previous_end <= self._capacity, "a live block runs past the region")
-        check(requested == sum(e[0] for _, e in entries), "requested bytes drift")
-        requested_reserved = sum(e[1] for _, e in entries)
-        # Free-list strategies carve exactly what is asked; others (buddy) may round it up.
-        if getattr(strategy, "exact", False):
-            check(held == requested_reserved, "reserved bytes drift")
-        check(held >= requested_reserved, "live blocks occupy more than the strategy holds")
-        free_total = 0
-        previous_end = 0
-        for offset, size in extents:
-            check(size > 0 and offset >= previous_end, "free extents overlap or are empty")
-            previous_end = offset + size
-            free_total += size
-        check(previous_end <= self._capacity, "a free extent runs past the region")
-        check(free_total == free, "free bytes disagree with free extents")
-        # No live block may intersect a free extent: merge-walk the two sorted lists.
-        i = 0
-        for offset, reserved in blocks:
-            while i < len(extents) and extents[i][0] + extents[i][1] <= offset:
-                i += 1
-            if i < len(extents):
-                check(extents[i][0] >= offset + reserved, f"block at {offset} is also free")
-        if strategy.coalesces and not entries:
-            # Coalescing means an empty region is its initial extent set again (one extent, or
-            # for a buddy system its initial blocks).
-            initial = getattr(strategy, "initial_extents", None)
-            expected = initial() if initial is not None else [(0, self._capacity)]
-            check(extents == expected, f"an empty arena should be {expected}, not {extents[:4]}")
-
-
-def _size_error(nbytes: int) -> InvalidSizeError:
-    """The error ``parse_size`` raises for an int size out of range."""
-    try:
-        parse_size(nbytes, name="nbytes")
-    except InvalidSizeError as error:
-        return error
-    raise AssertionError(f"{nbytes} is a valid size")  # pragma: no cover - callers checked
+        check_arena(self, level)
