@@ -160,6 +160,9 @@ def empty(
     ``like="numpy"`` returns an ``np.ndarray``; ``like="torch"`` a CPU ``torch.Tensor`` over the
     same bytes (``dtype`` may then be a torch dtype, ``torch.bfloat16`` included). The contents
     are undefined. The bytes return to the resource when the array and all its views are gone.
+    A tensor's storage is not resizable (as ``torch.from_numpy``'s): never grow it with
+    ``resize_``, which in torch 2.13 raises but keeps the new shape, and the next read of that
+    tensor then crashes the process (a torch bug; so does ``torch.from_numpy(a).resize_(n)``).
     Raises :class:`InvalidSizeError` for a bad shape, :class:`InvalidAlignmentError` for a bad
     alignment, :class:`InvalidDtypeError` for a dtype raw memory cannot hold,
     :class:`InvalidArgumentError` for ``like``, :class:`NotHostAccessibleError` for a resource

@@ -11,7 +11,10 @@ reuse the bytes of intermediates that died before them (a training step's gradie
 its activations) instead of coming on top of the arena. ``outputs="handover"`` plans them in a
 tail of the arena that each call takes anew and hands over with them
 (:mod:`~tensorarena.runtime.output_tail`): the peak is that of the arena with its outputs, and a
-caller that keeps them keeps the tail, not the whole arena.
+caller that keeps them keeps the tail, not the whole arena. Outputs in the arena or the tail
+have storage that cannot be resized: growing one with ``resize_`` raises in torch 2.13 but
+leaves the new shape behind, and reading it then crashes the process (torch's bug, the same for
+``torch.from_numpy`` tensors); copy an output (``.clone()``) before resizing it.
 
 What the placement changes for one shape: how its buffers are planned (:func:`plan_buffers`),
 the bytes held across calls (:func:`persistent_bytes`), the code generated (:func:`placed_code`)
