@@ -13,6 +13,7 @@ from tensorarena.core._bisect import COMPILED
 from tensorarena.core._segregated import floor_of_class
 from tensorarena.core.segregated_fit import class_floor, size_class
 from tensorarena.core.tlsf import SL_BITS, mapping_insert, mapping_search
+from tensorarena.errors import InvalidSizeError
 
 K = 1024
 
@@ -324,3 +325,23 @@ def test_the_class_bytes_mirror_the_free_extents(cls) -> None:  # type: ignore[n
     for offset, nbytes in live:
         strategy.release(offset, nbytes)
     assert strategy.free_extents() == [(0, 1 << 20)]
+
+
+@pytest.mark.parametrize("strategy", [FirstFit, NextFit, BestFit, Buddy, TLSF, SegregatedFit])
+@pytest.mark.parametrize("full", [True, False])
+def test_a_direct_reserve_of_no_bytes_is_refused_and_changes_nothing(
+    strategy: type, full: bool
+) -> None:
+    # The Arena never asks for 0 bytes; a caller using a strategy directly may. On a full
+    # region first and next fit used to take the end sentinel (lost, the next release failed)
+    # and buddy handed out a block that broke its bitmap.
+    s = strategy(4096)
+    taken = 4096 if full else 1024
+    offset = s.reserve(taken, 256)
+    before = s.free_extents()
+    for nbytes in (0, -1):
+        with pytest.raises(InvalidSizeError):
+            s.reserve(nbytes, 1)
+        assert s.free_extents() == before
+    s.release(offset, taken)
+    assert s.reserve(4096, 256) == 0  # the whole region is one free extent again

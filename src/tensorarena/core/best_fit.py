@@ -41,6 +41,7 @@ from itertools import pairwise
 from typing import ClassVar, Final
 
 from tensorarena.core import _bisect
+from tensorarena.core._arena_errors import size_error
 from tensorarena.core._bisect import COMPILED
 from tensorarena.core._builtin import BuiltinStrategy
 from tensorarena.debug import check
@@ -113,6 +114,8 @@ class BestFit(BuiltinStrategy):
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` from the smallest free extent that holds them aligned."""
+        if nbytes <= 0:  # called directly, not through an Arena: refuse, change nothing
+            raise size_error(nbytes)
         if nbytes & self._granule_mask:
             if nbytes > self._capacity:
                 return None  # refused as it is, without refining the granule

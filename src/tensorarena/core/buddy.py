@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from tensorarena.core._arena_errors import size_error
 from tensorarena.core._builtin import BuiltinStrategy
 
 __all__ = ["Buddy"]
@@ -94,6 +95,8 @@ class Buddy(BuiltinStrategy):
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take a block of ``nbytes`` rounded up to a power of two; split larger ones as needed."""
+        if nbytes <= 0:  # called directly, not through an Arena: refuse, change nothing
+            raise size_error(nbytes)
         order = (nbytes - 1).bit_length()
         if order < self._min_order:
             order = self._min_order

@@ -19,6 +19,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
+from tensorarena.core._arena_errors import size_error
 from tensorarena.core._bisect import COMPILED
 
 if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
@@ -39,6 +40,8 @@ class FirstFit(AddressOrderedExtents):
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` at the lowest offset that fits them aligned; ``None`` if none does."""
+        if nbytes <= 0:  # called directly, not through an Arena: refuse, change nothing
+            raise size_error(nbytes)
         sizes = self._sizes
         if COMPILED:
             i = self._walk(nbytes)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from tensorarena.core import _bisect
 from tensorarena.core._address_ordered import AT_LEAST, AddressOrderedExtents
+from tensorarena.core._arena_errors import size_error
 from tensorarena.core._bisect import COMPILED
 
 if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
@@ -48,6 +49,8 @@ class NextFit(AddressOrderedExtents):
 
     def reserve(self, nbytes: int, alignment: int) -> int | None:
         """Take ``nbytes`` in the first extent at or after the rover that fits; wrap once."""
+        if nbytes <= 0:  # called directly, not through an Arena: refuse, change nothing
+            raise size_error(nbytes)
         starts = self._starts
         sizes = self._sizes
         rover = self._rover
