@@ -33,6 +33,8 @@ from tensorarena.interop.scope import ScopeEscapeError
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool
 
+pytestmark = pytest.mark.usefixtures("no_unraisable")
+
 ROUTES = ["interface", "block"]
 # Item counts no other test uses: the first array of each goes through the interface owner.
 _fresh_counts = itertools.count(100_002, 2)
@@ -47,16 +49,6 @@ def room_for_block_types() -> Iterator[None]:
     yield
     BLOCK_TYPES.clear()
     BLOCK_TYPES.update(saved)
-
-
-@pytest.fixture(autouse=True)
-def no_unraisable(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Fail on any exception raised inside ``__del__`` (a double free would be one)."""
-    seen: list[str] = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda hook: seen.append(repr(hook.exc_value)))
-    yield seen
-    gc.collect()
-    assert seen == [], seen
 
 
 def _count_for(route: str, itemsize: int = 4) -> int:
