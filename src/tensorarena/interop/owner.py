@@ -44,11 +44,19 @@ copy would free the block twice.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["MAX_BLOCK_TYPES", "Allocation", "InterfaceAllocation", "block_type"]
+__all__ = [
+    "MAX_BLOCK_TYPES",
+    "Allocation",
+    "InterfaceAllocation",
+    "NativeAllocation",
+    "block_type",
+    "native_owner",
+]
 
 #: The most block-owner types kept (one per byte count; ~2 KB each).
 MAX_BLOCK_TYPES: Final = 1024
@@ -107,6 +115,23 @@ class _BlockOwner(Allocation):
         # ctypes.addressof(self): reading a slot is cheaper than the call.)
         self.resource.deallocate(self.address, self.nbytes)
 
+
+NewOwner = Callable[[Any, int, int], Allocation]
+
+
+def _define_native() -> tuple[type[Allocation] | None, NewOwner | None]:
+    """The native owner type and its constructor, or ``(None, None)`` without the extension."""
+    try:
+        from tensorarena.interop import _native_owner
+    except ImportError:  # the pure build
+        return None, None
+    return _native_owner.define_type(Allocation), _native_owner.owner
+
+
+NativeAllocation, native_owner = _define_native()
+"""The native owner type (a subclass of :class:`Allocation`) and ``native_owner(resource,
+address, nbytes)``, which makes one (``TypeError``/``ValueError`` for arguments that are not
+positive ints); both ``None`` where the C extension is not built."""
 
 BLOCK_TYPES: Final[dict[int, Any]] = {}
 """Byte count -> block-owner type (``type.from_address(address)`` makes an owner)."""
