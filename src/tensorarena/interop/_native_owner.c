@@ -31,6 +31,10 @@
 typedef struct {
     PyObject_HEAD
     PyObject *resource; /* NULL once the block has been given back */
+    /* The ints the owner was made with, passed back to deallocate as they are: making two new
+       ints at every free would cost more than the rest of the call's set-up. */
+    PyObject *address_int;
+    PyObject *nbytes_int;
     Py_ssize_t address;
     Py_ssize_t nbytes;
     PyObject *weakreflist;
@@ -55,19 +59,12 @@ owner_finalize(PyObject *self)
 
     PyObject *error_type, *error_value, *error_traceback;
     PyErr_Fetch(&error_type, &error_value, &error_traceback);
-    PyObject *address = PyLong_FromSsize_t(owner->address);
-    PyObject *nbytes = address == NULL ? NULL : PyLong_FromSsize_t(owner->nbytes);
-    PyObject *result = NULL;
-    if (nbytes != NULL) {
-        PyObject *args[3] = {resource, address, nbytes};
-        result = PyObject_VectorcallMethod(
-            deallocate_name, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    }
+    PyObject *args[3] = {resource, owner->address_int, owner->nbytes_int};
+    PyObject *result = PyObject_VectorcallMethod(
+        deallocate_name, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (result == NULL)
         PyErr_WriteUnraisable(self);
     Py_XDECREF(result);
-    Py_XDECREF(nbytes);
-    Py_XDECREF(address);
     Py_DECREF(resource);
     PyErr_Restore(error_type, error_value, error_traceback);
 }
@@ -98,6 +95,8 @@ owner_dealloc(PyObject *self)
     if (owner->weakreflist != NULL)
         PyObject_ClearWeakRefs(self);
     Py_CLEAR(owner->resource);
+    Py_CLEAR(owner->address_int);
+    Py_CLEAR(owner->nbytes_int);
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free(self);
     Py_DECREF(type);
@@ -121,9 +120,10 @@ owner_getbuffer(PyObject *self, Py_buffer *view, int flags)
 /* --- the type -------------------------------------------------------------------------------- */
 
 static PyMemberDef owner_members[] = {
-    {"address", T_PYSSIZET, offsetof(BlockOwner, address), READONLY,
+    {"address", T_OBJECT_EX, offsetof(BlockOwner, address_int), READONLY,
      "The block's first byte."},
-    {"nbytes", T_PYSSIZET, offsetof(BlockOwner, nbytes), READONLY, "The block's size in bytes."},
+    {"nbytes", T_OBJECT_EX, offsetof(BlockOwner, nbytes_int), READONLY,
+     "The block's size in bytes."},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(BlockOwner, weakreflist), READONLY, NULL},
     {NULL},
 };
@@ -249,6 +249,10 @@ new_owner(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_INCREF(args[0]);
     owner->resource = args[0];
+    Py_INCREF(args[1]);
+    owner->address_int = args[1];
+    Py_INCREF(args[2]);
+    owner->nbytes_int = args[2];
     owner->address = address;
     owner->nbytes = nbytes;
     owner->weakreflist = NULL;
