@@ -3,11 +3,15 @@
 The bytes are taken with one ``resource.allocate`` and owned by an
 :class:`~tensorarena.interop.owner.Allocation`, the ``.base`` of the array: they go back with one
 ``resource.deallocate`` when the array and every view of it are gone — never earlier. The owner
-is usually a ctypes array over exactly the block (see :mod:`tensorarena.interop.owner`), and
-the array is built over it in C by ``np.frombuffer`` (1-d) or ``np.ndarray(buffer=)``; a torch
-tensor (``like="torch"``) by ``torch.frombuffer``, which keeps the owner alive as long as the
-tensor's storage lives. Sizes without a cached owner type take the ``__array_interface__``
-owner (a torch tensor is then ``torch.from_numpy`` over that array).
+exports the buffer protocol over exactly the block (see :mod:`tensorarena.interop.owner`): in the
+compiled build the native (C) owner, for every size; in the pure build a ctypes array of a cached
+type per byte count. The array is built over it in C by ``np.frombuffer`` (1-d) or
+``np.ndarray(buffer=)``; a 1-d torch tensor (``like="torch"``) by ``torch.frombuffer``, which
+keeps the owner alive as long as the tensor's storage lives, an n-d one by ``torch.from_numpy``
+of the n-d array (half the cost of ``frombuffer`` and ``view``). The pure build's sizes without
+a cached owner type, zero-size tensors (``torch.frombuffer`` refuses them) and structured dtypes
+as tensors take the ``__array_interface__`` owner (a tensor is then ``torch.from_numpy`` over
+that array).
 
 Which resource: the ``resource=`` argument, else that of the innermost :func:`scope` given one,
 else :func:`~tensorarena.interop.default.default_resource` (a thread-cached pool over mmap).
