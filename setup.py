@@ -14,6 +14,10 @@ says why on the build log (pip shows it with ``-v``):
 * mypyc's type check and the C compilation succeed (a failure falls back, it does not fail the
   install: the pure build is the reference and always works).
 
+The compiled build also builds the hand-written C extensions of ``_version.NATIVE_EXTENSIONS``
+(the native array owner, ``interop/_native_owner.c``): all of it or none, like the mypyc modules,
+so a failure to compile any of them installs the pure build, which has a Python fallback for each.
+
 An editable install (``pip install -e .``) compiles in place: the extensions land in ``src/``
 next to their sources. A later pure install removes them, so a stale extension never shadows an
 edited ``.py`` (``make test`` reinstalls when a compiled source changes).
@@ -28,7 +32,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
@@ -38,6 +42,8 @@ SRC = HERE / "src"
 # nothing, so it can be run here without the package's dependencies).
 _VERSION = runpy.run_path(str(SRC / "tensorarena" / "_version.py"))
 COMPILED = [name.replace(".", "/") + ".py" for name in _VERSION["COMPILED_MODULES"]]
+# The hand-written C extensions (module name, its one source under src/).
+NATIVE = [(name, name.replace(".", "/") + ".c") for name in _VERSION["NATIVE_EXTENSIONS"]]
 # mypy's view of the package while mypyc compiles: the compiled modules and the few they import,
 # never the rest (``tensorarena/__init__.py`` imports every subpackage, and through them NumPy and
 # torch: minutes of type checking at every install). Errors outside the compiled modules are not
@@ -81,6 +87,7 @@ def _remove_in_place_extensions() -> None:
     """Delete extensions an earlier editable compiled install left in ``src/``."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     stale = [SRC / (path[: -len(".py")] + suffix) for path in COMPILED]
+    stale += [SRC / (path[: -len(".c")] + suffix) for _, path in NATIVE]
     stale += list(SRC.glob(f"{GROUP}__mypyc*{suffix}"))
     for path in stale:
         if path.exists():
@@ -108,6 +115,14 @@ class OptionalBuildExt(build_ext):
 # The commands that build; setuptools also runs this file for metadata alone, where mypyc's type
 # check (several seconds) would be wasted.
 _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
+
+
+def _native_extensions() -> list[object]:
+    # Paths relative to this file's directory, where setuptools runs (never absolute: it refuses).
+    return [
+        Extension(name, sources=[f"src/{path}"], extra_compile_args=["-Wall", "-Wextra"])
+        for name, path in NATIVE
+    ]
 
 
 def _ext_modules() -> list[object]:
@@ -139,8 +154,8 @@ def _ext_modules() -> list[object]:
         finally:
             os.chdir(cwd)
         if reason is None:
-            _say(f"compiling {len(COMPILED)} modules with mypyc")
-            return modules
+            _say(f"compiling {len(COMPILED)} modules with mypyc and {len(NATIVE)} C extensions")
+            return modules + _native_extensions()
     _say(f"pure-Python build: {reason}")
     _remove_in_place_extensions()
     return []

@@ -8,7 +8,8 @@ The allocation core exists in two builds of one source: *compiled* (the modules 
 by mypyc into C extensions, chosen by ``setup.py`` when a C compiler is present) and *pure* (the
 same ``.py`` files interpreted: the reference, and the fallback). ``build()`` tells which one this
 process imported; ``tensorarena --version`` and every benchmark report it. ``setup.py`` reads
-``COMPILED_MODULES`` from this file (without importing the package), so the list is written once.
+``COMPILED_MODULES`` and ``NATIVE_EXTENSIONS`` from this file (without importing the package),
+so the lists are written once.
 """
 
 __version__ = "0.1.0"
@@ -34,9 +35,15 @@ COMPILED_MODULES = (
     "tensorarena.interop.arrays",
 )
 
+#: The hand-written C extensions the compiled build adds (their sources are ``.c`` files beside
+#: where the module would be): the native array owner, which ``interop/owner.py`` falls back from
+#: to ctypes where it is absent. Built together with the modules above, all or nothing.
+NATIVE_EXTENSIONS = ("tensorarena.interop._native_owner",)
+
 
 def compiled_modules() -> list[str]:
-    """Those of :data:`COMPILED_MODULES` that this process imports as compiled extensions."""
+    """Those of :data:`COMPILED_MODULES` and :data:`NATIVE_EXTENSIONS` that this process imports
+    as C extensions (a native extension that does not import is not one)."""
     import importlib
 
     compiled = []
@@ -44,6 +51,12 @@ def compiled_modules() -> list[str]:
         path = getattr(importlib.import_module(name), "__file__", None) or ""
         if not path.endswith(".py"):
             compiled.append(name)
+    for name in NATIVE_EXTENSIONS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not built (the pure build), or blocked (tests force the fallback)
+            continue
+        compiled.append(name)
     return compiled
 
 
@@ -53,4 +66,5 @@ def build() -> str:
     A partly compiled core (an extension deleted by hand) reports ``"pure"``: its numbers would
     not be the compiled build's.
     """
-    return "compiled" if len(compiled_modules()) == len(COMPILED_MODULES) else "pure"
+    every = len(COMPILED_MODULES) + len(NATIVE_EXTENSIONS)
+    return "compiled" if len(compiled_modules()) == every else "pure"

@@ -3,7 +3,9 @@
 ``make test`` installs the compiled build where a C compiler is present, so the whole suite runs on
 it; the strategy state machine and the resource conformance suite are run here once more on the
 pure build (the same ``.py`` files, imported from a copy of ``src/`` without the extensions) in a
-child process, so neither build can drift from the other.
+child process, so neither build can drift from the other. The compiled build's arrays have a native
+(C) owner; the owner suites are run once more with it blocked, so the ctypes fallback that the pure
+build uses is tested by the compiled build too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import tensorarena
-from tensorarena._version import COMPILED_MODULES, build, compiled_modules
+from tensorarena._version import COMPILED_MODULES, NATIVE_EXTENSIONS, build, compiled_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -37,11 +39,25 @@ PURE_SUITES = [
     "tests/interop/test_owner_reuse.py",
     "tests/interop/test_arrays.py",
 ]
+# The suites of the array owner, run in the compiled build without the native owner.
+OWNER_SUITES = [
+    "tests/interop/test_owner.py",
+    "tests/interop/test_owner_reuse.py",
+    "tests/interop/test_arrays.py",
+]
+EVERY_EXTENSION = [*COMPILED_MODULES, *NATIVE_EXTENSIONS]
+
+
+def _source_of(extension: Path) -> Path:
+    """The ``.py`` mypyc compiled ``extension`` from, or the ``.c`` of a native extension."""
+    stem = extension.name.split(".", 1)[0]
+    python = extension.with_name(stem + ".py")
+    return python if python.is_file() else extension.with_name(stem + ".c")
 
 
 def test_the_build_is_all_or_nothing() -> None:
     compiled = compiled_modules()
-    assert compiled in ([], list(COMPILED_MODULES)), f"partly compiled core: {compiled}"
+    assert compiled in ([], EVERY_EXTENSION), f"partly compiled core: {compiled}"
     assert build() == ("compiled" if compiled else "pure")
 
 
@@ -50,7 +66,7 @@ def test_extensions_are_not_older_than_their_sources() -> None:
     for name in compiled_modules():
         module = importlib.import_module(name)
         extension = Path(str(module.__file__))
-        source = extension.with_name(extension.name.split(".", 1)[0] + ".py")
+        source = _source_of(extension)
         assert extension.stat().st_mtime >= source.stat().st_mtime, (
             f"{extension.name} is older than {source.name}: reinstall (make test does)"
         )
@@ -62,9 +78,7 @@ def test_an_editable_install_imports_the_extensions_from_src() -> None:
     assert Path(tensorarena.__file__).resolve().parent == SRC / "tensorarena"
     for name in compiled_modules():
         path = Path(str(importlib.import_module(name).__file__))
-        assert path.name.endswith(EXT_SUFFIX) and path.with_name(
-            path.name.split(".", 1)[0] + ".py"
-        ).is_file()
+        assert path.name.endswith(EXT_SUFFIX) and _source_of(path).is_file()
 
 
 def test_class_docstrings_survive_compilation() -> None:
@@ -99,3 +113,22 @@ def test_the_pure_build_passes_the_state_machine_and_the_conformance_suite(
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(build() != "compiled", reason="the compiled build only")
+def test_the_compiled_build_passes_the_owner_suites_without_the_native_owner() -> None:
+    # An import of a module set to None in sys.modules raises ImportError: the fallback's cause.
+    script = (
+        "import sys; sys.modules['tensorarena.interop._native_owner'] = None\n"
+        "import pytest\n"
+        "from tensorarena.interop.owner import NativeAllocation\n"
+        "assert NativeAllocation is None\n"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *{OWNER_SUITES!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout.splitlines()[-1]

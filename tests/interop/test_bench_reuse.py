@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tensorarena.bench import reuse
+from tensorarena.interop.owner import native_owner
 
 KEYS = {"numpy_us", "tensorarena_us", "speedup"}
 
@@ -62,3 +63,5 @@ def test_owner_measurements_are_reported(capsys: pytest.CaptureFixture[str]) -> 
         "np_empty_touch_free_us",
     } <= set(owners)
     assert all(value > 0 for value in owners.values())
+    # The native owner is timed exactly where it is built.
+    assert ("owner_native_frombuffer_us" in owners) == (native_owner is not None)

@@ -1,9 +1,11 @@
-"""The array owner: both kinds keep the block while any view lives, and free it once, after.
+"""The array owner: every kind keeps the block while any view lives, and frees it once, after.
 
-Each test runs through both owner kinds (the parameter ``route``): the ``__array_interface__``
+Each test runs through the owner kinds this build uses (the parameter ``route``): the native
+owner where the C extension is built (every plain array), else the ``__array_interface__``
 owner, which the first array of a byte count gets, and the ctypes block owner, which a byte
 count gets from its second array on. Every test asserts which kind it actually got, so a change
-of routing cannot silently leave one kind untested.
+of routing cannot silently leave one kind untested. ``tests/compiled/test_builds.py`` runs this
+file again with the extension blocked, so the compiled build tests the ctypes kinds too.
 
 The resource is a ``Pool``, whose first fit hands a freed block's address straight back: if a
 block were freed while a view still used it, the next allocation of the same size would return
@@ -28,14 +30,19 @@ import numpy as np
 import pytest
 
 from tensorarena.interop import Allocation, empty, scope, zeros
-from tensorarena.interop.owner import BLOCK_TYPES, InterfaceAllocation, block_type
+from tensorarena.interop.owner import (
+    BLOCK_TYPES,
+    InterfaceAllocation,
+    NativeAllocation,
+    block_type,
+)
 from tensorarena.interop.scope import ScopeEscapeError
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool
 
 pytestmark = pytest.mark.usefixtures("no_unraisable")
 
-ROUTES = ["interface", "block"]
+ROUTES = ["native"] if NativeAllocation is not None else ["interface", "block"]
 # Item counts no other test uses: the first array of each goes through the interface owner.
 _fresh_counts = itertools.count(100_002, 2)
 
@@ -62,7 +69,15 @@ def _count_for(route: str, itemsize: int = 4) -> int:
 
 def _check_route(owner: object, route: str) -> None:
     assert isinstance(owner, Allocation)
-    assert (type(owner) is InterfaceAllocation) == (route == "interface"), type(owner)
+    _check_type(type(owner), route)
+
+
+def _check_type(owner_type: type, route: str) -> None:
+    if route == "block":
+        assert owner_type.__name__.startswith("Block") and issubclass(owner_type, ctypes.Array)
+    else:
+        expected = NativeAllocation if route == "native" else InterfaceAllocation
+        assert owner_type is expected, owner_type
 
 
 def _made_in_scope(make: Callable[[], Any]) -> tuple[Any, type]:
@@ -160,7 +175,7 @@ def test_a_torch_view_keeps_the_block_until_it_dies(
     tensor, owner_type = _made_in_scope(
         lambda: empty(count, np.float32, resource=pool, like="torch")
     )
-    assert (owner_type is InterfaceAllocation) == (route == "interface"), owner_type
+    _check_type(owner_type, route)
     assert isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float32
     address, nbytes = tensor.data_ptr(), tensor.nbytes
     assert pool.live_blocks() == {address: nbytes}
@@ -191,7 +206,7 @@ def test_torch_dtypes_and_shapes_on_both_routes(route: str) -> None:
         tensor, owner_type = _made_in_scope(
             functools.partial(empty, shape, dtype, resource=pool, like="torch")
         )
-        assert (owner_type is InterfaceAllocation) == (route == "interface"), owner_type
+        _check_type(owner_type, route)
         assert tuple(tensor.shape) == shape and tensor.is_contiguous()
         tensor.fill_(3)
         assert float(tensor.float().sum()) == 3 * count
@@ -211,7 +226,7 @@ def test_the_owner_exposes_exactly_the_block(route: str) -> None:
     assert array.shape == (count, 1) and array.flags.c_contiguous and array.flags.writeable
     assert owner.address == array.ctypes.data and owner.nbytes == array.nbytes
     assert owner.resource is pool
-    if route == "block":
+    if route != "interface":
         assert memoryview(owner).nbytes == array.nbytes, "no buffer beyond the block"
     assert f"{owner.address:#x}" in repr(owner)
 
@@ -229,17 +244,21 @@ def test_an_owner_cannot_be_copied(route: str) -> None:
     assert pool.live_blocks() == {}
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (0,)])
 @pytest.mark.parametrize("like", ["numpy", "torch"])
-def test_zero_size_arrays_have_a_block_and_free_it(like: Literal["numpy", "torch"]) -> None:
+def test_zero_size_arrays_have_a_block_and_free_it(
+    like: Literal["numpy", "torch"], shape: tuple[int, ...]
+) -> None:
     if like == "torch":
         pytest.importorskip("torch")
     pool = _pool()
     block_type(1)  # a zero-size array asks for 1 byte: give that size a block-owner type
     assert block_type(1) is not None
-    array, owner_type = _made_in_scope(lambda: empty((0, 3), np.float32, resource=pool, like=like))
+    # 1-d: the 1-byte block holds no whole float32, so NumPy must not be asked for one (it was).
+    array, owner_type = _made_in_scope(lambda: empty(shape, np.float32, resource=pool, like=like))
     # NumPy takes the block owner; torch.frombuffer refuses 0 items, so a tensor takes the other.
-    assert (owner_type is InterfaceAllocation) == (like == "torch"), owner_type
-    assert tuple(array.shape) == (0, 3) and len(pool.live_blocks()) == 1
+    _check_type(owner_type, "interface" if like == "torch" else ROUTES[-1])
+    assert tuple(array.shape) == shape and len(pool.live_blocks()) == 1
     del array
     assert pool.live_blocks() == {}
 
@@ -276,7 +295,10 @@ def test_a_scope_sees_both_owner_kinds(route: str) -> None:
 
 def test_the_type_cache_is_bounded_and_falls_back_to_the_interface_owner() -> None:
     # In a child: filling the cache would send the other tests' new sizes down one route.
+    # The compiled build uses no ctypes types: the child blocks the native owner to test them.
     script = """
+import sys
+sys.modules["tensorarena.interop._native_owner"] = None
 import numpy as np
 from tensorarena.interop import empty
 from tensorarena.interop.owner import BLOCK_TYPES, MAX_BLOCK_TYPES, InterfaceAllocation

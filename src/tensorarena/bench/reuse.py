@@ -21,10 +21,10 @@ Where torch is installed, the same cycle is also timed for tensors (the ``torch`
 ``{"torch_us", "tensorarena_us", "speedup"}`` per size, ``speedup = torch_us / tensorarena_us``.
 
 ``--owners`` also times the ways an array can own foreign memory (the measurements behind
-:mod:`tensorarena.interop.owner`) and splits a 64 KiB ``tensorarena.empty`` into its pieces:
-the default resource's allocate+deallocate pair, ``empty`` over a resource that does nothing,
-and the whole cycle, for arrays and (with torch) tensors — where the time goes when NumPy's
-or torch's heap is faster than a pool in Python.
+:mod:`tensorarena.interop.owner`; the native owner only where it is built) and splits a 64 KiB
+``tensorarena.empty`` into its pieces: the default resource's allocate+deallocate pair, ``empty``
+over a resource that does nothing, and the whole cycle, for arrays and (with torch) tensors —
+where the time goes when NumPy's or torch's heap is faster than a pool in Python.
 
 A benchmark, not a test: it asserts nothing. On a shared machine expect noise of ±20 % or more.
 """
@@ -36,6 +36,7 @@ import json
 import statistics
 from collections.abc import Callable, Sequence
 from time import perf_counter
+from typing import Any
 
 import numpy as np
 
@@ -206,6 +207,7 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
 
     from tensorarena.interop import default_resource, empty
     from tensorarena.interop.owner import InterfaceAllocation, block_type
+    from tensorarena.interop.owner import native_owner as new_native
     from tensorarena.memory.host import HostMemory
 
     number, repeats = (2000, 3) if quick else (20000, 7)
@@ -232,6 +234,12 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
         array = np.frombuffer(owner, float32, count)
         view = array[1:]
         del array, view, owner
+
+    def native_block_owner() -> None:
+        owner: Any = new_native(null, address, nbytes)  # type: ignore[misc]  # not None here
+        array = np.frombuffer(owner, float32)
+        view = array[1:]
+        del array, view
 
     def ctypes_owner_attribute() -> None:
         buffer = (ctypes.c_char * nbytes).from_address(address)
@@ -270,7 +278,10 @@ def measure_owners(*, quick: bool = False) -> dict[str, float]:
     def numpy_cycle() -> None:
         _numpy_cycle(nbytes)
 
-    cases: dict[str, Callable[[], None]] = {
+    cases: dict[str, Callable[[], None]] = {}
+    if new_native is not None:  # the compiled build
+        cases["owner_native_frombuffer_us"] = native_block_owner
+    cases |= {
         "owner_block_frombuffer_us": block_owner,
         "owner_interface_us": interface_owner,
         "owner_ctypes_attribute_us": ctypes_owner_attribute,

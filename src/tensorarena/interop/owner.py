@@ -4,51 +4,67 @@ A NumPy array made over foreign memory keeps one object alive as its ``.base`` (
 chain of views only down to the first base that is not an ndarray, which is the owner), a torch
 tensor made with ``torch.frombuffer`` keeps its buffer object, and a memoryview keeps its
 exporter: so the owner dies exactly when the last array, view, tensor or memoryview over the
-bytes does, and its ``__del__`` returns the block to its resource, once. Every owner is an
-:class:`Allocation` (``resource``, ``address``, ``nbytes``); there are two kinds:
+bytes does, and returns the block to its resource, once. Every owner is an :class:`Allocation`
+(``resource``, ``address``, ``nbytes``); there are three kinds:
 
-* a **block owner** (the usual one): an instance of a ctypes ``c_ubyte * nbytes`` array type,
-  made with ``from_address`` (no copy, ctypes never frees it), that exports the buffer protocol
-  over exactly the block's ``nbytes`` bytes. ``np.frombuffer`` / ``np.ndarray(buffer=)`` and
-  ``torch.frombuffer`` build arrays over it directly in C;
+* the **native owner** (:data:`NativeAllocation`, the compiled build's, for every size): a C
+  type (``_native_owner.c``) that exports the buffer protocol over exactly the block and
+  deallocates it in its finalizer, which both reference counting and the cyclic collector run
+  once (a cycle through the resource is freed too); an exception from ``deallocate`` is reported
+  as unraisable, like one from ``__del__``. Made by :data:`native_owner`, which checks its
+  arguments;
+* a **ctypes block owner** (the pure build's usual one): an instance of a ctypes
+  ``c_ubyte * nbytes`` array type, made with ``from_address`` (no copy, ctypes never frees it),
+  with the same buffer, and a ``__del__`` that deallocates;
 * an **interface owner** (:class:`InterfaceAllocation`): exposes ``__array_interface__``, which
   ``np.asarray`` parses (a dict built and read per array, the slower route).
 
-Why two: a ctypes array type exists per byte count, and making one costs ~7 µs and ~2 KB. So
-the types live in a bounded cache (:data:`MAX_BLOCK_TYPES`), and a byte count gets one only
-the second time it is seen: a size met once (dynamic shapes) takes the interface route and
-never pays for a type; once the cache is full, new sizes keep the interface route (no
-eviction, so no churn). The types subclass ``ctypes.Array`` directly rather than
-``c_ubyte * nbytes``, whose types ctypes keeps in a private cache of its own, forever.
-Measured by ``tensorarena bench reuse --owners`` (µs to make and drop
-a 64 KiB float32 array plus one view over a resource that does nothing; median of 3 runs of
-the best batch, 2 shared cores, expect ±20 %):
+``np.frombuffer`` / ``np.ndarray(buffer=)`` and ``torch.frombuffer`` build arrays over a buffer
+owner directly in C. Why C for the usual one: no Python-level class can export the buffer
+protocol before Python 3.12 (PEP 688), nor can a mypyc class, and the ctypes route pays for a
+type per byte count (~7 µs and ~2 KB to make one), so its types live in a bounded cache
+(:data:`MAX_BLOCK_TYPES`) and a byte count gets one only the second time it is seen: a size met
+once (dynamic shapes) takes the interface route, and once the cache is full new sizes keep it
+(no eviction, so no churn). The ctypes types subclass ``ctypes.Array`` directly rather than
+``c_ubyte * nbytes``, whose types ctypes keeps in a private cache of its own, forever. The pure
+build (no C compiler, or ``TENSORARENA_PURE=1``) keeps those two routes.
+Measured by ``tensorarena bench reuse --owners`` (µs to make and drop a 64 KiB float32 array
+plus one view over a resource that does nothing; median of 3 runs of the best batch, compiled
+build, 2 cores shared with a load of ~3-4, expect ±30 %):
 
 =========================================================  ======
 owner mechanism                                             µs
 =========================================================  ======
-block owner (cached ctypes type) + ``np.frombuffer``        0.48
-ctypes ``c_char * n`` + owner attribute + ``frombuffer``    0.77
-``__array_interface__`` owner + ``np.asarray``              0.91
-ctypes buffer + ``weakref.finalize``                        1.29
-(``np.empty``, no foreign memory, for scale)                0.29
+native owner (C) + ``np.frombuffer``                        1.29
+ctypes block owner (cached type) + ``np.frombuffer``        1.61
+ctypes ``c_char * n`` + owner attribute + ``frombuffer``    1.84
+``__array_interface__`` owner + ``np.asarray``              2.94
+ctypes buffer + ``weakref.finalize``                        3.12
+(``np.empty``, no foreign memory, for scale)                0.56
 =========================================================  ======
 
-The block owner is the ctypes route with the owner folded into the buffer object (one object,
-slots instead of an instance dict); ``weakref.finalize`` registers every array in a global
-registry. The block owner is itself a ctypes object, so ``.base`` of an array is one (with
-``resource``, ``address`` and ``nbytes``); copying or pickling an owner is refused, since a
-copy would free the block twice.
+The block owners fold the owner into the buffer object (one object, no instance dict);
+``weakref.finalize`` registers every array in a global registry. ``.base`` of an array is the
+owner; copying or pickling one is refused (:meth:`Allocation.__reduce__`), since a copy would
+free the block twice.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["MAX_BLOCK_TYPES", "Allocation", "InterfaceAllocation", "block_type"]
+__all__ = [
+    "MAX_BLOCK_TYPES",
+    "Allocation",
+    "InterfaceAllocation",
+    "NativeAllocation",
+    "block_type",
+    "native_owner",
+]
 
 #: The most block-owner types kept (one per byte count; ~2 KB each).
 MAX_BLOCK_TYPES: Final = 1024
@@ -107,6 +123,23 @@ class _BlockOwner(Allocation):
         # ctypes.addressof(self): reading a slot is cheaper than the call.)
         self.resource.deallocate(self.address, self.nbytes)
 
+
+NewOwner = Callable[[Any, int, int], Allocation]
+
+
+def _define_native() -> tuple[type[Allocation] | None, NewOwner | None]:
+    """The native owner type and its constructor, or ``(None, None)`` without the extension."""
+    try:
+        from tensorarena.interop import _native_owner
+    except ImportError:  # the pure build
+        return None, None
+    return _native_owner.define_type(Allocation), _native_owner.owner
+
+
+NativeAllocation, native_owner = _define_native()
+"""The native owner type (a subclass of :class:`Allocation`) and ``native_owner(resource,
+address, nbytes)``, which makes one (``TypeError``/``ValueError`` for arguments that are not
+positive ints); both ``None`` where the C extension is not built."""
 
 BLOCK_TYPES: Final[dict[int, Any]] = {}
 """Byte count -> block-owner type (``type.from_address(address)`` makes an owner)."""
