@@ -25,6 +25,7 @@ COMPILED_MODULES = (
     "tensorarena.core._address_ordered",
     "tensorarena.core.first_fit",
     "tensorarena.core.next_fit",
+    "tensorarena.core._packed_best_fit",
     "tensorarena.core.best_fit",
     "tensorarena.core.buddy",
     "tensorarena.core._segregated",
