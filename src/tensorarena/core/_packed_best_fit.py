@@ -15,6 +15,11 @@ only while ``2 * shift <= 62`` (capacities up to 2^31 granules) and keeps Python
 never imports ``librt``: the names below exist for the type checker and mypyc alone, and this
 module's class is only built when :data:`~tensorarena.core._bisect.COMPILED` is true.
 
+The address arrays run *downward* (the sentinel first), as in
+:mod:`tensorarena.core._packed_first_fit`: an insertion moves the items after it one at a time
+(librt has no insert), and on ``bench alloc`` a released block has a median of 48 free extents
+below it and 103 above.
+
 A ``vec`` is a value: ``append`` and ``pop`` return the vec to keep (its buffer may move), so
 every insertion and deletion stores the result back, in the object or in its bin.
 """
@@ -45,6 +50,22 @@ def _bisect(keys: vec[i64], key: i64, hi: i64) -> i64:
             lo += half
         n -= half
     if keys[lo] < key:
+        lo += 1
+    return lo
+
+
+def _count_at_least(keys: vec[i64], key: i64) -> i64:
+    """In descending ``keys``, how many lead the rest by being at least ``key``."""
+    n: i64 = len(keys)
+    lo: i64 = 0
+    if n <= 0:
+        return 0
+    while n > 1:  # branch-free, as _bisect
+        half = n >> 1
+        if keys[lo + half] >= key:
+            lo += half
+        n -= half
+    if keys[lo] >= key:
         lo += 1
     return lo
 
@@ -104,8 +125,8 @@ class PackedBestFit:
         self._start_mask: i64 = (1 << shift) - 1
         # Every size of ``shift`` bits or fewer (in granules) fits an i64; nothing larger fits.
         self._largest = int(self._start_mask << g)
-        self._starts = vec[i64](starts)
-        self._sizes = vec[i64](sizes)
+        self._starts = vec[i64](starts[::-1])  # downward in address, the sentinel first
+        self._sizes = vec[i64](sizes[::-1])
         packed = vec[vec[i64]]()
         for keys in bins:
             packed = append(packed, vec[i64](keys))
@@ -116,7 +137,8 @@ class PackedBestFit:
     def state(self) -> tuple[list[int], list[int], list[list[int]], int, int]:
         """``(starts, sizes, bins, nonempty, free)`` as Python lists, as ``BestFit`` keeps them."""
         bins = [list(keys) for keys in self._bins]
-        return list(self._starts), list(self._sizes), bins, self._nonempty, self._free
+        starts, sizes = list(self._starts)[::-1], list(self._sizes)[::-1]
+        return starts, sizes, bins, self._nonempty, self._free
 
     def free_bytes(self) -> int:
         """Total free bytes."""
@@ -161,7 +183,7 @@ class PackedBestFit:
         if (start << g) & (alignment - 1):
             return self._reserve_aligned(c, i, n, alignment)
         starts = self._starts
-        p = _bisect(starts, start, len(starts))
+        p = _count_at_least(starts, start) - 1  # the extent itself
         self._free -= nbytes
         rest = (key >> shift) - n
         if rest:
@@ -225,7 +247,7 @@ class PackedBestFit:
             self._nonempty ^= 1 << c
         starts = self._starts
         sizes = self._sizes
-        p = _bisect(starts, start, len(starts))
+        p = _count_at_least(starts, start) - 1  # the extent itself
         self._free -= n << g
         taken_end = offset + n
         rest = start + size - taken_end
@@ -233,8 +255,8 @@ class PackedBestFit:
             sizes[p] = offset - start
             self._add_key((offset - start) << shift | start)
             if rest:
-                self._starts = _insert(starts, p + 1, taken_end)
-                self._sizes = _insert(sizes, p + 1, rest)
+                self._starts = _insert(starts, p, taken_end)  # above the gap: before it
+                self._sizes = _insert(sizes, p, rest)
         elif rest:
             starts[p] = taken_end
             sizes[p] = rest
@@ -254,30 +276,35 @@ class PackedBestFit:
         starts = self._starts
         sizes = self._sizes
         self._free += nbytes
-        # The first free extent above the block; the sentinel (last) stands in for "no extent
-        # below" when p == 0.
-        p = _bisect(starts, start, len(starts))
-        below = p - 1 if p else len(starts) - 1
+        # Items before p start at or above the block: p - 1 is the first free extent above it
+        # (the sentinel at worst), p the one below it; the sentinel stands in for "no extent
+        # below" when there is none.
+        p = _count_at_least(starts, start)
+        above = p - 1
+        below: i64 = 0  # not a conditional expression: mypyc would box it
+        if p < len(starts):
+            below = p
         below_start = starts[below]
         below_size = sizes[below]
         if below_start + below_size == start:
             start = below_start
             self._drop_key(below_size, start)
             size += below_size
-            if starts[p] == end:
-                above_size = sizes[p]
+            if starts[above] == end:
+                above_size = sizes[above]
                 self._drop_key(above_size, end)
                 size += above_size
-                self._starts = _delete(starts, p)
-                sizes = _delete(sizes, p)
+                self._starts = _delete(starts, above)
+                sizes = _delete(sizes, above)
                 self._sizes = sizes
+                below = above  # the extent below moved down one place
             sizes[below] = size
-        elif starts[p] == end:
-            above_size = sizes[p]
+        elif starts[above] == end:
+            above_size = sizes[above]
             self._drop_key(above_size, end)
             size += above_size
-            starts[p] = start
-            sizes[p] = size
+            starts[above] = start
+            sizes[above] = size
         else:
             self._starts = _insert(starts, p, start)
             self._sizes = _insert(sizes, p, size)
