@@ -3,8 +3,8 @@
 The pure build scans a byte per extent, the compiled build walks the sizes (see
 ``core/_address_ordered.py``); these cases put the answer a few, hundreds and thousands of
 extents into the search (``_WALK`` was where an earlier compiled build switched from one to the
-other). The compiled build starts first fit's walk at a floor per size class; the floors' own
-invariant is checked here too.
+other). The compiled build starts first fit's walk at a floor per size class (in its packed
+extents, ``core/_packed_first_fit.py``); the floors' own invariant is checked here too.
 """
 
 from __future__ import annotations
@@ -70,8 +70,14 @@ def test_next_fit_places_aligned_inside_a_misaligned_extent_at_the_rover() -> No
     assert strategy.rover == 8192
 
 
+def _floors(strategy: FirstFit | NextFit) -> list[int]:
+    """First fit's floors (compiled: in its packed extents); none for next fit."""
+    packed = strategy._packed
+    return [] if packed is None else packed.floors()
+
+
 def _check_floors(strategy: FirstFit | NextFit) -> None:
-    floors = strategy._floors
+    floors = _floors(strategy)
     if not floors:  # next fit keeps none
         return
     assert all(a <= b for a, b in pairwise(floors)), floors
@@ -98,10 +104,10 @@ def test_floors_stay_lower_bounds_of_each_size_class(cls: type[FirstFit | NextFi
             if placed is not None:
                 live.append((placed, nbytes))
         _check_floors(strategy)
-        raised = raised or any(strategy._floors[1:])
+        raised = raised or any(_floors(strategy)[1:])
     # First fit's searches raise floors; next fit keeps none.
     assert raised is (cls is FirstFit)
-    assert bool(strategy._floors) is (cls is FirstFit)
+    assert bool(_floors(strategy)) is (cls is FirstFit)
     for offset, nbytes in live:
         strategy.release(offset, nbytes)
     _check_floors(strategy)
@@ -114,6 +120,6 @@ def test_a_search_that_finds_nothing_raises_the_floor_past_every_extent() -> Non
     assert strategy.reserve(1 << 19, 256) == 0
     assert strategy.reserve(1 << 19, 256) is not None  # now full
     assert strategy.reserve(1 << 19, 256) is None
-    assert strategy._floors[20] == (1 << 20) + 1  # the sentinel's start: nothing of that class
+    assert _floors(strategy)[20] == (1 << 20) + 1  # the sentinel's start: nothing of that class
     strategy.release(0, 1 << 19)
     assert strategy.reserve(1 << 19, 256) == 0  # the release lowered it again

@@ -16,6 +16,7 @@ import random
 import pytest
 
 from tensorarena.core import BestFit, FirstFit, NextFit
+from tensorarena.core._bisect import COMPILED
 
 
 class Model:
@@ -189,3 +190,37 @@ def test_best_fit_merges_within_a_bin_when_the_extent_keeps_its_rank() -> None:
     bf._check_invariants()
     assert bf.free_extents() == [(0, 10 * g)]
     assert bf.reserve(10 * g, g) == 0
+
+
+def test_best_fit_places_alike_across_a_refine_that_takes_its_keys_past_62_bits() -> None:
+    """Compiled, best fit keeps its extents in packed 64-bit arrays while its keys fit 62 bits
+    and in Python lists beyond: a refine to 1-byte granules of a 2^34-byte region (keys of 70
+    bits) moves it to the lists and ``reset`` back, with every placement the model's."""
+    capacity = 1 << 34
+    rng = random.Random(13)
+    bf = BestFit(capacity)
+    model = Model(capacity, "best_fit")
+    assert (bf._packed is not None) is COMPILED
+    live: list[tuple[int, int]] = []
+    for step in range(600):
+        if step == 300:
+            assert bf.reserve(1001, 1) == model.reserve(1001, 1)  # refines to 1-byte granules
+            assert bf.granule == 1 and bf._packed is None
+        if live and rng.random() < 0.45:
+            offset, nbytes = live.pop(rng.randrange(len(live)))
+            bf.release(offset, nbytes)
+            model.release(offset, nbytes)
+        else:
+            nbytes, alignment = _request(rng, capacity, step > 300)
+            placed = bf.reserve(nbytes, alignment)
+            assert placed == model.reserve(nbytes, alignment), (step, nbytes, alignment)
+            if placed is not None:
+                live.append((placed, nbytes))
+        if step % 25 == 0:
+            assert bf.free_extents() == model.free
+            assert bf.largest_free() == max((size for _, size in model.free), default=0)
+            bf._check_invariants()
+    bf.reset()
+    assert bf.granule == 256 and (bf._packed is not None) is COMPILED
+    assert bf.free_extents() == [(0, capacity)] and bf.free_bytes() == capacity
+    assert bf.reserve(3 << 8, 256) == 0 and bf.largest_free() == capacity - (3 << 8)

@@ -23,30 +23,20 @@ fit pair (bench alloc, 5 alternating runs). The price is a slower search over th
 extents (~1 ns an extent where the byte scan costs ~0.3), a fragmentation the arenas measured
 here never reach (~200 extents). Each update of the classes is written ``if not COMPILED``.
 
-Instead the compiled build keeps *floors*, for first fit's search: ``floors[c]`` is an offset
-below which no free extent has a size of bit length ``c`` or more (a lower bound, so it may lag;
-non-decreasing in ``c``, as the exact values are). A search for ``nbytes`` of bit length ``c``
-bisects ``starts`` for ``floors[c]`` and walks from there: on ``bench alloc``'s workload ~4
-extents instead of ~66 from the bottom, and a few past thousands of small holes instead of all of
-them. Carving only shrinks extents or moves their starts up, which keeps every floor a lower
-bound; a release lowers the floors of the classes up to the released extent's (stopping at the
-first floor already low enough); a search raises its class's floor to the extent it found first
-of that class, and the higher classes' floors to at least that. Only first fit keeps floors
-(``floors=True``; next fit searches from its rover), and only compiled: the pure build's byte scan
-is O(n) in C anyway, and the upkeep would be interpreted.
+First fit, compiled, keeps its extents in packed arrays instead, searched from *floors*
+(:mod:`tensorarena.core._packed_first_fit`): this class then holds empty lists and hands
+``release`` and the queries to that representation.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from tensorarena.core import _bisect
 from tensorarena.core._bisect import COMPILED
 from tensorarena.core._builtin import BuiltinStrategy
-
-if TYPE_CHECKING:  # a type only: mypyc compiles it to a C int64_t; no import at run time
-    from mypy_extensions import i64
+from tensorarena.core._packed_first_fit import PackedFirstFit
 
 __all__ = ["AT_LEAST", "AddressOrderedExtents"]
 
@@ -60,15 +50,14 @@ _bisect_left: Final = bisect_left
 class AddressOrderedExtents(BuiltinStrategy):
     """Splitting and coalescing over ``[0, capacity)``; subclasses supply ``reserve``."""
 
-    def __init__(self, capacity: int, *, floors: bool = False) -> None:
+    def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        # Floors are first fit's (compiled only); next fit does not search by them.
-        self._keeps_floors = floors and COMPILED
         self._starts: list[int] = []
         self._sizes: list[int] = []
         self._classes = bytearray()
-        self._floors: list[int] = []
         self._free = 0
+        # First fit's packed extents (compiled), which then stand for the lists above.
+        self._packed: PackedFirstFit | None = None
         self.reset()
 
     @property
@@ -82,8 +71,6 @@ class AddressOrderedExtents(BuiltinStrategy):
         self._starts = [0, capacity + 1]
         self._sizes = [capacity, 0]
         self._classes = bytearray() if COMPILED else bytearray((capacity.bit_length(), 0))
-        # One floor per bit length an extent (or a request that can fit) may have.
-        self._floors = [0] * (capacity.bit_length() + 1) if self._keeps_floors else []
         self._free = capacity
 
     # --- carving and releasing ------------------------------------------------------------
@@ -122,6 +109,10 @@ class AddressOrderedExtents(BuiltinStrategy):
 
     def release(self, offset: int, nbytes: int) -> None:
         """Give back ``[offset, offset + nbytes)``, merging it with free neighbours."""
+        packed = self._packed
+        if packed is not None:
+            packed.release(offset, nbytes)
+            return
         starts = self._starts
         sizes = self._sizes
         self._free += nbytes
@@ -141,85 +132,48 @@ class AddressOrderedExtents(BuiltinStrategy):
             else:
                 size = sizes[j] + nbytes
             sizes[j] = size
-            if COMPILED:
-                if self._keeps_floors:
-                    self._lower_floors(starts[j], size.bit_length())
-            else:
+            if not COMPILED:
                 classes[j] = size.bit_length()
         elif starts[i] == end:
             starts[i] = offset
             size = sizes[i] + nbytes
             sizes[i] = size
-            if COMPILED:
-                if self._keeps_floors:
-                    self._lower_floors(offset, size.bit_length())
-            else:
+            if not COMPILED:
                 classes[i] = size.bit_length()
         else:
             starts.insert(i, offset)
             sizes.insert(i, nbytes)
-            if COMPILED:
-                if self._keeps_floors:
-                    self._lower_floors(offset, nbytes.bit_length())
-            else:
+            if not COMPILED:
                 classes.insert(i, nbytes.bit_length())
-
-    # --- floors (compiled build) ------------------------------------------------------------
-
-    def _lower_floors(self, start: int, c: i64) -> None:
-        """A free extent of bit length ``c`` now starts at ``start``: no floor of a class up
-        to ``c`` may lie above it."""
-        floors = self._floors
-        if c > 0 and floors[c] > start:  # else every floor up to c is low enough already
-            # Boxed once, here (an allocation): ``floors[c] = start`` would box it each time.
-            start_obj: Any = start
-            objects: list[Any] = floors
-            while c > 0 and floors[c] > start:
-                objects[c] = start_obj
-                c -= 1
-
-    def _first_of_class(self, c: i64) -> i64:
-        """The index of the lowest free extent of bit length ``c`` or more (the sentinel's if
-        none), found from ``floors[c]``, whose floor (and those above it) it then raises."""
-        floors = self._floors
-        starts = self._starts
-        sizes = self._sizes
-        i: i64 = _bisect.bisect_left(starts, floors[c])
-        last: i64 = len(sizes) - 1  # the sentinel
-        least = 1 << (c - 1)
-        while i < last and sizes[i] < least:
-            i += 1
-        # The list's own int object, as the floor (no boxing); higher floors follow.
-        objects: list[Any] = starts
-        start_obj = objects[i]
-        start: int = start_obj
-        floor_objects: list[Any] = floors
-        top: i64 = len(floors)
-        while c < top and floors[c] < start:
-            floor_objects[c] = start_obj
-            c += 1
-        return i
 
     # --- queries ---------------------------------------------------------------------------
 
+    def _extents(self) -> tuple[list[int], list[int]]:
+        """``(starts, sizes)``, sentinel included: the lists, or a copy of the packed ones."""
+        packed = self._packed
+        return (self._starts, self._sizes) if packed is None else packed.extents()
+
     def free_bytes(self) -> int:
         """Total free bytes."""
-        return self._free
+        packed = self._packed
+        return self._free if packed is None else packed.free_bytes()
 
     def largest_free(self) -> int:
         """Size of the largest free extent (0 when none)."""
-        return max(self._sizes)
+        return max(self._extents()[1])
 
     def free_extent_count(self) -> int:
         """Number of separate free extents."""
-        return len(self._starts) - 1
+        packed = self._packed
+        return len(self._starts) - 1 if packed is None else packed.free_extent_count()
 
     def free_extents(self) -> list[tuple[int, int]]:
         """Every free extent as ``(offset, nbytes)``, sorted by offset."""
-        return list(zip(self._starts[:-1], self._sizes[:-1], strict=True))
+        starts, sizes = self._extents()
+        return list(zip(starts[:-1], sizes[:-1], strict=True))
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(capacity={self._capacity}, free={self._free}, "
-            f"extents={len(self._starts) - 1})"
+            f"{type(self).__name__}(capacity={self._capacity}, free={self.free_bytes()}, "
+            f"extents={self.free_extent_count()})"
         )

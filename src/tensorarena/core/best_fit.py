@@ -12,21 +12,20 @@ a few keys each, so their bisections take 2-3 steps and their memmoves are short
 of every key took ~8 steps and moved hundreds of items (compiled: 5-8 % of a pair).
 
 A reservation is a bisection in its bin, one by address (to update the extent) and the rest's
-key put back; a release is one bisection by address, at most two keys removed and one inserted.
-The boundary dicts this replaces (start → size, end → start) cost 6-9 dict operations a pair on
-boxed ints; the bisections that take their place compare unboxed ints in the compiled build
-(see ``setup.py``). Interpreted, a C bisection costs more than a dict lookup: the pure build is
-~10 % slower for it (``bench/results_fit.md``).
+key put back; a release is one bisection by address, at most two keys removed and one inserted
+(boundary dicts cost 6-9 dict operations a pair; interpreted, the bisections are ~10 % slower).
+
+The compiled build (see ``setup.py``) keeps the same lists and keys in packed 64-bit arrays
+(:mod:`tensorarena.core._packed_best_fit`, the same steps on ``vec[i64]``) whenever its keys fit
+62 bits, and the Python lists below otherwise; the pure build always keeps the lists.
 
 Granules: every free extent's start and size is a multiple of ``granule`` = ``2**g`` bytes (256,
 the arena's default alignment, or less when the capacity or a request is not a multiple of it),
-and the lists count in those units. The compiled build then reads most of them as one-digit
-Python ints (below 2^30: an inline conversion, where larger ones take a call) and the keys fit in
-62 bits for capacities up to 2^39 bytes (machine words; counted in bytes they exceeded 64 bits
-above 2^31 bytes of capacity, and ``bench alloc``'s arena is 2^34). A request whose size is not a
-multiple of the granule refines it first: every list is rebuilt in the finer unit (O(n log n),
-once; ``reset`` restores the initial granule). The order of the extents and keys, and so every
-placement, is the same in any unit.
+and the lists count in those units, so the keys fit in 62 bits for capacities up to 2^39 bytes
+(``bench alloc``'s arena is 2^34). A request whose size is not a multiple of the granule refines
+it first: every list is rebuilt in the finer unit (O(n log n), once; ``reset`` restores the
+initial granule). The order of the extents and keys, and so every placement, is the same in
+any unit.
 
 Alignment: the keys are scanned upward (through the bins in order) from the first large-enough
 extent until one holds the request at an aligned offset, so the result is the smallest extent
@@ -44,6 +43,7 @@ from tensorarena.core import _bisect
 from tensorarena.core._arena_errors import size_error
 from tensorarena.core._bisect import COMPILED
 from tensorarena.core._builtin import BuiltinStrategy
+from tensorarena.core._packed_best_fit import MAX_SHIFT, PackedBestFit
 from tensorarena.debug import check
 
 __all__ = ["BestFit"]
@@ -85,6 +85,8 @@ class BestFit(BuiltinStrategy):
         self._bins: list[list[int]] = []  # bin c: sorted keys of the sizes of bit length c
         self._nonempty = 0  # bit c set when bin c holds a key
         self._free = 0
+        # Compiled, the same state in packed arrays (the lists above are then left empty).
+        self._packed: PackedBestFit | None = None
         self.reset()
 
     @property
@@ -109,6 +111,22 @@ class BestFit(BuiltinStrategy):
             self._bins[top.bit_length()].append(top << self._shift)
             self._nonempty = 1 << top.bit_length()
         self._free = self._capacity
+        self._pack()
+
+    def _pack(self) -> None:
+        """Compiled, move the state into packed arrays when its keys fit 64 bits."""
+        self._packed = None
+        if COMPILED and self._shift <= MAX_SHIFT:
+            state = self._starts, self._sizes, self._bins, self._nonempty, self._free
+            self._packed = PackedBestFit(self._g, self._shift, *state)
+            self._starts, self._sizes, self._bins = [], [], []
+
+    def _unpack(self) -> None:
+        """Move a packed state back into the lists."""
+        packed = self._packed
+        if packed is not None:
+            self._starts, self._sizes, self._bins, self._nonempty, self._free = packed.state()
+            self._packed = None
 
     # --- hot paths -------------------------------------------------------------------------
 
@@ -120,6 +138,9 @@ class BestFit(BuiltinStrategy):
             if nbytes > self._capacity:
                 return None  # refused as it is, without refining the granule
             self._refine_granule(_trailing_zeros(nbytes))
+        packed = self._packed
+        if packed is not None:
+            return packed.reserve(nbytes, alignment)
         shift = self._shift
         g = self._g
         n = nbytes >> g
@@ -232,6 +253,10 @@ class BestFit(BuiltinStrategy):
 
     def release(self, offset: int, nbytes: int) -> None:
         """Give back ``[offset, offset + nbytes)``, merging it with free neighbours."""
+        packed = self._packed
+        if packed is not None:
+            packed.release(offset, nbytes)
+            return
         g = self._g
         shift = self._shift
         start = offset >> g
@@ -307,6 +332,7 @@ class BestFit(BuiltinStrategy):
     def _refine_granule(self, g: int) -> None:
         """Count in the finer unit ``2**g`` bytes, for a request that is not a multiple of the
         present one; the extents and their order stay as they are."""
+        self._unpack()
         finer = self._g - g
         self._set_granule(g)
         self._starts = [start << finer for start in self._starts[:-1]]
@@ -319,15 +345,27 @@ class BestFit(BuiltinStrategy):
             self._nonempty |= 1 << size.bit_length()
         self._starts.append((self._capacity >> g) + 1)
         self._sizes.append(0)
+        self._pack()
 
     # --- queries ---------------------------------------------------------------------------
 
+    def _state(self) -> tuple[list[int], list[int], list[list[int]], int, int]:
+        """``(starts, sizes, bins, nonempty, free)``: the lists, or a copy of the packed state."""
+        packed = self._packed
+        if packed is not None:
+            return packed.state()
+        return self._starts, self._sizes, self._bins, self._nonempty, self._free
+
     def free_bytes(self) -> int:
         """Total free bytes."""
-        return self._free
+        packed = self._packed
+        return self._free if packed is None else packed.free_bytes()
 
     def largest_free(self) -> int:
         """Size of the largest free extent (0 when none)."""
+        packed = self._packed
+        if packed is not None:
+            return packed.largest_free()
         nonempty = self._nonempty
         if not nonempty:
             return 0
@@ -335,34 +373,36 @@ class BestFit(BuiltinStrategy):
 
     def free_extent_count(self) -> int:
         """Number of separate free extents."""
-        return len(self._starts) - 1
+        packed = self._packed
+        return len(self._starts) - 1 if packed is None else packed.free_extent_count()
 
     def free_extents(self) -> list[tuple[int, int]]:
         """Every free extent as ``(offset, nbytes)``, sorted by offset."""
         g = self._g
-        return [
-            (start << g, size << g)
-            for start, size in zip(self._starts[:-1], self._sizes[:-1], strict=True)
-        ]
+        starts, sizes, _, _, _ = self._state()
+        extents = zip(starts[:-1], sizes[:-1], strict=True)
+        return [(start << g, size << g) for start, size in extents]
 
     def _check_invariants(self) -> None:
         """Check that the size index mirrors the address lists; raise
         :class:`~tensorarena.errors.InvariantError` otherwise. O(n log n): for tests and debug."""
-        starts = self._starts[:-1]
-        sizes = self._sizes[:-1]
-        check(self._starts[-1] == (self._capacity >> self._g) + 1, "the sentinel moved")
-        check(self._sizes[-1] == 0, "the sentinel is not empty")
+        all_starts, all_sizes, bins, nonempty, free = self._state()
+        starts = all_starts[:-1]
+        sizes = all_sizes[:-1]
+        check(all_starts[-1] == (self._capacity >> self._g) + 1, "the sentinel moved")
+        check(all_sizes[-1] == 0, "the sentinel is not empty")
         check(all(a < b for a, b in pairwise(starts)), "starts are not sorted")
         check(all(size > 0 for size in sizes), "an empty free extent is listed")
         shift = self._shift
         expected = sorted(size << shift | start for start, size in zip(starts, sizes, strict=True))
-        keys = [key for keys in self._bins for key in keys]
+        keys = [key for keys in bins for key in keys]
         check(keys == expected, "the size index disagrees with the address lists")
-        for c, keys in enumerate(self._bins):
+        for c, keys in enumerate(bins):
             check(all((key >> shift).bit_length() == c for key in keys), f"bin {c} is mixed")
-            check(bool(keys) == bool(self._nonempty >> c & 1), f"bin {c}'s bit is wrong")
-        check(self._free == sum(sizes) << self._g, "free bytes disagree with the extents")
+            check(bool(keys) == bool(nonempty >> c & 1), f"bin {c}'s bit is wrong")
+        check(free == sum(sizes) << self._g, "free bytes disagree with the extents")
 
     def __repr__(self) -> str:
-        extents = len(self._starts) - 1
-        return f"BestFit(capacity={self._capacity}, free={self._free}, extents={extents})"
+        extents = self.free_extent_count()
+        free = self.free_bytes()
+        return f"BestFit(capacity={self._capacity}, free={free}, extents={extents})"
