@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from tensorarena.adaptors._thread_cache_state import (
     ALIGNMENT_BITS,
@@ -135,7 +135,8 @@ class ThreadCachedCore:
         upstream's (after flushing every cache and retrying once if the upstream is out of
         memory)."""
         # (``int | Any``: the compiled build checks declared argument types at the call, and
-        # integer-likes must reach the normalisation below.)
+        # integer-likes must reach the normalisation below. Returned too: compiled, an ``int``
+        # would be unboxed and boxed anew, a new object for the caller's free to look up.)
         if type(nbytes) is not int or type(alignment) is not int:
             # Normalised before anything keys a cache: np.int64 or "1KiB" sizes cached as such
             # could never be flushed. Exact types: True == 1 and 1.0 == 1 hash alike, and must
@@ -208,8 +209,18 @@ class ThreadCachedCore:
         key = self._pop_live(block, None)  # atomic: of two racing frees, one gets the block
         if key is None:
             raise self._not_live(address)
-        size: int = key >> ALIGNMENT_BITS if isinstance(key, int) else key[0]  # key_nbytes
         given: int = nbytes
+        cache: Cache | None = None
+        if stream is None:  # the block may be cached: in this thread's cache (see allocate)
+            cache = self._last
+            if cache.owner != _get_ident():
+                cache = self._my_cache()
+        if cache is not None and key is cache.last_key:
+            size = cache.last_nbytes  # handed out by the last-used bucket: its shape is known
+        elif type(key) is int:  # key_nbytes(key), written out
+            size = key >> ALIGNMENT_BITS
+        else:
+            size = cast("tuple[int, ...]", key)[0]
         if given != size:
             self._live[block] = key  # put back: it was live, and still is
             raise SizeMismatchError(
@@ -219,10 +230,7 @@ class ThreadCachedCore:
                 given=given,
                 allocated=size,
             )
-        if stream is None and size <= self._max_block:
-            cache = self._last
-            if cache.owner != _get_ident():
-                cache = self._my_cache()
+        if cache is not None and size <= self._max_block:
             # No lock (see allocate): appending to a list a foreign drain is popping is safe.
             if key is cache.last_key:  # freed as it was handed out: the key object is the same
                 cache.last_stack.append(block)
