@@ -15,7 +15,7 @@ VERSION_PY := src/tensorarena/_version.py
 # Every module in _version.COMPILED_MODULES (the core, and the array path outside it) and the
 # source of each of _version.NATIVE_EXTENSIONS.
 BUILD_DEPS := setup.py $(wildcard src/tensorarena/core/*.py) \
-              src/tensorarena/adaptors/_thread_cache.py src/tensorarena/interop/arrays.py \
+              $(wildcard src/tensorarena/adaptors/_thread_cache*.py) src/tensorarena/interop/arrays.py \
               src/tensorarena/interop/_native_owner.c
 # The test set-up pins torch to the CPU build on disk (see the file); users get only the extra's floor.
 CONSTRAINTS := constraints-test.txt

@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "tensorarena.core._segregated",
     "tensorarena.core.segregated_fit",
     "tensorarena.core.tlsf",
+    "tensorarena.adaptors._thread_cache_state",
     "tensorarena.adaptors._thread_cache",
     "tensorarena.interop.arrays",
 )

@@ -13,6 +13,7 @@ import pytest
 
 from _upstreams import BufferMemory
 from tensorarena.adaptors import ThreadCached
+from tensorarena.adaptors._thread_cache_state import bucket_key
 from tensorarena.errors import DoubleFreeError
 from tensorarena.memory.pool import Pool
 
@@ -156,7 +157,7 @@ def test_a_refused_foreign_flush_keeps_the_block_as_an_orphan_the_owner_adopts()
     caught = flush_all_on_another_thread(cached)
     upstream.deallocate = real  # type: ignore[method-assign]
     assert len(caught) == 1
-    assert cache.orphans == [(address, (100, 256))] and cache.buckets == {}
+    assert cache.orphans == [(address, bucket_key(100, 256))] and cache.buckets == {}
     stats = cached.statistics()
     assert (stats.cached_blocks, stats.cached_bytes) == (1, 100)  # kept, not lost
     with pytest.raises(DoubleFreeError):
@@ -190,7 +191,7 @@ def test_a_refused_foreign_flush_puts_the_block_back_into_its_bucket() -> None:
     upstream.deallocate = real  # type: ignore[method-assign]
     assert len(caught) == 1
     cache = cached._local.cache
-    assert cache.buckets[(100, 256)] == blocks[1:] and cache.orphans == []
+    assert cache.buckets[bucket_key(100, 256)] == blocks[1:] and cache.orphans == []
     assert cached.statistics().cached_blocks == 2 and upstream.live == 2
     assert cached.allocate(100) == blocks[2]  # newest first, as before the flush
     cached.deallocate(blocks[2], 100)

@@ -29,12 +29,15 @@ EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 # The suites the pure build must pass too: the hypothesis state machine over every strategy, the
 # arena's record of recent frees (a ring the compiled build indexes natively), the conformance
 # suite every resource is run through, and those of the compiled array path (the thread cache
-# and ``empty`` with its owners).
+# and ``empty`` with its owners; the thread cache's lock-free races and fast path, where a thread
+# switch at any bytecode is what the pure build adds).
 PURE_SUITES = [
     "tests/core/test_strategy_conformance.py",
     "tests/core/test_arena_recent_frees.py",
     "tests/test_resource_conformance.py",
     "tests/adaptors/test_thread_cached.py",
+    "tests/adaptors/test_thread_cached_fast_path.py",
+    "tests/adaptors/test_thread_cached_races.py",
     "tests/interop/test_owner.py",
     "tests/interop/test_owner_reuse.py",
     "tests/interop/test_arrays.py",

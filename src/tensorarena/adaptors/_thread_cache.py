@@ -10,10 +10,20 @@ public class is. This module holds everything else; the compiled build compiles 
 from __future__ import annotations
 
 import threading
-import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, cast
 
+from tensorarena.adaptors._thread_cache_state import (
+    ALIGNMENT_BITS,
+    ALIGNMENT_MASK,
+    NO_OWNER,
+    Cache,
+    Key,
+    Shared,
+    bucket_key,
+    new_cache,
+)
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
@@ -46,10 +56,8 @@ except ImportError:
 
 __all__ = ["ThreadCacheStatistics", "ThreadCachedCore"]
 
-# (nbytes, alignment). Written as a variable-length tuple type on purpose: mypyc keeps such a
-# tuple as the Python object it is, where a fixed-length one becomes a C struct that is boxed into
-# a new tuple at every use as a dict key (twice per hit, twice per put).
-_Key = tuple[int, ...]
+#: Finds this thread's cache fast (see ``ThreadCachedCore._last``); a C static when compiled.
+_get_ident: Final = threading.get_ident
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,162 +79,6 @@ class ThreadCacheStatistics:
         """Fraction of cacheable allocations served from a cache (0 when there were none)."""
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
-
-
-class _Cache:
-    """One thread's cache. The owner thread alone writes ``nbytes``, ``count``, ``hits`` and
-    ``misses`` and touches the lists without a lock; ``lock`` serialises drains only."""
-
-    __slots__ = (
-        "buckets",
-        "count",
-        "drained_bytes",
-        "drained_count",
-        "hits",
-        "lock",
-        "misses",
-        "nbytes",
-        "orphans",
-        "owner",
-    )
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # drain lock: taken by drains, never by the hot paths
-        self.owner = threading.get_ident()
-        self.buckets: dict[_Key, list[int]] = {}  # each list: oldest first, newest last
-        self.nbytes = 0  # owner-written: bytes put minus bytes taken by the owner
-        self.count = 0
-        self.drained_bytes = 0  # drainer-written (under lock): bytes foreign drains took
-        self.drained_count = 0
-        self.orphans: list[tuple[int, _Key]] = []  # refused blocks with no bucket to go back to
-        self.hits = 0
-        self.misses = 0
-
-    def cached(self) -> tuple[int, int]:
-        """``(bytes, blocks)`` held now; exact when no thread is using the cache."""
-        return self.nbytes - self.drained_bytes, self.count - self.drained_count
-
-    def adopt_locked(self) -> None:
-        """Owner only, lock held: move orphans into buckets (oldest first) and fold the
-        drained counters into the owner's, so that they stop growing without bound."""
-        orphans = self.orphans
-        while orphans:
-            address, key = orphans.pop()
-            self.buckets.setdefault(key, []).insert(0, address)
-            # An orphan was counted as drained and uncounted again: the owner now counts it.
-        self.nbytes -= self.drained_bytes
-        self.count -= self.drained_count
-        self.drained_bytes = 0
-        self.drained_count = 0
-
-
-# Lives in the thread-local state; its death (the thread ended) flushes the cache. Made with
-# type() so that it stays an ordinary Python class in the compiled build: the finalizer needs a
-# weak reference to it, which a mypyc native class does not support.
-_Token: Any = type("_Token", (), {"__slots__": ("__weakref__",), "__module__": __name__})
-
-
-class _Shared:
-    """What the thread-end finalizers need, without a reference to the adaptor itself."""
-
-    def __init__(self, upstream: MemoryResource) -> None:
-        self.upstream = upstream
-        self.upstream_lock = threading.Lock()
-        self.caches: set[_Cache] = set()
-        self.caches_lock = threading.Lock()
-        self.upstream_allocations = 0
-        self.upstream_deallocations = 0
-        self.retries = 0
-        self.retired_hits = 0  # hits and misses of threads that ended, so totals survive them
-        self.retired_misses = 0
-
-    def drain(self, cache: _Cache, max_bytes: int, max_blocks: int, *, owned: bool) -> None:
-        """Give the cache's oldest blocks back upstream until it is within the bounds.
-
-        ``owned``: the caller is the cache's owner thread, or the owner is dead; otherwise the
-        owner may be using the lists concurrently, so only ``pop(0)`` them and drain them all.
-        """
-        victims: list[tuple[int, _Key]] = []
-        with cache.lock:
-            if owned:
-                cache.adopt_locked()
-                for key in list(cache.buckets):
-                    if cache.nbytes <= max_bytes and cache.count <= max_blocks:
-                        break
-                    stack = cache.buckets[key]
-                    nbytes = key[0]
-                    taken = 0
-                    while taken < len(stack) and (
-                        cache.nbytes > max_bytes or cache.count > max_blocks
-                    ):
-                        victims.append((stack[taken], key))
-                        cache.nbytes -= nbytes
-                        cache.count -= 1
-                        taken += 1
-                    del stack[:taken]
-                    if not stack:
-                        del cache.buckets[key]
-                if max_bytes == max_blocks == 0:  # a full flush drops buckets others emptied
-                    for key in [key for key, stack in cache.buckets.items() if not stack]:
-                        del cache.buckets[key]
-            else:
-                # dict.copy() is atomic; the owner may add buckets meanwhile (blocks freed
-                # after this flush began, left for the next one).
-                for key, stack in cache.buckets.copy().items():
-                    while True:
-                        try:
-                            address = stack.pop(0)
-                        except IndexError:
-                            break
-                        victims.append((address, key))
-                        cache.drained_bytes += key[0]
-                        cache.drained_count += 1
-                orphans = cache.orphans
-                while orphans:
-                    address, key = orphans.pop(0)
-                    victims.append((address, key))
-                    cache.drained_bytes += key[0]
-                    cache.drained_count += 1
-        if not victims:
-            return
-        with self.upstream_lock:
-            for i, (address, key) in enumerate(victims):
-                try:
-                    self.upstream.deallocate(address, key[0], None)
-                except BaseException:
-                    self._restore(cache, victims[i:], owned=owned)
-                    raise
-                self.upstream_deallocations += 1
-
-    @staticmethod
-    def _restore(cache: _Cache, blocks: list[tuple[int, _Key]], *, owned: bool) -> None:
-        # The upstream refused a block it handed out: keep the rest cached rather than lose them.
-        with cache.lock:
-            for address, key in reversed(blocks):  # insert(0) in reverse keeps oldest first
-                if owned:
-                    cache.buckets.setdefault(key, []).insert(0, address)
-                    cache.nbytes += key[0]
-                    cache.count += 1
-                    continue
-                # Not the owner: never create a bucket (the owner would not see it), and undo
-                # the drained count rather than touch the owner's counters.
-                stack = cache.buckets.get(key)
-                if stack is None:
-                    cache.orphans.insert(0, (address, key))
-                else:
-                    stack.insert(0, address)
-                cache.drained_bytes -= key[0]
-                cache.drained_count -= 1
-
-    def retire(self, cache: _Cache) -> None:
-        """The thread owning ``cache`` ended: flush it and forget it."""
-        try:
-            self.drain(cache, 0, 0, owned=True)  # the owner is dead: nobody races the lists
-        finally:
-            with self.caches_lock:
-                self.caches.discard(cache)
-                self.retired_hits += cache.hits
-                self.retired_misses += cache.misses
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -252,9 +104,20 @@ class ThreadCachedCore:
             )
         self._max_blocks = max_cached_blocks
         self._upstream = upstream
-        self._shared = _Shared(upstream)
+        self._shared = Shared(upstream)
         self._local = threading.local()
-        self._live: dict[int, _Key] = {}  # every block handed out and not yet freed
+        # The cache used last, by any thread. The thread whose ident is its owner takes it
+        # without the slower thread-local read: it is that thread's own, since idents are unique
+        # among live threads and a cache whose thread ended was retired (owner NO_OWNER) as that
+        # thread's state was cleared, before its ident could be reused. One attribute, read
+        # once: a thread gets one cache and checks that cache's owner; any may overwrite it.
+        self._last = Cache(NO_OWNER)  # a placeholder that no thread takes
+        # Every block handed out and not yet freed, address -> bucket key. Keys and values kept
+        # as the objects they are (``Any``): compiled, an ``int`` would be unboxed and boxed anew.
+        self._live: dict[Any, Key] = {}
+        # Its pop, bound once: the atomic take of a free. Compiled, ``self._live.pop(...)`` would
+        # look the method up by name at every call (mypyc has no dict.pop of its own).
+        self._pop_live: Callable[[Any, None], Key | None] = self._live.pop
 
     # --- properties ------------------------------------------------------------------------
 
@@ -267,29 +130,44 @@ class ThreadCachedCore:
 
     def allocate(
         self, nbytes: int | Any, alignment: int | Any = DEFAULT_ALIGNMENT, stream: Stream = None
-    ) -> int:
+    ) -> int | Any:
         """A cached block of exactly ``(nbytes, alignment)`` if this thread has one, else the
         upstream's (after flushing every cache and retrying once if the upstream is out of
         memory)."""
         # (``int | Any``: the compiled build checks declared argument types at the call, and
-        # integer-likes must reach the normalisation below.)
+        # integer-likes must reach the normalisation below. Returned too: compiled, an ``int``
+        # would be unboxed and boxed anew, a new object for the caller's free to look up.)
         if type(nbytes) is not int or type(alignment) is not int:
             # Normalised before anything keys a cache: np.int64 or "1KiB" sizes cached as such
             # could never be flushed. Exact types: True == 1 and 1.0 == 1 hash alike, and must
             # not hit a (n, 1) bucket.
             return self.allocate(check_nbytes(nbytes), check_alignment(alignment), stream)
-        cache: _Cache | None = None
-        if stream is None and 0 < nbytes <= self._max_block:
-            mine: _Cache
-            try:
-                mine = self._local.cache
-            except AttributeError:
-                mine = self._new_cache()
+        size: int = nbytes
+        align: int = alignment
+        cache: Cache | None = None
+        if stream is None and 0 < size <= self._max_block:
+            mine = self._last
+            if mine.owner != _get_ident():
+                mine = self._my_cache()
             cache = mine
             # No lock: only this thread writes the counters and pushes onto its lists; a
             # flush_all on another thread may pop(0) concurrently, each block goes to one side.
-            key = (nbytes, alignment)
-            stack = mine.buckets.get(key)
+            # The last-used bucket if it has this shape: a repeated shape hashes nothing and
+            # makes no key. (Written out, here and in deallocate: the pure build pays for calls.)
+            if size == mine.last_nbytes and align == mine.last_alignment:
+                stack: list[Any] | None = mine.last_stack
+                key = mine.last_key
+            else:
+                if 0 <= align <= ALIGNMENT_MASK:  # bucket_key(size, align)
+                    key = size << ALIGNMENT_BITS | align
+                else:
+                    key = (size, align)
+                stack = mine.buckets.get(key)
+                if stack is not None:  # now the last used
+                    mine.last_nbytes = size
+                    mine.last_alignment = align
+                    mine.last_key = key
+                    mine.last_stack = stack
             if stack:
                 try:
                     address = stack.pop()
@@ -297,7 +175,7 @@ class ThreadCachedCore:
                     pass
                 else:
                     # An emptied bucket stays (no list churn); the owner's drains remove it.
-                    mine.nbytes -= nbytes
+                    mine.nbytes -= size
                     mine.count -= 1
                     mine.hits += 1
                     self._live[address] = key
@@ -305,54 +183,66 @@ class ThreadCachedCore:
             if mine.orphans:  # blocks a foreign flush could not give back: take them in
                 with mine.lock:
                     mine.adopt_locked()
-                return self.allocate(nbytes, alignment, stream)  # one of them may fit
+                return self.allocate(size, align, stream)  # one of them may fit
         shared = self._shared
         try:
             with shared.upstream_lock:
-                address = self._upstream.allocate(nbytes, alignment, stream)
+                address = self._upstream.allocate(size, align, stream)
                 shared.upstream_allocations += 1
         except MemoryError:
             if not self._caches_hold_blocks():
                 raise
-            address = self._flush_and_retry(nbytes, alignment, stream)
+            address = self._flush_and_retry(size, align, stream)
         if cache is not None:
             cache.misses += 1  # counted after success: only the owning thread writes it
-        self._live[address] = (nbytes, alignment)
+        self._live[address] = bucket_key(size, align)
         return address
 
     def deallocate(self, address: int | Any, nbytes: int | Any, stream: Stream = None) -> None:
         """Keep the block in this thread's cache if it is small, else give it back upstream."""
-        key = self._live.pop(address, None) if type(address) is int else None
+        # Kept as the object it is: compiled, the int it is narrowed to below would be unboxed,
+        # and boxed anew (a new object to hash and compare) for every dict and list operation.
+        block: Any = address
+        if type(address) is not int or type(nbytes) is not int:
+            # Integer-likes normalised (anything else refused) before anything is looked up.
+            return self.deallocate(check_address(address), check_nbytes(nbytes), stream)
+        key = self._pop_live(block, None)  # atomic: of two racing frees, one gets the block
         if key is None:
-            if type(address) is not int:  # an integer-like: normalise it, or refuse a float
-                return self.deallocate(check_address(address), nbytes, stream)
             raise self._not_live(address)
-        if type(nbytes) is not int or key[0] != nbytes:
-            self._live[address] = key  # put back before anything can raise
-            given = check_nbytes(nbytes)
-            if given != key[0]:
-                raise SizeMismatchError(
-                    f"block at {address:#x} was allocated with {key[0]} bytes, "
-                    f"deallocated with {nbytes!r}",
-                    address=address,
-                    given=given,
-                    allocated=key[0],
-                )
-            del self._live[address]
-            nbytes = given
-        if stream is None and nbytes <= self._max_block:
-            cache: _Cache
-            try:
-                cache = self._local.cache
-            except AttributeError:
-                cache = self._new_cache()
+        given: int = nbytes
+        cache: Cache | None = None
+        if stream is None:  # the block may be cached: in this thread's cache (see allocate)
+            cache = self._last
+            if cache.owner != _get_ident():
+                cache = self._my_cache()
+        if cache is not None and key is cache.last_key:
+            size = cache.last_nbytes  # handed out by the last-used bucket: its shape is known
+        elif type(key) is int:  # key_nbytes(key), written out
+            size = key >> ALIGNMENT_BITS
+        else:
+            size = cast("tuple[int, ...]", key)[0]
+        if given != size:
+            self._live[block] = key  # put back: it was live, and still is
+            raise SizeMismatchError(
+                f"block at {address:#x} was allocated with {size} bytes, "
+                f"deallocated with {nbytes!r}",
+                address=address,
+                given=given,
+                allocated=size,
+            )
+        if cache is not None and size <= self._max_block:
             # No lock (see allocate): appending to a list a foreign drain is popping is safe.
-            stack = cache.buckets.get(key)
-            if stack is None:
-                cache.buckets[key] = [address]
+            if key is cache.last_key:  # freed as it was handed out: the key object is the same
+                cache.last_stack.append(block)
             else:
-                stack.append(address)
-            cache.nbytes += nbytes
+                stack = cache.buckets.get(key)
+                if stack is None:
+                    # Made holding the block: a list made with room for one goes from one block
+                    # to none and back without reallocating ([] then append would, every time).
+                    cache.buckets[key] = [block]
+                else:
+                    stack.append(block)
+            cache.nbytes += size
             cache.count += 1
             # The drained counters are not negative, so the owner's own counts bound what is
             # cached from above: only when they are over is the exact check needed. (A refused
@@ -367,10 +257,10 @@ class ThreadCachedCore:
         shared = self._shared
         try:
             with shared.upstream_lock:
-                self._upstream.deallocate(address, nbytes, stream)
+                self._upstream.deallocate(block, size, stream)
                 shared.upstream_deallocations += 1
         except BaseException:
-            self._live[address] = key
+            self._live[block] = key
             raise
 
     # --- flushing ----------------------------------------------------------------------------
@@ -453,19 +343,15 @@ class ThreadCachedCore:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _new_cache(self) -> _Cache:
-        """Make, register and return the calling thread's cache (its first call here)."""
-        cache = _Cache()
-        token = _Token()
-        shared = self._shared
-        with shared.caches_lock:
-            shared.caches.add(cache)
-        # When the thread ends its thread-local state dies, the token with it, and the
-        # finalizer gives the cached blocks back. It references only `shared` and `cache`.
-        finalizer = weakref.finalize(token, shared.retire, cache)
-        finalizer.atexit = False  # at interpreter exit the upstream is going away too
-        self._local.cache = cache
-        self._local.token = token
+    def _my_cache(self) -> Cache:
+        """The calling thread's cache, from its thread-local state (made on its first call);
+        it becomes the last used."""
+        cache: Cache
+        try:
+            cache = self._local.cache
+        except AttributeError:
+            cache = new_cache(self._shared, self._local)
+        self._last = cache
         return cache
 
     def _not_live(self, address: int) -> InvalidAddressError:

@@ -39,6 +39,15 @@ reference to it and append a block that would then be lost. The owner's drains (
 counters back into the owner's. A cache records its owner's thread ident to tell the cases
 apart; a thread-end ``retire`` runs when the owner is dead and treats the cache as its own.
 
+Finding the thread's cache. Each thread's cache lives in the thread-local state, but the hot
+paths first try the cache used last by any thread (one attribute): it is the caller's own when
+its recorded owner ident is the caller's, because idents are unique among live threads and a
+cache is retired (its owner set to no thread's ident) while its thread's state is cleared, before
+the ident can be handed to a new thread. A thread whose ident differs reads its thread-local
+cache and makes it the last used. Within a cache the bucket last found by an allocate is kept
+too (its shape, key and list), so a repeated shape hashes nothing; only the owner's drains
+delete buckets, and they forget it first.
+
 Refused flushes. If the upstream refuses a flushed block (it never handed it out: corruption),
 the rest of the batch is put back rather than lost and the error propagates. The owner puts
 them back into their buckets; a foreign drainer puts a block back into its bucket's list if that
