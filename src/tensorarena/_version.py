@@ -23,6 +23,7 @@ COMPILED_MODULES = (
     "tensorarena.core._recent_frees",
     "tensorarena.core._bisect",
     "tensorarena.core._builtin",
+    "tensorarena.core._packed_vec",
     "tensorarena.core._packed_first_fit",
     "tensorarena.core._address_ordered",
     "tensorarena.core.first_fit",

@@ -30,8 +30,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # compiled to native operations; nothing is imported at run time
-    from librt.vecs import append, pop, vec
+    from librt.vecs import append, vec
     from mypy_extensions import i64
+
+from tensorarena.core._packed_vec import bit_length as _bit_length
+from tensorarena.core._packed_vec import count_at_least as _count_at_least
+from tensorarena.core._packed_vec import delete as _delete
+from tensorarena.core._packed_vec import insert as _insert
 
 __all__ = ["MAX_SHIFT", "PackedBestFit"]
 
@@ -55,39 +60,6 @@ def _bisect(keys: vec[i64], key: i64, hi: i64) -> i64:
     return lo
 
 
-def _count_at_least(keys: vec[i64], key: i64) -> i64:
-    """In descending ``keys``, how many lead the rest by being at least ``key``."""
-    n: i64 = len(keys)
-    lo: i64 = 0
-    if n <= 0:
-        return 0
-    while n > 1:  # branch-free, as _bisect
-        half = n >> 1
-        if keys[lo + half] >= key:
-            lo += half
-        n -= half
-    if keys[lo] >= key:
-        lo += 1
-    return lo
-
-
-def _insert(keys: vec[i64], i: i64, key: i64) -> vec[i64]:
-    """``keys`` with ``key`` inserted at index ``i``."""
-    keys = append(keys, key)
-    j: i64 = len(keys) - 1
-    while j > i:
-        keys[j] = keys[j - 1]
-        j -= 1
-    keys[i] = key
-    return keys
-
-
-def _delete(keys: vec[i64], i: i64) -> vec[i64]:
-    """``keys`` without the item at index ``i``."""
-    keys, _ = pop(keys, i)
-    return keys
-
-
 def _insort(keys: vec[i64], key: i64) -> vec[i64]:
     """``keys`` with ``key`` inserted after any equal keys, still sorted."""
     n: i64 = len(keys)
@@ -101,10 +73,6 @@ def _insort(keys: vec[i64], key: i64) -> vec[i64]:
         if not key < keys[base]:
             base += 1
     return _insert(keys, base, key)
-
-
-def _bit_length(n: i64) -> i64:
-    return int(n).bit_length()
 
 
 class PackedBestFit:

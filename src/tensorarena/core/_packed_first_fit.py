@@ -35,48 +35,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # compiled to native operations; nothing is imported at run time
-    from librt.vecs import append, pop, vec
+    from librt.vecs import append, vec
     from mypy_extensions import i64
 
+from tensorarena.core._packed_vec import bit_length as _bit_length
+from tensorarena.core._packed_vec import count_at_least as _count_at_least
+from tensorarena.core._packed_vec import delete as _delete
+from tensorarena.core._packed_vec import insert as _insert
+
 __all__ = ["PackedFirstFit"]
-
-
-def _count_at_least(keys: vec[i64], key: i64) -> i64:
-    """In descending ``keys``, how many lead the rest by being at least ``key`` (bisection,
-    branch-free as in _bisect)."""
-    n: i64 = len(keys)
-    lo: i64 = 0
-    if n <= 0:
-        return 0
-    while n > 1:
-        half = n >> 1
-        if keys[lo + half] >= key:
-            lo += half
-        n -= half
-    if keys[lo] >= key:
-        lo += 1
-    return lo
-
-
-def _insert(items: vec[i64], i: i64, item: i64) -> vec[i64]:
-    """``items`` with ``item`` inserted at index ``i``."""
-    items = append(items, item)
-    j: i64 = len(items) - 1
-    while j > i:
-        items[j] = items[j - 1]
-        j -= 1
-    items[i] = item
-    return items
-
-
-def _delete(items: vec[i64], i: i64) -> vec[i64]:
-    """``items`` without the item at index ``i``."""
-    items, _ = pop(items, i)
-    return items
-
-
-def _bit_length(n: i64) -> i64:
-    return int(n).bit_length()
 
 
 class PackedFirstFit:
