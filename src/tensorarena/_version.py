@@ -36,13 +36,16 @@ COMPILED_MODULES = (
     "tensorarena.core.tlsf",
     "tensorarena.adaptors._thread_cache_state",
     "tensorarena.adaptors._thread_cache",
+    "tensorarena.interop._torch_route",
     "tensorarena.interop.arrays",
 )
 
 #: The hand-written C extensions the compiled build adds (their sources are ``.c`` files beside
-#: where the module would be): the native array owner, which ``interop/owner.py`` falls back from
-#: to ctypes where it is absent. Built together with the modules above, all or nothing.
-NATIVE_EXTENSIONS = ("tensorarena.interop._native_owner",)
+#: where the module would be, sharing ``interop/_native_block.h``): the native array owner, which
+#: ``interop/owner.py`` falls back from to ctypes where it is absent, and the DLPack capsule of
+#: ``empty(like="torch")``, which falls back to ``torch.frombuffer``. Built together with the
+#: modules above, all or nothing.
+NATIVE_EXTENSIONS = ("tensorarena.interop._native_owner", "tensorarena.interop._native_dlpack")
 
 
 def compiled_modules() -> list[str]:

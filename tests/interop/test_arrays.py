@@ -28,6 +28,7 @@ from tensorarena.interop import (
     set_default_resource,
     zeros,
 )
+from tensorarena.interop._torch_route import ROUTES
 from tensorarena.memory.host import HostMemory
 
 
@@ -310,7 +311,13 @@ def test_torch_dtypes_including_bfloat16(host: HostMemory) -> None:
 
 
 def test_missing_torch_names_the_extra(host: HostMemory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process without torch has never worked out a tensor route: forget the cached ones.
+    routes = dict(ROUTES)
+    ROUTES.clear()
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
-    with pytest.raises(MissingDependencyError, match=r"tensorarena\[torch\]"):
-        empty(4, resource=host, like="torch")
+    try:
+        with pytest.raises(MissingDependencyError, match=r"tensorarena\[torch\]"):
+            empty(4, resource=host, like="torch")
+    finally:
+        ROUTES.update(routes)
     assert host.statistics().allocations.total == 0, "torch is checked before any allocation"

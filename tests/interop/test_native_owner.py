@@ -17,11 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _recording import RecordingResource
 from tensorarena.interop import Allocation, empty, scope
 from tensorarena.interop.owner import NativeAllocation, native_owner
 from tensorarena.interop.scope import ScopeEscapeError
-from tensorarena.memory.host import HostMemory
-from tensorarena.memory_kind import MemoryKind
 
 pytestmark = [
     pytest.mark.skipif(NativeAllocation is None, reason="the native owner is not built"),
@@ -31,24 +30,7 @@ pytestmark = [
 NBYTES = 64 << 10
 
 
-class _Recording:
-    """A host resource that records every block it takes back as ``(address, nbytes)``."""
-
-    memory_kind = MemoryKind.HOST
-
-    def __init__(self) -> None:
-        self.host = HostMemory()
-        self.freed: list[tuple[int, int]] = []
-
-    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
-        return self.host.allocate(nbytes, alignment, stream)
-
-    def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
-        self.freed.append((address, nbytes))
-        self.host.deallocate(address, nbytes, stream)
-
-    def live(self) -> dict[int, int]:
-        return self.host.live_blocks()
+_Recording = RecordingResource
 
 
 def _new(resource: Any, nbytes: int = NBYTES) -> Any:

@@ -10,9 +10,11 @@ pool over mmap with transparent huge pages), side by side in one run:
 * the pool keeps its arena mapped and its pages resident, so after the first iteration the same
   bytes come back with no system call and no fault: the cost is the Python bookkeeping.
 
-For each size: warm-up iterations (untimed), then ``repeats`` batches, each the mean over
-``iterations`` (alloc, touch, free); the number reported is the median batch, in microseconds,
-and ``speedup = numpy_us / tensorarena_us``. ``--json`` prints ``{"numpy_us", "tensorarena_us",
+For each size: warm-up iterations (untimed), then ``repeats`` batches of each side, each the
+mean over ``iterations`` (alloc, touch, free) in the thread's CPU time (time the process spends
+descheduled on a shared machine is not counted); the two sides' batches alternate (ABBA), so a
+change of load hits both alike. The number reported is the median batch, in microseconds, and
+``speedup = numpy_us / tensorarena_us``. ``--json`` prints ``{"numpy_us", "tensorarena_us",
 "speedup"}`` for 64 MiB at top level plus the same three keys per size under ``"sizes"``.
 
 Where torch is installed, the same cycle is also timed for tensors (the ``torch`` section of
@@ -35,7 +37,7 @@ import argparse
 import json
 import statistics
 from collections.abc import Callable, Sequence
-from time import perf_counter
+from time import perf_counter, thread_time_ns
 from typing import Any
 
 import numpy as np
@@ -68,7 +70,7 @@ SIZES: dict[str, int] = {
 TORCH_SIZES: dict[str, int] = dict(SIZES)
 
 # (iterations per batch, batches): enough for a stable median, scaled by size.
-_PLAN_FULL = {64 << 10: (4000, 7), 1 << 20: (1000, 7), 16 << 20: (60, 7), 64 << 20: (20, 7)}
+_PLAN_FULL = {64 << 10: (1500, 15), 1 << 20: (400, 15), 16 << 20: (30, 11), 64 << 20: (10, 11)}
 _PLAN_QUICK = {64 << 10: (200, 3), 1 << 20: (50, 3), 16 << 20: (4, 3), 64 << 20: (3, 3)}
 
 
@@ -87,17 +89,30 @@ def _tensorarena_cycle(empty: Callable[..., np.ndarray]) -> Callable[[int], None
     return cycle
 
 
-def _time(cycle: Callable[[int], None], nbytes: int, iterations: int, batches: int) -> float:
-    """Median over ``batches`` of the mean microseconds per cycle."""
-    for _ in range(max(2, iterations // 10)):
-        cycle(nbytes)  # warm-up: the pool maps and faults its arena here, glibc tunes itself
-    means = []
-    for _ in range(batches):
-        start = perf_counter()
-        for _ in range(iterations):
-            cycle(nbytes)
-        means.append((perf_counter() - start) / iterations * 1e6)
-    return statistics.median(means)
+def _batch_us(cycle: Callable[[int], None], nbytes: int, iterations: int) -> float:
+    """The mean microseconds of thread CPU time per cycle over one batch."""
+    start = thread_time_ns()
+    for _ in range(iterations):
+        cycle(nbytes)
+    return (thread_time_ns() - start) / iterations / 1e3
+
+
+def _time_pair(
+    first: Callable[[int], None],
+    second: Callable[[int], None],
+    nbytes: int,
+    iterations: int,
+    batches: int,
+) -> tuple[float, float]:
+    """The median batch of each cycle, in µs, their batches alternating (ABBA)."""
+    for cycle in (first, second):
+        for _ in range(max(2, iterations // 10)):
+            cycle(nbytes)  # warm-up: the pool maps and faults its arena here, glibc tunes itself
+    means: tuple[list[float], list[float]] = ([], [])
+    for batch in range(batches):
+        for side in (0, 1) if batch % 2 == 0 else (1, 0):
+            means[side].append(_batch_us((first, second)[side], nbytes, iterations))
+    return statistics.median(means[0]), statistics.median(means[1])
 
 
 def measure(sizes: Sequence[int], *, quick: bool = False) -> dict[int, dict[str, float]]:
@@ -110,8 +125,9 @@ def measure(sizes: Sequence[int], *, quick: bool = False) -> dict[int, dict[str,
     results: dict[int, dict[str, float]] = {}
     for nbytes in sizes:
         iterations, batches = plan.get(nbytes, (10, 3))
-        numpy_us = _time(_numpy_cycle, nbytes, iterations, batches)
-        tensorarena_us = _time(tensorarena_cycle, nbytes, iterations, batches)
+        numpy_us, tensorarena_us = _time_pair(
+            _numpy_cycle, tensorarena_cycle, nbytes, iterations, batches
+        )
         results[nbytes] = {
             "numpy_us": round(numpy_us, 3),
             "tensorarena_us": round(tensorarena_us, 3),
@@ -148,8 +164,9 @@ def measure_torch(
     results: dict[int, dict[str, float]] = {}
     for nbytes in sizes:
         iterations, batches = plan.get(nbytes, (10, 3))
-        torch_us = _time(torch_cycle, nbytes, iterations, batches)
-        tensorarena_us = _time(tensorarena_cycle, nbytes, iterations, batches)
+        torch_us, tensorarena_us = _time_pair(
+            torch_cycle, tensorarena_cycle, nbytes, iterations, batches
+        )
         results[nbytes] = {
             "torch_us": round(torch_us, 3),
             "tensorarena_us": round(tensorarena_us, 3),

@@ -28,6 +28,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_native_block.h"
+
 typedef struct {
     PyObject_HEAD
     PyObject *resource; /* NULL once the block has been given back */
@@ -42,10 +44,6 @@ typedef struct {
 
 /* The type, made once by define_type; a strong reference for the life of the process. */
 static PyTypeObject *owner_type = NULL;
-/* "deallocate", interned once. */
-static PyObject *deallocate_name = NULL;
-
-/* --- the block's way back -------------------------------------------------------------------- */
 
 static void
 owner_finalize(PyObject *self)
@@ -56,17 +54,7 @@ owner_finalize(PyObject *self)
         return; /* already given back */
     /* Dropped before the call: nothing (a resurrection, a second finalize) can free it again. */
     owner->resource = NULL;
-
-    PyObject *error_type, *error_value, *error_traceback;
-    PyErr_Fetch(&error_type, &error_value, &error_traceback);
-    PyObject *args[3] = {resource, owner->address_int, owner->nbytes_int};
-    PyObject *result = PyObject_VectorcallMethod(
-        deallocate_name, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (result == NULL)
-        PyErr_WriteUnraisable(self);
-    Py_XDECREF(result);
-    Py_DECREF(resource);
-    PyErr_Restore(error_type, error_value, error_traceback);
+    give_back(resource, owner->address_int, owner->nbytes_int, self);
 }
 
 static int
@@ -200,28 +188,6 @@ define_type(PyObject *Py_UNUSED(module), PyObject *base)
     return type;
 }
 
-static int
-check_int(PyObject *value, const char *name, Py_ssize_t *out)
-{
-    if (!PyLong_CheckExact(value)) {
-        PyErr_Format(PyExc_TypeError, "owner(): %s must be an int, not %.100s", name,
-                     Py_TYPE(value)->tp_name);
-        return -1;
-    }
-    Py_ssize_t number = PyLong_AsSsize_t(value);
-    if (number == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        number = -1; /* too large either way: reported as out of range below */
-    }
-    if (number <= 0) {
-        PyErr_Format(PyExc_ValueError, "owner(): %s must be positive and below 2**63, not %R",
-                     name, value);
-        return -1;
-    }
-    *out = number;
-    return 0;
-}
-
 static PyObject *
 new_owner(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -236,14 +202,8 @@ new_owner(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t address, nbytes;
-    if (check_int(args[1], "address", &address) < 0 || check_int(args[2], "nbytes", &nbytes) < 0)
+    if (read_block(args[1], args[2], "owner", &address, &nbytes) < 0)
         return NULL;
-    if (nbytes > PY_SSIZE_T_MAX - address) {
-        PyErr_Format(PyExc_ValueError,
-                     "owner(): a block of %zd bytes at %p runs past the address space", nbytes,
-                     (void *)address);
-        return NULL;
-    }
     BlockOwner *owner = PyObject_GC_New(BlockOwner, owner_type);
     if (owner == NULL)
         return NULL;
@@ -281,10 +241,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__native_owner(void)
 {
-    if (deallocate_name == NULL) {
-        deallocate_name = PyUnicode_InternFromString("deallocate");
-        if (deallocate_name == NULL)
-            return NULL;
-    }
+    if (intern_deallocate_name() < 0)
+        return NULL;
     return PyModule_Create(&module_def);
 }

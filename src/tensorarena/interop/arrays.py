@@ -34,21 +34,24 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import sys
 import weakref
 from typing import Any, Final, Literal
 
 import numpy as np
 
-from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError, InvalidDtypeError, InvalidSizeError
 from tensorarena.interop import default as _defaults
+from tensorarena.interop._torch_route import LAST_ROUTE as _last_route
+from tensorarena.interop._torch_route import ROUTES as _ROUTES
+from tensorarena.interop._torch_route import DtypeEntry as _DtypeEntry
+from tensorarena.interop._torch_route import TorchRoute, torch_route
 from tensorarena.interop.default import check_host_accessible, default_resource
 from tensorarena.interop.owner import (
     BLOCK_TYPES,
     Allocation,
     InterfaceAllocation,
     block_type,
+    native_dlpack,
     native_owner,
 )
 from tensorarena.interop.scope import Scope, current_scope
@@ -65,26 +68,24 @@ _frombuffer: Final = np.frombuffer
 _ndarray: Final = np.ndarray
 _block_types_get: Final = BLOCK_TYPES.get
 _native_owner: Final = native_owner  # None in the pure build
+_dlpack: Final[Any] = native_dlpack  # None in the pure build (no route has a DLPack dtype there)
 _current_scope: Final = current_scope
 _default_resource: Final = default_resource
 _defaults_namespace: Final[dict[str, Any]] = vars(_defaults)
 _MAX_SIZE: Final = MAX_SIZE
 _DEFAULT_ALIGNMENT: Final = DEFAULT_ALIGNMENT
+# The default's int object: the default argument is this object, found by identity (a compare of
+# an Any with an int is a rich comparison, ~100 instructions).
+_DEFAULT_ALIGNMENT_OBJECT: Final[Any] = DEFAULT_ALIGNMENT
 Like = Literal["numpy", "torch"]
 
-# dtype argument -> (item size, typestr, structured dtype or None, torch dtype or None, the
-# NumPy dtype the bytes are read as).
-_DtypeEntry = tuple[int, str, Any, Any, np.dtype[Any]]
 _DTYPES: Final[dict[Any, _DtypeEntry]] = {}
-# NumPy dtype -> torch dtype, or None where torch has none (from_numpy then says why).
-_TORCH_DTYPES: Final[dict[np.dtype[Any], Any]] = {}
-# torch is looked up in sys.modules first: importlib.import_module costs ~0.3 µs a call.
-_loaded_modules: Final = sys.modules
 # Dimensions must fit NumPy's npy_intp.
 _MAX_DIM: Final = (1 << 63) - 1
 # The largest int the compiled build keeps unboxed: a bound compared at C speed.
 _MAX_SHORT_DIM: Final = (1 << 62) - 1
 _NUMPY: Final = "numpy"
+_TORCH: Final = "torch"  # a literal "torch" in the caller's code is the same (interned) object
 
 # The last explicit resource found host-accessible (see the module docstring).
 _verified: weakref.ref[Any] | None = None
@@ -183,10 +184,16 @@ def empty(
     :class:`InvalidArgumentError` for ``like``, :class:`NotHostAccessibleError` for a resource
     whose memory the CPU cannot touch.
     """
-    try:
-        entry = _DTYPES[dtype]
-    except (KeyError, TypeError):
-        entry = _resolve_dtype(dtype)
+    # A tensor of the same dtype object as the last one: its route holds the dtype's entry.
+    route: TorchRoute | None = _last_route.route
+    if route is not None and route.key is dtype and like is _TORCH:
+        entry = route.entry
+    else:
+        route = None
+        try:
+            entry = _DTYPES[dtype]
+        except (KeyError, TypeError):
+            entry = _resolve_dtype(dtype)
     itemsize, _, structured, torch_dtype, np_dtype = entry
     # An int shape within the compiled build's unboxed ints (< 2**62): one dimension, no tuple
     # (``dims`` is None); the 1-d NumPy array needs none, the other paths make it.
@@ -201,14 +208,19 @@ def empty(
         raise InvalidSizeError(
             f"shape {shape!r} of {itemsize}-byte items needs {nbytes} bytes, over {_MAX_SIZE}"
         )
-    torch = None
-    if like is not _NUMPY and like != "numpy":  # the default is the same object: no compare
-        if like != "torch":
+    # The default, and literals, are the same objects: found by identity, no compare.
+    if like is _TORCH or (like is not _NUMPY and like != "numpy"):
+        if like is not _TORCH and like != "torch":
             raise InvalidArgumentError(f"like must be 'numpy' or 'torch', not {like!r}")
-        torch = _loaded_modules.get("torch") or _import_torch()
+        if route is None:
+            try:
+                route = _ROUTES[dtype]
+            except (KeyError, TypeError):
+                route = torch_route(dtype, entry)
+            _last_route.route = route
     elif torch_dtype is not None:
         raise InvalidDtypeError(f"a torch dtype ({dtype}) needs like='torch'")
-    if alignment != _DEFAULT_ALIGNMENT:
+    if alignment is not _DEFAULT_ALIGNMENT_OBJECT and alignment != _DEFAULT_ALIGNMENT:
         alignment = check_alignment(alignment)
     current = _current_scope()
     if resource is not None:
@@ -227,12 +239,24 @@ def empty(
     # A zero-size array still gets a (1-byte) block: it has an address and an owner like any.
     # Boxed once (Any): the int object is passed to allocate and kept by the owner.
     request: Any = nbytes or 1
-    if torch is not None and (nbytes == 0 or structured is not None):
+    if route is not None and (nbytes == 0 or structured is not None):
         # torch.frombuffer refuses zero items; a structured dtype has no torch dtype (from_numpy
         # says so). Both go through NumPy.
         address = resource.allocate(request, alignment)
         shape_ = (count,) if dims is None else dims
-        return _through_interface(resource, address, request, shape_, entry, torch, current)
+        return _through_interface(resource, address, request, shape_, entry, route, current)
+    if route is not None and route.dlpack_dtype is not None and current is None:
+        # DLPack (see _torch_route): the capsule takes the block over, no owner, no parser.
+        # ``shape`` itself where it is the one dimension: an int object already.
+        address = resource.allocate(request, alignment)
+        try:
+            capsule = _dlpack(
+                resource, address, request, shape if dims is None else dims, route.dlpack_dtype
+            )
+        except BaseException:
+            resource.deallocate(address, request)
+            raise
+        return route.from_dlpack(capsule)  # if this raises, the dying capsule frees the block
     if _native_owner is not None:
         address = resource.allocate(request, alignment)
         try:
@@ -246,7 +270,7 @@ def empty(
         address = resource.allocate(request, alignment)
         if owner_type is None:
             shape_ = (count,) if dims is None else dims
-            return _through_interface(resource, address, request, shape_, entry, torch, current)
+            return _through_interface(resource, address, request, shape_, entry, route, current)
         owner = _ctypes_owner(owner_type, resource, address, request)
     # From here the owner is responsible: if anything below raises, it frees the block as it dies.
     # The owner's buffer is exactly the block, so frombuffer needs no count; but a zero-size
@@ -254,21 +278,18 @@ def empty(
     if current is not None:
         current.track(owner)
     one_d = dims is None or len(dims) == 1
-    if torch is None and one_d and nbytes != 0:
+    if route is None and one_d and nbytes != 0:
         return _frombuffer(owner, np_dtype)
     if dims is None:
         dims = (count,)
-    if torch is None:
+    if route is None:
         return _ndarray(dims, np_dtype, owner)
-    if torch_dtype is None:
-        # n-d: from_numpy of the n-d array (~1.5 µs) beats frombuffer and view(dims) (~3 µs).
-        # No torch equivalent: from_numpy raises the clear error.
-        if not one_d:
-            return torch.from_numpy(_ndarray(dims, np_dtype, owner))
-        torch_dtype = _torch_dtype(torch, np_dtype)
-        if torch_dtype is None:
-            return torch.from_numpy(_ndarray(dims, np_dtype, owner))
-    tensor = torch.frombuffer(owner, dtype=torch_dtype)
+    torch = route.torch
+    # A NumPy dtype, n-d: from_numpy of the n-d array (~1.5 µs) beats frombuffer and view(dims)
+    # (~3 µs). No torch equivalent (route.dtype is None): from_numpy raises the clear error.
+    if torch_dtype is None and (not one_d or route.dtype is None):
+        return torch.from_numpy(_ndarray(dims, np_dtype, owner))
+    tensor = torch.frombuffer(owner, dtype=route.dtype)
     return tensor if one_d else tensor.view(dims)
 
 
@@ -285,17 +306,13 @@ def _ctypes_owner(owner_type: Any, resource: MemoryResource, address: int, reque
     return owner
 
 
-def _import_torch() -> Any:
-    return require("torch", extra="torch", feature="tensorarena.empty(like='torch')")
-
-
 def _through_interface(
     resource: MemoryResource,
     address: int,
     request: int,
     dims: tuple[int, ...],
     entry: _DtypeEntry,
-    torch: Any,
+    route: TorchRoute | None,
     current: Scope | None,
 ) -> Any:
     """The array (or tensor) over ``address`` through an :class:`InterfaceAllocation` owner."""
@@ -307,25 +324,10 @@ def _through_interface(
         array = array.view(structured)
     if current is not None:
         current.track(owner)
-    if torch is not None:
-        tensor = torch.from_numpy(array)
+    if route is not None:
+        tensor = route.torch.from_numpy(array)
         return tensor if torch_dtype is None else tensor.view(torch_dtype)
     return array
-
-
-def _torch_dtype(torch: Any, np_dtype: np.dtype[Any]) -> Any:
-    """The torch dtype of ``np_dtype`` (cached), or ``None`` where torch has none."""
-    try:
-        return _TORCH_DTYPES[np_dtype]
-    except KeyError:
-        pass
-    try:
-        found = torch.from_numpy(np.empty(0, np_dtype)).dtype
-    except (TypeError, ValueError):
-        found = None
-    if len(_TORCH_DTYPES) < 256:
-        _TORCH_DTYPES[np_dtype] = found
-    return found
 
 
 def zeros(

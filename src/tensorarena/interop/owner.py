@@ -127,19 +127,26 @@ class _BlockOwner(Allocation):
 NewOwner = Callable[[Any, int, int], Allocation]
 
 
-def _define_native() -> tuple[type[Allocation] | None, NewOwner | None]:
-    """The native owner type and its constructor, or ``(None, None)`` without the extension."""
+NewCapsule = Callable[[Any, int, int, Any, int], Any]
+
+
+def _define_native() -> tuple[type[Allocation] | None, NewOwner | None, NewCapsule | None]:
+    """The native owner type, its constructor and its DLPack export, or ``None`` each without
+    the extension."""
     try:
-        from tensorarena.interop import _native_owner
+        from tensorarena.interop import _native_dlpack, _native_owner
     except ImportError:  # the pure build
-        return None, None
-    return _native_owner.define_type(Allocation), _native_owner.owner
+        return None, None, None
+    return _native_owner.define_type(Allocation), _native_owner.owner, _native_dlpack.dlpack
 
 
-NativeAllocation, native_owner = _define_native()
-"""The native owner type (a subclass of :class:`Allocation`) and ``native_owner(resource,
-address, nbytes)``, which makes one (``TypeError``/``ValueError`` for arguments that are not
-positive ints); both ``None`` where the C extension is not built."""
+NativeAllocation, native_owner, native_dlpack = _define_native()
+"""The native owner type (a subclass of :class:`Allocation`), ``native_owner(resource, address,
+nbytes)``, which makes one (``TypeError``/``ValueError`` for arguments that are not positive
+ints), and ``native_dlpack(resource, address, nbytes, shape, dtype)``, a DLPack ``"dltensor"``
+capsule of a C-contiguous CPU tensor over the block that takes the block over: it goes back with
+one ``deallocate`` when the tensor (or the unconsumed capsule) dies (``ValueError`` for a shape
+whose bytes exceed the block); all ``None`` where the C extension is not built."""
 
 BLOCK_TYPES: Final[dict[int, Any]] = {}
 """Byte count -> block-owner type (``type.from_address(address)`` makes an owner)."""
