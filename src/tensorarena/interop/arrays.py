@@ -6,10 +6,12 @@ The bytes are taken with one ``resource.allocate`` and owned by an
 exports the buffer protocol over exactly the block (see :mod:`tensorarena.interop.owner`): in the
 compiled build the native (C) owner, for every size; in the pure build a ctypes array of a cached
 type per byte count. The array is built over it in C by ``np.frombuffer`` (1-d) or
-``np.ndarray(buffer=)``; a 1-d torch tensor (``like="torch"``) by ``torch.frombuffer``, which
-keeps the owner alive as long as the tensor's storage lives, an n-d one by ``torch.from_numpy``
-of the n-d array (half the cost of ``frombuffer`` and ``view``). The pure build's sizes without
-a cached owner type, zero-size tensors (``torch.frombuffer`` refuses them) and structured dtypes
+``np.ndarray(buffer=)``. A torch tensor (``like="torch"``) is made, in the compiled build, from
+a DLPack capsule that takes the block over (no owner object: the block goes back when the
+tensor's storage dies; see :mod:`tensorarena.interop._torch_route`); in the pure build, inside a
+:func:`scope` (which tracks owners) and for dtypes DLPack cannot carry, by ``torch.frombuffer``
+over the owner (1-d) or ``torch.from_numpy`` of the n-d array. The pure build's sizes without a
+cached owner type, zero-size tensors (``torch.frombuffer`` refuses them) and structured dtypes
 as tensors take the ``__array_interface__`` owner (a tensor is then ``torch.from_numpy`` over
 that array).
 
