@@ -1,13 +1,16 @@
 """Instructions per cycle of ``torch.empty`` and ``tensorarena.empty(like="torch")``, by callgrind.
 
-``python bench/torch_cycle_instructions.py [SRC] [N]`` runs each case twice under
-``valgrind --tool=callgrind`` (``N`` and ``3 N`` cycles, ``PYTHONPATH=SRC``, default ``src``) and
-reports the difference over ``2 N``: the instructions one cycle costs, start-up and imports
-cancelled out. Deterministic where wall time on a shared machine is not, so small changes to the
-path show; instructions are not time (cache misses are not counted), so ``bench/reuse_ab.py``
-remains the judge. Cases, 64 KiB of ``uint8``: made and freed (``make``), and made, touched once
-per 4 KiB page and freed (``touch``, the ``bench reuse`` cycle). Needs valgrind; says so and
-exits 0 without it. A benchmark, not a test.
+``python bench/torch_cycle_instructions.py [SRC] [N]`` runs one process under
+``valgrind --tool=callgrind`` (``PYTHONPATH=SRC``, default ``src``) that times each case over ``N``
+cycles (default 5000) between callgrind client requests (a three-line C helper, compiled here
+with ``cc`` against valgrind's ``callgrind.h``): only the cycles are counted, not start-up,
+imports or the other cases. Deterministic where wall time on a shared machine is not, so small
+changes to the path show; instructions are not time (cache misses are not counted), so
+``bench/reuse_ab.py`` remains the judge. One intra-op thread (``OMP_NUM_THREADS=1``: callgrind
+counts every thread, and idle OpenMP workers would add instructions at random) and a fixed hash
+seed. Cases, 64 KiB of ``uint8``: made and freed (``make``), and made, touched once per 4 KiB
+page and freed (``touch``, the ``bench reuse`` cycle). Needs valgrind, its headers and a C
+compiler; says which is missing and exits 0 without them. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 CASES = {
     "torch.empty make": "torch.empty(NBYTES, dtype=torch.uint8)",
@@ -26,46 +30,76 @@ CASES = {
     "like=torch touch": "empty(NBYTES, np.uint8, like='torch')[::4096] = 1",
 }
 
+_HELPER = """
+#include <valgrind/callgrind.h>
+void start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_TOGGLE_COLLECT; }
+void stop(const char *name) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT(name); }
+"""
+
 _WORKER = """
-import sys
+import ctypes, sys, timeit
 import numpy as np
 import torch
 from tensorarena.interop import default_resource, empty
 NBYTES = 64 << 10
 default_resource()
 np.empty(64 << 20, np.uint8)[::4096] = 1  # raise glibc's mmap threshold, as bench reuse does
-for _ in range(int(sys.argv[1])):
-    {statement}
+helper = ctypes.CDLL(sys.argv[1])
+helper.stop.argtypes = [ctypes.c_char_p]
+cycles = int(sys.argv[2])
+for name, statement in {cases!r}.items():
+    timer = timeit.Timer(statement, globals=globals())
+    timer.timeit(200)  # warm: caches, routes, glibc's heap
+    helper.start()
+    timer.timeit(cycles)
+    helper.stop(name.encode())
 """
 
 
-def _instructions(src: str, statement: str, cycles: int) -> int:
+def _missing() -> str | None:
+    if shutil.which("valgrind") is None:
+        return "valgrind"
+    if shutil.which("cc") is None:
+        return "a C compiler (cc)"
+    if not Path("/usr/include/valgrind/callgrind.h").is_file():
+        return "valgrind's headers (valgrind/callgrind.h)"
+    return None
+
+
+def measure(src: str, cycles: int) -> dict[str, float]:
+    """``{case: instructions per cycle}``."""
     with tempfile.TemporaryDirectory() as work:
+        helper = os.path.join(work, "helper.so")
+        with open(os.path.join(work, "helper.c"), "w") as file:
+            file.write(_HELPER)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", helper, file.name], check=True)
         script = os.path.join(work, "worker.py")
         with open(script, "w") as file:
-            file.write(_WORKER.format(statement=statement))
+            file.write(_WORKER.format(cases=CASES))
         out = os.path.join(work, "callgrind.out")
         subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-             script, str(cycles)],
-            env={**os.environ, "PYTHONPATH": src}, check=True, capture_output=True,
+            ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}",
+             sys.executable, script, helper, str(cycles)],
+            env={**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"},
+            check=True, capture_output=True,
         )  # fmt: skip
-        with open(out) as file:
-            summary = re.search(r"^summary: (\d+)", file.read(), re.MULTILINE)
-        assert summary is not None, "callgrind wrote no summary"
-        return int(summary.group(1))
+        per_cycle = {}
+        for dump in Path(work).glob("callgrind.out.*"):
+            text = dump.read_text()
+            name = re.search(r"^desc: Trigger: Client Request: (.+)$", text, re.MULTILINE)
+            total = re.search(r"^summary: (\d+)", text, re.MULTILINE)
+            if name and total:
+                per_cycle[name.group(1)] = int(total.group(1)) / cycles
+        return per_cycle
 
 
 def main(src: str, cycles: int) -> None:
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed: nothing measured")
+    missing = _missing()
+    if missing is not None:
+        print(f"{missing} is not installed: nothing measured")
         return
-    per_cycle = {}
-    for name, statement in CASES.items():
-        low = _instructions(src, statement, cycles)
-        high = _instructions(src, statement, 3 * cycles)
-        per_cycle[name] = (high - low) / (2 * cycles)
-    print(f"instructions per cycle ({src}, {cycles} and {3 * cycles} cycles)")
+    per_cycle = measure(src, cycles)
+    print(f"instructions per cycle ({src}, {cycles} cycles)")
     print("| case | torch.empty | like=torch | ratio |")
     print("|---|---|---|---|")
     for case in ("make", "touch"):
