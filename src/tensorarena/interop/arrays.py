@@ -130,7 +130,7 @@ def _resolve_dtype(dtype: Any) -> _DtypeEntry:
 
 
 def _normalize_shape(shape: Shape | Any) -> tuple[int, ...]:
-    if type(shape) is int:
+    if type(shape) is int or isinstance(shape, np.integer):  # NumPy takes np.int64(5) too
         dims: tuple[Any, ...] = (shape,)
     elif type(shape) is tuple:
         dims = shape
@@ -205,6 +205,12 @@ def empty(
     else:
         dims = _normalize_shape(shape)
         count = math.prod(dims)
+        if count == 0 and math.prod([dim for dim in dims if dim]) * itemsize > _MAX_SIZE:
+            # Zero items, but NumPy (and torch) refuse the other dimensions' product all the same.
+            raise InvalidSizeError(
+                f"shape {shape!r} of {itemsize}-byte items: its nonzero dimensions need over "
+                f"{_MAX_SIZE} bytes"
+            )
     nbytes = count * itemsize
     if nbytes > _MAX_SIZE:
         raise InvalidSizeError(
