@@ -15,8 +15,8 @@ says why on the build log (pip shows it with ``-v``):
   install: the pure build is the reference and always works).
 
 The compiled build also builds the hand-written C extensions of ``_version.NATIVE_EXTENSIONS``
-(the native array owner and the DLPack capsule, ``interop/_native_*.c`` and the header they
-share): all of it or none, like the mypyc modules, so a failure to compile any of them installs
+(the native array owner, the DLPack capsule and ``empty``'s compiled entry,
+``interop/_native_*.c`` and the headers they share): all of it or none, like the mypyc modules, so a failure to compile any of them installs
 the pure build, which has a Python fallback for each.
 
 An editable install (``pip install -e .``) compiles in place: the extensions land in ``src/``
@@ -45,7 +45,10 @@ _VERSION = runpy.run_path(str(SRC / "tensorarena" / "_version.py"))
 COMPILED = [name.replace(".", "/") + ".py" for name in _VERSION["COMPILED_MODULES"]]
 # The hand-written C extensions (module name, its one source under src/).
 NATIVE = [(name, name.replace(".", "/") + ".c") for name in _VERSION["NATIVE_EXTENSIONS"]]
-NATIVE_HEADER = "src/tensorarena/interop/_native_block.h"
+NATIVE_HEADERS = [
+    "src/tensorarena/interop/_native_block.h",
+    "src/tensorarena/interop/_native_capsule.h",
+]
 # mypy's view of the package while mypyc compiles: the compiled modules and the few they import,
 # never the rest (``tensorarena/__init__.py`` imports every subpackage, and through them NumPy and
 # torch: minutes of type checking at every install). Errors outside the compiled modules are not
@@ -121,12 +124,12 @@ _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "
 
 def _native_extensions() -> list[object]:
     # Paths relative to this file's directory, where setuptools runs (never absolute: it refuses).
-    # The shared header is a dependency: a change rebuilds both, and the sdist ships it.
+    # The shared headers are dependencies: a change rebuilds every extension, the sdist ships them.
     return [
         Extension(
             name,
             sources=[f"src/{path}"],
-            depends=[NATIVE_HEADER],
+            depends=NATIVE_HEADERS,
             extra_compile_args=["-Wall", "-Wextra"],
         )
         for name, path in NATIVE
