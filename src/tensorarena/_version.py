@@ -41,11 +41,16 @@ COMPILED_MODULES = (
 )
 
 #: The hand-written C extensions the compiled build adds (their sources are ``.c`` files beside
-#: where the module would be, sharing ``interop/_native_block.h``): the native array owner, which
-#: ``interop/owner.py`` falls back from to ctypes where it is absent, and the DLPack capsule of
-#: ``empty(like="torch")``, which falls back to ``torch.frombuffer``. Built together with the
-#: modules above, all or nothing.
-NATIVE_EXTENSIONS = ("tensorarena.interop._native_owner", "tensorarena.interop._native_dlpack")
+#: where the module would be, sharing ``interop/_native_*.h``): the native array owner, which
+#: ``interop/owner.py`` falls back from to ctypes where it is absent, the DLPack capsule of
+#: ``empty(like="torch")``, which falls back to ``torch.frombuffer``, and ``empty``'s compiled
+#: entry (``interop/_entry.py``), without which ``empty`` is the Python function. Built together
+#: with the modules above, all or nothing.
+NATIVE_EXTENSIONS = (
+    "tensorarena.interop._native_owner",
+    "tensorarena.interop._native_dlpack",
+    "tensorarena.interop._native_empty",
+)
 
 
 def compiled_modules() -> list[str]:

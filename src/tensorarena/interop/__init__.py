@@ -10,12 +10,18 @@ give them back when the array and all its views are garbage-collected; ``scope()
 lifetime of every array made inside a block. PyTorch is imported only for ``like="torch"``.
 """
 
-from tensorarena.interop.arrays import empty, zeros
+from tensorarena.interop._entry import compiled_entry
+from tensorarena.interop.arrays import empty as _python_empty
+from tensorarena.interop.arrays import zeros
 from tensorarena.interop.default import default_resource, set_default_resource
 from tensorarena.interop.device_arrays import DeviceArray, device_empty
 from tensorarena.interop.owner import Allocation
 from tensorarena.interop.scope import Scope, ScopeEscapeError, current_scope, scope
 from tensorarena.interop.transfers import Transfers, to_device, to_host
+
+# The compiled build answers empty(n, dtype, like="torch") in C (see _entry); the pure build has
+# the function itself.
+empty = compiled_entry(_python_empty)
 
 __all__ = [
     "Allocation",

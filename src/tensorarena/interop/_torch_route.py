@@ -19,7 +19,8 @@ Two routes, both giving the block back exactly when the tensor's storage dies:
 
 The route is worked out once per dtype argument (:func:`torch_route`) and cached, and the last
 one is found by the identity of the dtype argument (:data:`LAST_ROUTE`), so the hot path neither
-looks torch up nor converts a dtype.
+looks torch up nor converts a dtype. ``empty``'s compiled entry (:mod:`tensorarena.interop._entry`)
+reads the DLPack routes from :data:`ROUTES` and keeps the last one itself.
 """
 
 from __future__ import annotations

@@ -23,7 +23,10 @@ the default resource are checked when they are set, an explicit ``resource=`` on
 the check once).
 
 This is the hot path of pooled arrays, so it avoids work: dtypes are resolved once and cached,
-and the compiled build compiles this module with mypyc (``_version.COMPILED_MODULES``). The
+and the compiled build compiles this module with mypyc (``_version.COMPILED_MODULES``) and puts a
+C entry in front of ``empty`` (the public ``tensorarena.empty``, see
+:mod:`tensorarena.interop._entry`) that makes the repeated ``empty(n, dtype, like="torch")``
+itself and hands every other call to this function. The
 arguments are annotated ``... | Any`` where callers pass more than the annotation says (NumPy
 integers, shapes of any sequence type): compiled code checks declared types at the call, and such
 input must reach the checks below, which accept it or raise the specific error.

@@ -1,0 +1,49 @@
+"""``empty``'s compiled entry: the public ``tensorarena.empty`` of the compiled build.
+
+In the compiled build, :func:`tensorarena.interop.empty` is a C object (``FastEmpty`` of
+``_native_empty.c``) in front of the Python function :func:`tensorarena.interop.arrays.empty`. It
+makes one call shape itself, the one model code repeats: ``empty(n, dtype, like="torch")`` with
+an int ``n``, a dtype argument whose route is DLPack (worked out by an earlier call, see
+:mod:`tensorarena.interop._torch_route`), the default resource and alignment, outside any
+:func:`~tensorarena.interop.scope`; it does what the Python function does on that path, in C.
+Every other call goes to the Python function with its arguments as they came, so errors,
+scopes, NumPy arrays and explicit resources behave exactly as there.
+
+Why: in a loop that also runs torch, torch's code evicts ours from the instruction cache at every
+iteration, and the compiled Python function spans several times the cache lines of this path
+(``bench/RESULTS.md`` has the misses and times). The entry carries the function's ``__doc__``,
+``__name__``, ``__module__`` and ``__wrapped__`` (``inspect.signature`` follows it), as
+``functools.lru_cache``'s C wrapper does. The pure build has no such object: ``empty`` is the
+function.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from tensorarena.interop import default, scope
+from tensorarena.interop._torch_route import ROUTES
+from tensorarena.memory.resource import DEFAULT_ALIGNMENT
+from tensorarena.sizes import MAX_SIZE
+
+__all__ = ["compiled_entry"]
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def compiled_entry(general: Function) -> Function:
+    """``general`` (the Python ``empty``) behind its compiled entry, or itself in the pure
+    build."""
+    try:
+        from tensorarena.interop._native_empty import FastEmpty
+    except ImportError:  # the pure build
+        return general
+    entry = FastEmpty(
+        general, ROUTES, scope._current, vars(default), DEFAULT_ALIGNMENT, MAX_SIZE
+    )
+    functools.update_wrapper(entry, general)
+    entry.__module__ = "tensorarena.interop"  # where users find it (the function is in arrays)
+    return cast(Function, entry)
+
