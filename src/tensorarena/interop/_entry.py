@@ -12,15 +12,18 @@ scopes, NumPy arrays and explicit resources behave exactly as there.
 Why: in a loop that also runs torch, torch's code evicts ours from the instruction cache at every
 iteration, and the compiled Python function spans several times the cache lines of this path
 (``bench/RESULTS.md`` has the misses and times). The entry carries the function's ``__doc__``,
-``__name__``, ``__module__`` and ``__wrapped__`` (``inspect.signature`` follows it), as
-``functools.lru_cache``'s C wrapper does. The pure build has no such object: ``empty`` is the
-function.
+``__name__``, ``__module__`` and ``__wrapped__``, as ``functools.lru_cache``'s C wrapper does,
+and the docstring of its source (mypyc drops docstrings: ``help(tensorarena.empty)`` had nothing
+to show in the compiled build). The pure build has no such object: ``empty`` is the function.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tensorarena.interop import default, scope
@@ -28,7 +31,7 @@ from tensorarena.interop._torch_route import ROUTES
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT
 from tensorarena.sizes import MAX_SIZE
 
-__all__ = ["compiled_entry"]
+__all__ = ["compiled_entry", "source_docstring"]
 
 Function = TypeVar("Function", bound=Callable[..., Any])
 
@@ -45,5 +48,26 @@ def compiled_entry(general: Function) -> Function:
     )
     functools.update_wrapper(entry, general)
     entry.__module__ = "tensorarena.interop"  # where users find it (the function is in arrays)
+    if entry.__doc__ is None:
+        entry.__doc__ = source_docstring(general)
     return cast(Function, entry)
+
+
+def source_docstring(function: Callable[..., Any]) -> str | None:
+    """The docstring of ``function`` as written in its module's ``.py`` file (installed beside
+    the compiled module), or ``None`` where that file or function is not found."""
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file)
+    try:
+        source = path.with_name(path.name.split(".")[0] + ".py")
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function.__name__:
+            return ast.get_docstring(node)
+    return None
 
