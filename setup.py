@@ -16,8 +16,9 @@ says why on the build log (pip shows it with ``-v``):
 
 The compiled build also builds the hand-written C extensions of ``_version.NATIVE_EXTENSIONS``
 (the native array owner, the DLPack capsule and ``empty``'s compiled entry,
-``interop/_native_*.c`` and the headers they share): all of it or none, like the mypyc modules, so a failure to compile any of them installs
-the pure build, which has a Python fallback for each.
+``interop/_native_*.c`` and the headers they share): all of it or none, like the mypyc modules,
+so a failure to compile any of them installs the pure build, which has a Python fallback for
+each.
 
 An editable install (``pip install -e .``) compiles in place: the extensions land in ``src/``
 next to their sources. A later pure install removes them, so a stale extension never shadows an
