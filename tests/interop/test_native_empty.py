@@ -1,10 +1,11 @@
 """``empty``'s compiled entry (``_native_empty.FastEmpty``, see ``interop/_entry.py``).
 
-The entry makes ``empty(n, dtype, like="torch")`` itself where the dtype's route is DLPack, the
-resource the default and no scope is active, and hands every other call to the Python ``empty``
-unchanged. Most tests build an entry of their own in front of a recording ``general`` and over
-a recording default resource, so that which side made a tensor, and every block's way back,
-can be seen. Skipped in the pure build (``empty`` is the function there) or without torch.
+The entry makes ``empty(n, dtype)`` (a plain NumPy dtype) and ``empty(n, dtype, like="torch")``
+(a DLPack-routed dtype) itself where the resource is the default and no scope is active, and
+hands every other call to the Python ``empty`` unchanged. Most tests build an entry of their own
+in front of a recording ``general`` and over a recording default resource, so that which side
+made an array, and every block's way back, can be seen. Skipped in the pure build (``empty`` is
+the function there) or without torch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from _recording import RecordingResource
 from tensorarena.interop import arrays, empty, scope
 from tensorarena.interop._entry import source_docstring
 from tensorarena.interop._torch_route import ROUTES, TorchRoute
+from tensorarena.interop.owner import native_owner
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT
 from tensorarena.sizes import MAX_SIZE
 
@@ -48,17 +50,25 @@ class Recorder:
 
 
 class Setup:
-    """An entry over its own routes, scope variable and default namespace."""
+    """An entry over its own routes, scope variable and default namespace; with ``numpy``, its
+    own dtype table too (NumPy calls made by the entry), else every NumPy call is general's."""
 
-    def __init__(self, resource: Any = None) -> None:
+    def __init__(self, resource: Any = None, numpy: bool = False) -> None:
         self.general = Recorder()
         self.resource = RecordingResource() if resource is None else resource
         self.scope_var: contextvars.ContextVar[Any] = contextvars.ContextVar("s", default=None)
         self.defaults: dict[str, Any] = {"_default": self.resource}
         empty(1, np.float32, like="torch")  # the real route of np.float32, worked out once
         self.routes: dict[Any, Any] = {np.float32: ROUTES[np.float32]}
+        arrays.empty(1, np.float32)
+        self.dtypes: dict[Any, Any] = {np.float32: arrays._DTYPES[np.float32]}
+        extra: dict[str, Any] = {}
+        if numpy:
+            extra = {"dtypes": self.dtypes, "owner": native_owner, "frombuffer": np.frombuffer,
+                     "default_dtype": np.float32}
         self.entry = native_empty.FastEmpty(
-            self.general, self.routes, self.scope_var, self.defaults, DEFAULT_ALIGNMENT, MAX_SIZE
+            self.general, self.routes, self.scope_var, self.defaults, DEFAULT_ALIGNMENT, MAX_SIZE,
+            **extra,
         )
 
     def allocated(self) -> dict[int, int]:
@@ -116,7 +126,7 @@ def _not_interned_torch() -> str:
 @pytest.mark.parametrize(
     ("args", "kwargs"),
     [
-        ((16, np.float32), {}),  # like="numpy"
+        ((16, np.float32), {}),  # like="numpy", and this entry has no NumPy path
         ((16, np.float32), {"like": "numpy"}),
         ((16,), {"like": "torch"}),  # the default dtype: not handled here
         ((16, np.float32), {"like": "torch", "resource": None}),
@@ -220,6 +230,118 @@ def test_forget_drops_the_remembered_route() -> None:
     assert setup.entry(16, np.float32, like="torch").shape == (16,)  # remembered
     setup.entry.forget()
     assert setup.entry(16, np.float32, like="torch") == "general"
+
+
+# --- NumPy arrays ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda e: e(16, np.float32),
+        lambda e: e(16),
+        lambda e: e(16, dtype=np.float32),
+        lambda e: e(16, np.float32, like="numpy"),
+        lambda e: e(16, like="numpy"),
+    ],
+    ids=["positional", "default-dtype", "keyword", "like-numpy", "like-numpy-default-dtype"],
+)
+def test_a_numpy_array_is_made_here_over_an_owner_of_its_block(call: Any) -> None:
+    setup = Setup(numpy=True)
+    array = call(setup.entry)
+    assert setup.general.calls == []
+    assert type(array) is np.ndarray and array.dtype == np.float32 and array.shape == (16,)
+    assert type(array.base).__name__ == "NativeAllocation"
+    assert setup.allocated() == {array.ctypes.data: 64}
+    array[:] = 1.5
+    assert float(array.sum()) == 24.0
+    view = array[4:8]
+    del array
+    assert len(setup.allocated()) == 1, "a view keeps the block"
+    del view
+    assert setup.allocated() == {} and len(setup.resource.freed) == 1
+
+
+def test_the_default_dtype_is_the_functions() -> None:
+    assert empty(4).dtype == arrays.empty(4).dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((16, np.dtype([("a", "u1"), ("b", "f4")])), {}),  # structured
+        ((16, torch.bfloat16), {}),  # a torch dtype needs like="torch" (the function says so)
+        ((16, np.float64), {}),  # not resolved yet
+        (((4, 4), np.float32), {}),
+        ((0, np.float32), {}),
+        ((np.int64(16), np.float32), {}),
+        ((16, np.float32), {"resource": None}),
+        ((16, np.float32), {"alignment": 64}),
+    ],
+    ids=["structured", "torch-dtype", "unresolved", "n-d", "zero", "np-int", "resource", "align"],
+)
+def test_other_numpy_calls_go_to_the_function(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    setup = Setup(numpy=True)  # its table: float32, a structured dtype and a torch dtype
+    for dtype in (np.dtype([("a", "u1"), ("b", "f4")]), torch.bfloat16):
+        arrays.empty(1, dtype, like="torch" if dtype is torch.bfloat16 else "numpy")
+        setup.dtypes[dtype] = arrays._DTYPES[dtype]
+    assert setup.entry(*args, **kwargs) == "general"
+    assert setup.general.calls == [(args, kwargs)]
+    assert setup.allocated() == {}
+
+
+def test_a_bad_address_for_a_numpy_array_is_refused_and_given_back() -> None:
+    class Odd(RecordingResource):
+        def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> Any:
+            return -4096
+
+        def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
+            self.freed.append((address, nbytes))
+
+    setup = Setup(Odd(), numpy=True)
+    with pytest.raises(ValueError, match="address"):
+        setup.entry(16, np.float32)
+    assert setup.resource.freed == [(-4096, 64)]
+
+
+def test_a_failing_frombuffer_gives_the_block_back() -> None:
+    def refuse(owner: Any, dtype: Any) -> Any:
+        raise RuntimeError("frombuffer failed")
+
+    setup = Setup(numpy=True)
+    entry = native_empty.FastEmpty(
+        setup.general, setup.routes, setup.scope_var, setup.defaults, DEFAULT_ALIGNMENT,
+        MAX_SIZE, dtypes=setup.dtypes, owner=native_owner, frombuffer=refuse,
+    )
+    with pytest.raises(RuntimeError, match="frombuffer failed"):
+        entry(16, np.float32)
+    gc.collect()
+    assert setup.allocated() == {} and len(setup.resource.freed) == 1
+
+
+def test_an_allocate_that_makes_another_numpy_dtype_keeps_each_call_its_own() -> None:
+    setup = Setup(numpy=True)
+    arrays.empty(1, np.int16)
+    setup.dtypes[np.int16] = arrays._DTYPES[np.int16]
+    inner: list[Any] = []
+    nested = [True]
+
+    class Nested(RecordingResource):
+        def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+            if nested.pop() if nested else False:
+                inner.append(setup.entry(8, np.int16))
+            return super().allocate(nbytes, alignment, stream)
+
+    setup.resource = Nested()
+    setup.defaults["_default"] = setup.resource
+    array = setup.entry(16, np.float32)
+    assert array.dtype == np.float32 and array.shape == (16,)
+    assert inner[0].dtype == np.int16 and inner[0].shape == (8,)
+    assert sorted(setup.allocated().values()) == [16, 64]
+    del array, inner[:]
+    assert setup.allocated() == {}
 
 
 # --- failures leave nothing allocated ----------------------------------------------------------

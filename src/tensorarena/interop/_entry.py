@@ -2,12 +2,13 @@
 
 In the compiled build, :func:`tensorarena.interop.empty` is a C object (``FastEmpty`` of
 ``_native_empty.c``) in front of the Python function :func:`tensorarena.interop.arrays.empty`. It
-makes one call shape itself, the one model code repeats: ``empty(n, dtype, like="torch")`` with
-an int ``n``, a dtype argument whose route is DLPack (worked out by an earlier call, see
-:mod:`tensorarena.interop._torch_route`), the default resource and alignment, outside any
-:func:`~tensorarena.interop.scope`; it does what the Python function does on that path, in C.
-Every other call goes to the Python function with its arguments as they came, so errors,
-scopes, NumPy arrays and explicit resources behave exactly as there.
+makes the calls model code repeats itself: ``empty(n, dtype)`` (a 1-d NumPy array of a plain
+dtype) and ``empty(n, dtype, like="torch")`` (a dtype argument whose route is DLPack, see
+:mod:`tensorarena.interop._torch_route`), with an int ``n``, a dtype an earlier call resolved,
+the default resource and alignment, outside any :func:`~tensorarena.interop.scope`; it does what
+the Python function does on those paths, in C. Every other call goes to the Python function with
+its arguments as they came, so errors, scopes, n-d shapes and explicit resources behave exactly
+as there.
 
 Why: in a loop that also runs torch, torch's code evicts ours from the instruction cache at every
 iteration, and the compiled Python function spans several times the cache lines of this path
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import numpy as np
+
 from tensorarena.interop import default, scope
 from tensorarena.interop._torch_route import ROUTES
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT
@@ -43,9 +46,18 @@ def compiled_entry(general: Function) -> Function:
         from tensorarena.interop._native_empty import FastEmpty
     except ImportError:  # the pure build
         return general
+    from tensorarena.interop.arrays import _DTYPES
+    from tensorarena.interop.owner import native_owner
+
+    # NumPy arrays over the native owner, where it was built (else they stay the function's).
+    numpy: dict[str, Any] = {}
+    if native_owner is not None:
+        numpy = {"dtypes": _DTYPES, "owner": native_owner, "frombuffer": np.frombuffer}
     entry = FastEmpty(
-        general, ROUTES, scope._current, vars(default), DEFAULT_ALIGNMENT, MAX_SIZE
-    )
+        general, ROUTES, scope._current, vars(default), DEFAULT_ALIGNMENT, MAX_SIZE,
+        default_dtype=np.float32,  # empty's default dtype argument (a test checks they agree)
+        **numpy,
+    )  # fmt: skip
     functools.update_wrapper(entry, general)
     entry.__module__ = "tensorarena.interop"  # where users find it (the function is in arrays)
     if entry.__doc__ is None:

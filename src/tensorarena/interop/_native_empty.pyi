@@ -13,6 +13,11 @@ class FastEmpty:
         defaults: dict[str, Any],
         alignment: int,
         max_size: int,
+        *,
+        dtypes: dict[Any, Any] | None = None,
+        owner: Callable[..., Any] | None = None,
+        frombuffer: Callable[..., Any] | None = None,
+        default_dtype: Any = None,
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def forget(self) -> None: ...
