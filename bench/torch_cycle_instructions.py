@@ -12,8 +12,10 @@ follows. Still a model, not time: ``bench/reuse_ab.py`` remains the judge. One i
 (``OMP_NUM_THREADS=1``: callgrind counts every thread, and idle OpenMP workers would add
 instructions at random) and a fixed hash seed. Cases, 64 KiB of ``uint8``: made and freed
 (``make``), and made, touched once per 4 KiB page and freed (``touch``, the ``bench reuse``
-cycle). Needs valgrind, its headers and a C compiler; says which is missing and exits 0 without
-them. A benchmark, not a test.
+cycle); and NumPy arrays made and freed, by ``np.empty``, by ``empty`` (in the compiled build its
+C entry) and by the Python function behind it (``interop.arrays.empty``). Needs valgrind, its
+headers and a C compiler; says which is missing and exits 0 without them. A benchmark, not a
+test.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ CASES = {
     "like=torch make": "empty(NBYTES, np.uint8, like='torch')",
     "torch.empty touch": "torch.empty(NBYTES, dtype=torch.uint8)[::4096] = 1",
     "like=torch touch": "empty(NBYTES, np.uint8, like='torch')[::4096] = 1",
+    "np.empty make": "np.empty(NBYTES, np.uint8)",
+    "empty make": "empty(NBYTES, np.uint8)",
+    "empty make (the function)": "arrays.empty(NBYTES, np.uint8)",
 }
 
 _HELPER = """
@@ -43,7 +48,7 @@ _WORKER = """
 import ctypes, sys, timeit
 import numpy as np
 import torch
-from tensorarena.interop import default_resource, empty
+from tensorarena.interop import arrays, default_resource, empty
 NBYTES = 64 << 10
 default_resource()
 np.empty(64 << 20, np.uint8)[::4096] = 1  # raise glibc's mmap threshold, as bench reuse does
@@ -106,13 +111,19 @@ def main(src: str, cycles: int) -> None:
         return
     per_cycle = measure(src, cycles)
     print(f"per cycle ({src}, {cycles} cycles): instructions, L1 instruction and data misses")
-    print("| case | event | torch.empty | like=torch | ratio |")
+    print("| case | event | reference | measured | ratio |")
     print("|---|---|---|---|---|")
-    for case in ("make", "touch"):
-        torch_counts, ours = per_cycle[f"torch.empty {case}"], per_cycle[f"like=torch {case}"]
+    pairs = [
+        ("make", "torch.empty make", "like=torch make"),
+        ("touch", "torch.empty touch", "like=torch touch"),
+        ("NumPy make: np.empty / empty", "np.empty make", "empty make"),
+        ("NumPy make: the function / the entry", "empty make (the function)", "empty make"),
+    ]
+    for case, reference, measured in pairs:
+        torch_counts, ours = per_cycle[reference], per_cycle[measured]
         for event in ("Ir", "I1mr", "D1mr", "D1mw"):
             theirs, mine = torch_counts.get(event, 0.0), ours.get(event, 0.0)
-            ratio = f"{mine / theirs:.2f}" if theirs else "-"
+            ratio = f"{mine / theirs:.2f}" if theirs >= 1 else "-"
             print(f"| {case} | {event} | {theirs:,.0f} | {mine:,.0f} | {ratio} |")
 
 
