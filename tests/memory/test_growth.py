@@ -13,12 +13,13 @@ from tensorarena.memory.growth import (
     GrowthPolicy,
     NextPowerOfTwo,
     SameAsRequested,
+    Segments,
 )
 
 KiB = 1024
 MiB = 1024 * KiB
 
-POLICIES = [Fixed(), SameAsRequested(), NextPowerOfTwo(), Doubling("1MiB")]
+POLICIES = [Fixed(), SameAsRequested(), NextPowerOfTwo(), Doubling("1MiB"), Segments()]
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=repr)
@@ -89,3 +90,38 @@ def test_policies_compare_and_print_by_value() -> None:
     assert Doubling("1MiB") == Doubling(1 * MiB)
     assert repr(Doubling("1KiB")) == "Doubling(maximum=1024)"
     assert NextPowerOfTwo() == NextPowerOfTwo() and repr(Fixed()) == "Fixed()"
+
+
+def test_segments_give_a_large_request_its_own_arena_rounded_to_the_granule() -> None:
+    policy = Segments()  # 1 MiB threshold, 2 MiB granules, 8 MiB small arenas
+    assert policy.next_size(1 * MiB, 0) == 2 * MiB  # exactly the threshold: large
+    assert policy.next_size(2 * MiB, 512 * MiB) == 2 * MiB  # an exact fit: no slack
+    assert policy.next_size(2 * MiB + 1, 0) == 4 * MiB  # one byte over: one more granule
+    assert policy.next_size(25 * MiB, 100 * MiB) == 26 * MiB  # what is held changes nothing
+
+
+def test_segments_put_small_requests_in_shared_arenas() -> None:
+    policy = Segments()
+    assert policy.next_size(1 * MiB - 1, 0) == 8 * MiB  # one byte under the threshold
+    assert policy.next_size(1, 300 * MiB) == 8 * MiB
+
+
+def test_segments_check_their_sizes() -> None:
+    assert Segments("64KiB", "4KiB", "64KiB").next_size(64 * KiB + 1, 0) == 68 * KiB
+    with pytest.raises(InvalidSizeError, match="small arenas"):
+        Segments(threshold="2MiB", small="1MiB")
+    with pytest.raises(InvalidSizeError):
+        Segments(granularity=0)
+
+
+def test_a_pool_with_segments_reserves_a_large_block_exactly_and_trims_it() -> None:
+    from tensorarena.memory import HostMemory, Pool
+
+    pool = Pool(HostMemory(), growth=Segments(), initial_size=2 * MiB)
+    small = pool.allocate(4 * KiB)
+    large = pool.allocate(5 * MiB)  # fits in no arena: one of its own, 6 MiB, not 8 or 16
+    assert pool.statistics().reserved_bytes.current == 2 * MiB + 6 * MiB
+    pool.deallocate(large, 5 * MiB)
+    assert pool.trim() == 6 * MiB  # the large block's arena was empty: it goes back whole
+    pool.deallocate(small, 4 * KiB)
+    pool.close()

@@ -2,7 +2,13 @@
 
 Created lazily on first use, so ``import tensorarena`` maps nothing. The default is
 
-    ThreadCached(Pool(HostMemory(huge_pages=True), initial_size=DEFAULT_INITIAL_SIZE))
+    ThreadCached(Pool(HostMemory(huge_pages=True), growth=Segments(),
+                      initial_size=DEFAULT_INITIAL_SIZE))
+
+A large request (1 MiB or more) that fits in no arena gets an arena of its own, rounded up to
+2 MiB (:class:`~tensorarena.memory.growth.Segments`, as PyTorch's caching allocator sizes its
+segments): a planned program's arena costs its size, not the next power of two, and goes back
+whole with :func:`~tensorarena.interop.empty_cache.empty_cache` once freed.
 
 Arrays reuse pages the pool already faulted in instead of paying a system call and a page fault
 per page for every large array, which is where ``np.empty`` spends its time (see ``tensorarena
@@ -69,10 +75,12 @@ def check_host_accessible(resource: object, *, name: str = "resource") -> Memory
 
 def _make_default() -> MemoryResource:
     from tensorarena.adaptors import ThreadCached
+    from tensorarena.memory.growth import Segments
     from tensorarena.memory.host import HostMemory
     from tensorarena.memory.pool import Pool
 
-    return ThreadCached(Pool(HostMemory(huge_pages=True), initial_size=DEFAULT_INITIAL_SIZE))
+    return ThreadCached(Pool(HostMemory(huge_pages=True), growth=Segments(),
+                             initial_size=DEFAULT_INITIAL_SIZE))
 
 
 def default_resource() -> MemoryResource:

@@ -20,6 +20,7 @@ from tensorarena.memory.growth import (
     GrowthPolicy,
     NextPowerOfTwo,
     SameAsRequested,
+    Segments,
 )
 from tensorarena.memory.host import HUGE_PAGE_SIZE, PAGE_SIZE, HostMemory
 from tensorarena.memory.numa import NumaNode, NumaTopology, current_cpu
@@ -65,6 +66,7 @@ __all__ = [
     "PinningBackend",
     "Pool",
     "SameAsRequested",
+    "Segments",
     "Stream",
     "VirtualMemory",
     "check_resource",

@@ -6,8 +6,8 @@ holds from its upstream, return the size of the next arena, or ``None`` to refus
 
 The pool clamps the answer to its ``maximum_size`` and never asks for less than the request, so
 a policy only expresses a preference; every policy here returns at least ``request``, which is
-how "a request larger than an arena gets its own arena" falls out. The four policies are the
-ones real runtimes ship:
+how "a request larger than an arena gets its own arena" falls out. The policies are the ones
+real runtimes ship:
 
 - :class:`Fixed` — the initial arena is all there is (a static budget, TensorFlow Lite style).
 - :class:`SameAsRequested` — each new arena is exactly the request (ONNX Runtime's
@@ -20,6 +20,10 @@ ones real runtimes ship:
   as RMM's pool grows by its current size), but never larger than ``maximum``: after that,
   growth is linear in ``maximum``-sized steps. (RMM caps the pool's total instead; here that is
   ``Pool(maximum_size=...)``, which composes with every policy.)
+- :class:`Segments` — PyTorch's caching allocator's answer, the default resource's: a large
+  request (``threshold`` bytes or more) gets an arena of its own, rounded up to ``granularity``
+  (2 MiB: one huge page), so a block of a known size, a planned program's arena, costs at most
+  one granule of slack; smaller requests share arenas of ``small`` bytes.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from tensorarena.errors import InvalidSizeError
 from tensorarena.sizes import Size, parse_size
 
-__all__ = ["Doubling", "Fixed", "GrowthPolicy", "NextPowerOfTwo", "SameAsRequested"]
+__all__ = ["Doubling", "Fixed", "GrowthPolicy", "NextPowerOfTwo", "SameAsRequested", "Segments"]
 
 
 @runtime_checkable
@@ -82,3 +87,35 @@ class Doubling:
 
     def next_size(self, request: int, reserved: int) -> int | None:
         return max(request, min(reserved, self.maximum))
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Segments:
+    """A request of ``threshold`` bytes or more gets an arena of its own, the request rounded up
+    to ``granularity``; a smaller one gets an arena of ``small`` bytes, which later small requests
+    share. As PyTorch's CUDA caching allocator sizes its segments (2 MiB for small blocks, large
+    ones rounded up to 2 MiB): nothing large is over-reserved by a power of two, and an arena
+    holding one large block is empty, so ``trim()`` gives it back, as soon as that block is."""
+
+    threshold: int
+    granularity: int
+    small: int
+
+    def __init__(self, threshold: Size = "1MiB", granularity: Size = "2MiB",
+                 small: Size = "8MiB") -> None:
+        threshold = parse_size(threshold, name="threshold")
+        granularity = parse_size(granularity, name="granularity")
+        small = parse_size(small, name="small")
+        if small < threshold:
+            raise InvalidSizeError(
+                f"small arenas ({small} bytes) must hold every small request, which can be "
+                f"up to threshold={threshold} bytes"
+            )
+        object.__setattr__(self, "threshold", threshold)
+        object.__setattr__(self, "granularity", granularity)
+        object.__setattr__(self, "small", small)
+
+    def next_size(self, request: int, reserved: int) -> int | None:
+        if request < self.threshold:
+            return self.small
+        return -(-request // self.granularity) * self.granularity
