@@ -15,6 +15,7 @@ from tensorarena.interop.arrays import empty as _python_empty
 from tensorarena.interop.arrays import zeros
 from tensorarena.interop.default import default_resource, set_default_resource
 from tensorarena.interop.device_arrays import DeviceArray, device_empty
+from tensorarena.interop.empty_cache import empty_cache
 from tensorarena.interop.owner import Allocation
 from tensorarena.interop.scope import Scope, ScopeEscapeError, current_scope, scope
 from tensorarena.interop.transfers import Transfers, to_device, to_host
@@ -33,6 +34,7 @@ __all__ = [
     "default_resource",
     "device_empty",
     "empty",
+    "empty_cache",
     "scope",
     "set_default_resource",
     "to_device",

@@ -26,6 +26,7 @@ __all__ = [
     "available",
     "get_mempolicy",
     "madvise",
+    "malloc_trim",
     "mbind",
     "mlock",
     "mmap_anonymous",
@@ -117,6 +118,18 @@ def madvise(address: int, nbytes: int, advice: int) -> None:
     """Give the kernel ``advice`` (``MADV_*``) about a mapped range."""
     if _libc().madvise(address, nbytes, advice) != 0:
         _raise_errno(f"madvise({advice})", address)
+
+
+def malloc_trim() -> bool:
+    """Ask the C library's heap to give its free pages back to the kernel (glibc's
+    ``malloc_trim(0)``, where torch's CPU tensors and every C extension's small allocations
+    live); return whether it released any. False where the C library has no such call (musl)."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim.restype = ctypes.c_int
+    trim.argtypes = [ctypes.c_size_t]
+    return bool(trim(0))
 
 
 def mlock(address: int, nbytes: int) -> None:

@@ -1,0 +1,51 @@
+"""``empty_cache()``: give back the memory nothing uses, as ``torch.cuda.empty_cache`` does.
+
+A pool keeps the arenas it mapped after their blocks are freed, and a thread cache keeps freed
+small blocks for the next request of their size: that is what makes them fast, and it is also
+memory the process keeps. :func:`empty_cache` gives it back, layer by layer down a resource's
+stack (default: the default resource of ``tensorarena.empty``, where planned programs' arenas
+come from): every thread cache is flushed, then every pool gives back its empty arenas
+(:meth:`~tensorarena.memory.Pool.trim`). It never touches a live block (RMM's ownership rule):
+an arena with one live block stays mapped.
+
+Two steps before and after that make it do what a user deleting a model or a planned program
+means by it:
+
+* garbage is collected first, so blocks held only by unreachable objects (reference cycles,
+  such as generated code that refers to itself) come back before the pools are trimmed;
+* on Linux with glibc, the C heap is trimmed last (``malloc_trim(0)``): torch's CPU tensors and
+  every C extension's small allocations live there, and glibc keeps freed pages of its heap
+  resident until told otherwise.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from tensorarena.interop.default import default_resource
+from tensorarena.memory import _libc
+from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
+
+__all__ = ["empty_cache"]
+
+
+def empty_cache(resource: MemoryResource | None = None) -> int:
+    """Give back every cached block and empty arena of ``resource`` (default: the default
+    resource) and the C heap's free pages; return the bytes the pools gave back (module
+    docstring). Raises :class:`~tensorarena.errors.InvalidResourceError` for an object that
+    is not a resource."""
+    stack = list(resource_stack(check_resource(
+        default_resource() if resource is None else resource)))
+    gc.collect()
+    for layer in stack:
+        flush_all = getattr(layer, "flush_all", None)
+        if callable(flush_all):
+            flush_all()
+    released = 0
+    for layer in stack:
+        trim = getattr(layer, "trim", None)
+        if callable(trim):
+            released += int(trim())
+    if _libc.available():
+        _libc.malloc_trim()
+    return released
