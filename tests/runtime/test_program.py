@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import threading
 
 import pytest
@@ -53,7 +55,7 @@ def in_block(tensor: torch.Tensor, memory: torch.Tensor) -> bool:
 
 
 def test_outputs_equal_eager_and_each_node_path_is_reported() -> None:
-    program, model, x = block_program()
+    program, model, x = block_program(outputs="fresh")  # outputs made by torch: "dynamic"
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(program(x), expected)
@@ -84,7 +86,7 @@ def test_outputs_never_alias_the_arena_and_survive_the_next_call() -> None:
 
 def test_steady_state_takes_no_memory_from_the_resource() -> None:
     memory = CountingMemory()
-    program, _, x = block_program(resource=memory)
+    program, _, x = block_program(resource=memory, outputs="fresh")
     program(x)
     assert memory.allocations == 1  # the workspace's one block
     for _ in range(5):
@@ -92,6 +94,25 @@ def test_steady_state_takes_no_memory_from_the_resource() -> None:
     assert memory.allocations == 1
     slots = program._last.generated.slots  # type: ignore[union-attr]
     assert slots and all(in_block(t, program.workspace.memory) for t in slots.values())
+
+
+def test_handed_over_outputs_take_one_tail_while_the_caller_lets_them_go() -> None:
+    memory = CountingMemory()
+    program, model, x = block_program(resource=memory)  # outputs="handover", the default
+    program(x)  # records the kernels' allocations and plans again: the code is made anew
+    program(x)
+    made = memory.allocations
+    assert len(memory.live) == 2  # the workspace's block and the tail: nothing else is held
+    for _ in range(5):
+        program(torch.randn(4, 8))  # outputs dropped at once: the same tail again
+    assert memory.allocations == made and len(memory.live) == 2
+    kept = [program(torch.randn(4, 8)) for _ in range(3)]  # kept: a tail each
+    assert len(memory.live) == 2 + 2  # the last call's tail is the one the code holds
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x))
+    del kept
+    gc.collect()
+    assert len(memory.live) == 2  # the tails the caller let go of went back
 
 
 def test_a_static_program_rejects_another_shape_naming_the_dimension() -> None:
@@ -325,7 +346,7 @@ def test_auto_keeps_short_lived_results_of_ops_without_out_variant_dynamic() -> 
 
 def test_the_recorded_call_shows_every_slot_in_the_arena_and_torchs_own_blocks() -> None:
     # Without kernels' allocations planned, so that layer norm's own result is torch's.
-    program, model, x = block_program(kernel_arena=False)
+    program, model, x = block_program(kernel_arena=False, outputs="fresh")
     program(x)
     out, snapshot = program.record_memory(x)
     with torch.no_grad():

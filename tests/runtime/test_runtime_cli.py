@@ -31,8 +31,8 @@ def test_bench_exec_json_has_the_numbers_of_each_model(capsys: pytest.CaptureFix
     assert bert["max_abs_err"] == 0.0
     assert bert["lower_bound"] <= bert["planned_arena"] <= bert["naive"]
     assert bert["eager_peak"] > 0 and bert["eager_ms"] > 0 and bert["planned_ms"] > 0
-    assert bert["outputs"] == "fresh" and bert["reordered"] is False  # inference's defaults
-    assert bert["paths"]["dynamic"] > 0  # the outputs, made by torch
+    assert bert["outputs"] == "handover" and bert["reordered"] is False  # inference's defaults
+    assert bert["tail_bytes"] > 0  # the outputs, planned in the tail handed over
 
 
 @pytest.mark.torch

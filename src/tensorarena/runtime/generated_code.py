@@ -51,9 +51,16 @@ class Generated:
 
     def release(self) -> None:
         """Drop the code's references to its memory now: the generated function is in its own
-        globals (a cycle only the garbage collector would break), and they hold the slots."""
+        globals (a cycle only the garbage collector would break), and they hold the slots; a
+        wrapper (``run`` of a handed-over tail) holds its block. Released code never runs
+        again: its memory may already serve other code."""
         self.namespace.clear()
         self.slots.clear()
+        self.run = _released
+
+
+def _released(inputs: list[Any]) -> Any:
+    raise RuntimeError("internal error: tensorarena ran generated code it had released")
 
 
 def generate(

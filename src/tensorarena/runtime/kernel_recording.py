@@ -21,6 +21,7 @@ from tensorarena.runtime.kernel_arena import (
     temporaries,
 )
 from tensorarena.runtime.kernel_order import choose_order, live_peak
+from tensorarena.runtime.specialization import release_code, reserve
 
 if TYPE_CHECKING:
     from tensorarena.runtime.program import PlannedProgram
@@ -43,6 +44,7 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
     if current.arenas is not None:
         memory, current.generated = current.arenas.take()
     else:
+        release_code(current)  # its slots' bytes (a handed-over tail's) serve this code
         memory = program.workspace.memory
     code = program._generate(current.graph, current.lowering, current.plan,
                              poison=program._poison, memory=memory, kernel=hooks)
@@ -51,11 +53,16 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
         outputs = current.arenas.hand_over(outputs, memory)
     in_slots = recording.in_slots(current.lowering.results, code.slots,
                                   _starts(current, memory))
+    failed = dict(code.failed)
+    if current.arenas is None:
+        # The recording code is never run again: its bytes go back before anything is
+        # planned or reserved anew (a tail the caller holds stays the caller's).
+        code.release()
     if program._order_open:  # reorder=True: choose the order again, these allocations counted
         program._order_open = False
         calls = _calls(graph)
         if choose_order(program, current, recording, in_slots):
-            program._demoted.update(code.failed)  # out variants that failed: copied from now on
+            program._demoted.update(failed)  # out variants that failed: copied from now on
             current.kernel_note = "recorded; the program then changed order"
             new = program._specialization(current.bindings)
             carried = _carried_over(program, recording, calls, current, new)
@@ -66,7 +73,7 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
                            carried.in_slots(new.lowering.results, slots, _starts(new, memory)))
             return outputs
     _plan_recorded(program, current, recording, in_slots)
-    current.generated.failed.update(code.failed)  # out variants that failed: re-lowered next
+    current.generated.failed.update(failed)  # out variants that failed: re-lowered next
     return outputs
 
 
@@ -117,9 +124,12 @@ def _plan_recorded(program: PlannedProgram, current: Specialization,
         current.scripts = KernelScripts.build(recording, offsets)
         current.scripts.ticks = ticks
         if current.arenas is None:
-            program.workspace.reserve(program._persistent_bytes(current.plan,
-                                                                current.graph.outputs))
-            program._regenerate(current)
+            # The code is made at the next call (the shape's generation is stale), when the
+            # caller may have let go of this call's outputs: their tail then serves it again.
+            release_code(current)
+            reserve(program.workspace,
+                    program._persistent_bytes(current.plan, current.graph.outputs),
+                    program._cache.values())
         else:  # the blocks made so far serve the new plan where it fits in them
             held = current.arenas
             program._regenerate(current)

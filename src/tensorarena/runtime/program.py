@@ -107,13 +107,16 @@ class PlannedProgram:
         order, this one, or one searched anew: :mod:`~tensorarena.runtime.kernel_order`,
         :attr:`order_estimates`); every shape runs the order chosen then;
     ``outputs``
-        ``"fresh"`` (default): outputs are made by torch at each call, outside the plan;
-        ``"arena"``: they are planned too and returned as views of the arena, which the
-        caller's outputs then hold (a call takes an arena none holds). The arena does not come
-        from ``workspace``, which is then used for its lock only.
-        :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``; ``"handover"``:
-        planned in a tail of the arena taken anew at each call and handed over with the
-        outputs, the rest held across calls (:mod:`~tensorarena.runtime.output_placement`);
+        ``"handover"`` (default): outputs are planned too, in a tail of the arena that each
+        call hands over with them (a new one where the caller still holds the last call's
+        outputs, so no call overwrites what a caller keeps), the rest held across calls: the
+        peak is that of the arena with its outputs, as ONNX Runtime plans outputs with the
+        rest (:mod:`~tensorarena.runtime.output_placement`); outputs whose size follows a
+        ``growing`` dimension come from the dynamic pool. ``"fresh"``: outputs are made by
+        torch at each call, on top of the arena; ``"arena"``: planned and returned as views of
+        the whole arena, which the caller's outputs then hold (a call takes an arena none
+        holds; the arena does not come from ``workspace``, which is then used for its lock
+        only). :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``;
     ``inplace``
         run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
         default on; decided after reordering, on the order that runs);
@@ -158,7 +161,7 @@ class PlannedProgram:
         time_limit: float = DEFAULT_TIME_LIMIT,
         unplaceable: Unplaceable = "copy",
         reorder: bool | Literal["always"] = False,
-        outputs: OutputPlacement = "fresh",
+        outputs: OutputPlacement = "handover",
         inplace: bool = True,
         poison: bool = False,
         max_plans: int = 8,
@@ -174,7 +177,8 @@ class PlannedProgram:
             resource=resource, pool=pool, concurrency=concurrency, kernel_arena=kernel_arena,
         )
         self.name = name
-        #: where outputs live: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned)
+        #: where outputs live: ``"handover"`` (planned in a tail handed over at each call),
+        #: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned in the arena)
         self.outputs: OutputPlacement = outputs
         #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
         self.device = graph_device(gm.graph)
@@ -374,7 +378,10 @@ class PlannedProgram:
         tensorarena memory and never shows; neither does making the code (the steady state is
         measured). Run a call first so the shape is planned."""
         inputs = self._signature.flatten(args, kwargs)
-        flat, trace = trace_allocations(self._annotated_call(inputs))
+        try:
+            flat, trace = trace_allocations(self._annotated_call(inputs))
+        finally:
+            self._annotated_memory = None  # the call's own arena: not held after it
         return self._signature.unflatten(flat, inputs), trace
 
     def record_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -385,7 +392,10 @@ class PlannedProgram:
         reads it). Profiled: not for timing."""
         from tensorarena.runtime.recording import record_call
 
-        return record_call(self, args, kwargs)
+        try:
+            return record_call(self, args, kwargs)
+        finally:
+            self._annotated_memory = None  # the call's own arena: not held after it
 
     def _annotated_call(self, inputs: list[Any],
                         pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,

@@ -21,6 +21,7 @@ from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_recording import record_kernels, serving
 from tensorarena.runtime.materialize import block, slot
 from tensorarena.runtime.output_placement import call_memory, placed_code
+from tensorarena.runtime.specialization import release_code
 
 if TYPE_CHECKING:
     import torch
@@ -93,6 +94,7 @@ def regenerate(program: PlannedProgram, current: Specialization) -> None:
     if current.arenas is not None:
         current.arenas = arenas_for(program, current)
     else:
+        release_code(current)  # its bytes (a handed-over tail's) serve the new code
         current.generated = generate_code(program, current.graph, current.lowering,
                                           current.plan, poison=program._poison,
                                           kernel=serving(program, current))

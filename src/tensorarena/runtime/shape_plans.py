@@ -34,6 +34,7 @@ from tensorarena.runtime.specialization import (
     Specialization,
     inside_plan,
     planned_problem,
+    reserve,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ def build(program: PlannedProgram, bindings: dict[Any, int]) -> Specialization:
                                   program.workspace.generation, 0.0)
         current.arenas = arenas_for(program, current)
     else:
-        program.workspace.reserve(persistent_bytes(program, plan, graph.outputs))
+        reserve(program.workspace, persistent_bytes(program, plan, graph.outputs),
+                program._cache.values())
         current = Specialization(
             bindings, graph, lowering, plan, note,
             generate_code(program, graph, lowering, plan, poison=program._poison),
@@ -126,6 +128,7 @@ def _build_max(program: PlannedProgram, bindings: dict[Any, int]) -> Specializat
     planned = planned_problem(graph, lowering)
     program.plans_made += 1
     plan = plan_buffers(program, planned, graph.outputs)
-    program.workspace.reserve(persistent_bytes(program, plan, graph.outputs))
+    reserve(program.workspace, persistent_bytes(program, plan, graph.outputs),
+                program._cache.values())
     return Specialization(bindings, graph, lowering, plan, "maximum shapes",
                            NOT_GENERATED, program.workspace.generation, 0.0)

@@ -9,6 +9,7 @@ instead of planning anew.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,10 @@ from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import KernelScripts
 from tensorarena.runtime.lowering import Generated, Lowering
+from tensorarena.runtime.workspace import Workspace
 
-__all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem"]
+__all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem", "release_code",
+           "reserve"]
 
 
 @dataclass
@@ -47,6 +50,26 @@ class Specialization:
 #: The code of a specialization that has none of its own (outputs="arena": each held arena has
 #: its code; the maximum shapes' plan, which never runs).
 NOT_GENERATED = Generated(run=lambda inputs: None, source="", slots={}, failed={})
+
+
+def release_code(current: Specialization) -> None:
+    """Drop ``current``'s code and the slots it holds now, so that the bytes under them can
+    serve the code made next (a larger block, a re-plan) instead of being held beside it;
+    the code is made anew before the shape runs again (its generation is stale)."""
+    if current.arenas is None and current.generated is not NOT_GENERATED:
+        current.generated.release()
+    current.generation = -1
+
+
+def reserve(workspace: Workspace, nbytes: int, cached: Iterable[Specialization]) -> None:
+    """At least ``nbytes`` in ``workspace``. Where its block must grow, the code of every
+    ``cached`` shape is released first (each is made anew at its next call, over the new
+    block): the old block is then held by nothing and its bytes serve the new one, so growing
+    replaces the arena instead of adding one."""
+    if nbytes > workspace.nbytes:
+        for shape in cached:
+            release_code(shape)
+    workspace.reserve(nbytes)
 
 
 def planned_problem(graph: GraphProblem, lowering: Lowering) -> Problem:

@@ -97,7 +97,17 @@ class Workspace:
         """The block, replaced by one of ``nbytes`` bytes first if it is smaller."""
         memory = self._memory
         if memory is None or nbytes > self._nbytes:
-            memory = self._memory = block(nbytes, self.resource, device=self.device)
+            # Drop the old block first: where no slot holds it any more (programs release
+            # their code before they reserve more), its bytes serve the new one, so growing
+            # replaces the block instead of adding one. If the new block cannot be had, the old
+            # one stays (a stale generation is never run).
+            self._memory = None
+            try:
+                memory = block(nbytes, self.resource, device=self.device)
+            except BaseException:
+                self._memory = memory
+                raise
+            self._memory = memory
             self._nbytes = nbytes
             self._generation += 1
             self._grows += 1
