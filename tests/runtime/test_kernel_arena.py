@@ -7,6 +7,9 @@ compiler, ninja or torch's headers every test here but the fallback one is skipp
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
+import textwrap
 import threading
 from typing import Any
 
@@ -175,6 +178,43 @@ def test_an_unexpected_size_ends_serving_and_a_kept_block_counts_as_escaped(shim
         assert shim.outstanding() == 0
     finally:
         shim.uninstall()
+
+
+def test_two_outstanding_blocks_at_one_address_are_both_taken_back(shim: Any) -> None:
+    # A block that escaped its node is still out when the same planned address is served again
+    # (a later node, or the next call): freeing one of them must not hand the other to torch's
+    # allocator, which would free arena memory. Run in a child: that crashed the interpreter.
+    child = textwrap.dedent("""
+        import struct
+        import torch
+        from tensorarena.runtime import kernel_arena
+
+        shim = kernel_arena.extension()
+        arena = torch.empty(4096, dtype=torch.uint8)  # offset 0: the address of its own block
+        base = arena.data_ptr()
+        kept = bytearray(struct.pack("<6Q", 0, 0, 0, 1, 512, 0))
+        shim.install()
+        blocks = []
+        for _ in range(2):
+            shim.arm(kept, base)
+            blocks.append(torch.empty(512, dtype=torch.uint8))
+            shim.disarm(kept)
+        assert blocks[0].data_ptr() == blocks[1].data_ptr() == base
+        assert struct.unpack_from("<3Q", kept) == (2, 0, 2) and shim.outstanding() == 2
+        del blocks[1]
+        assert shim.outstanding() == 1
+        del blocks[0]
+        assert shim.outstanding() == 0
+        shim.uninstall()
+        arena.fill_(1)
+        del arena
+        torch.empty(4096, dtype=torch.uint8).fill_(2)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", child],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.strip() == "ok"
 
 
 def test_arm_refuses_a_bad_script(shim: Any) -> None:

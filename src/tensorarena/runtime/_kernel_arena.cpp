@@ -15,7 +15,7 @@
 //    is handed out at most once per arming, and only while its node runs, so a served block
 //    can alias nothing: the planner gave it bytes no other buffer uses during the node.
 //
-// Served blocks are freed by a deleter that only takes them off the outstanding set; one still
+// Served blocks are freed by a deleter that only takes them off the outstanding ones; one still
 // outstanding at disarm (a kernel kept it past its node: never seen when recorded) is counted
 // in the script's header as escaped, and the Python side stops arming that node.
 // The state is thread_local: other threads (intra-op workers included) always forward.
@@ -31,7 +31,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -82,7 +81,12 @@ struct ThreadState {
 thread_local ThreadState state;
 
 std::mutex outstanding_lock;
-std::unordered_set<void*> outstanding;  // served blocks not yet freed
+// Served blocks not yet freed, counted by address: two can share one. A block that escaped its
+// node (a kernel keeps it) is still outstanding when a later node, of this call or the next, is
+// served the same planned address. A set held the address once: the first of the two freed took
+// it off, and the second then went to the previous allocator's raw deleter, freeing a pointer
+// into the arena (at offset 0, the arena's own block: a double free when the arena went).
+std::unordered_map<void*, size_t> outstanding;
 // recorded blocks not yet freed that free_block frees: their log and place in it
 std::unordered_map<void*, std::pair<std::shared_ptr<RecordLog>, size_t>> recording;
 
@@ -111,7 +115,7 @@ void free_block(void* pointer) {
     std::lock_guard<std::mutex> guard(outstanding_lock);
     auto found = outstanding.find(pointer);
     if (found != outstanding.end()) {
-      outstanding.erase(found);
+      if (--found->second == 0) outstanding.erase(found);
       return;
     }
     auto entry = recording.find(pointer);
@@ -162,7 +166,7 @@ struct KernelArenaAllocator final : public c10::Allocator {
           void* data = reinterpret_cast<void*>(s.base + static_cast<uintptr_t>(entry[1]));
           {
             std::lock_guard<std::mutex> guard(outstanding_lock);
-            outstanding.insert(data);
+            ++outstanding[data];
           }
           s.handed.push_back(data);
           s.served++;
@@ -261,6 +265,8 @@ PyObject* disarm(PyObject*, PyObject* script) {
   uint64_t escaped = 0;
   {
     std::lock_guard<std::mutex> guard(outstanding_lock);
+    // By address: an older escaped block there counts too (at worst, a node is no longer
+    // armed that could have been; never one armed whose block is kept).
     for (void* data : s.handed) escaped += outstanding.count(data);
   }
   s.handed.clear();
@@ -324,7 +330,9 @@ PyObject* recorded(PyObject*, PyObject* out) {
 
 PyObject* outstanding_blocks(PyObject*, PyObject*) {
   std::lock_guard<std::mutex> guard(outstanding_lock);
-  return PyLong_FromSize_t(outstanding.size());
+  size_t blocks = 0;
+  for (const auto& entry : outstanding) blocks += entry.second;
+  return PyLong_FromSize_t(blocks);
 }
 
 PyMethodDef methods[] = {

@@ -136,7 +136,8 @@ class KernelHooks:
     """What generated code calls around a node named in ``objects``: ``begin(obj[, base])``
     before it and ``end(obj)`` after (in a ``finally``); ``serve`` passes the arena's address
     to ``begin``. The whole call runs with the shim installed (:meth:`installed`);
-    ``escaped()`` is called after a call in which a served block outlived its node."""
+    ``escaped()`` is called after a call in which a served block outlived its node. Serving,
+    ``offsets`` is :attr:`KernelScripts.offsets` (where each served entry lies in the plan)."""
 
     begin: Callable[..., Any]
     end: Callable[[Any], Any]
@@ -145,6 +146,7 @@ class KernelHooks:
     escaped: Callable[[], None] = _nothing
     #: record mode: ``note(node, result)`` around a copy-path op's call
     note: Callable[[str, Any], Any] | None = None
+    offsets: Mapping[str, int] = field(default_factory=dict)
 
     def installed(self, run: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
         """``run`` with the shim installed as torch's CPU allocator while it runs."""
@@ -165,7 +167,8 @@ class KernelHooks:
     def serving(cls, scripts: KernelScripts, escaped: Callable[[], None]) -> KernelHooks:
         """Hooks that serve ``scripts`` (steady state)."""
         module = extension()
-        return cls(module.arm, module.disarm, scripts.armed(), True, escaped)
+        return cls(module.arm, module.disarm, scripts.armed(), True, escaped,
+                   offsets=scripts.offsets)
 
 
 @dataclass
@@ -289,6 +292,10 @@ class KernelScripts:
     stale: bool = False
     #: time steps of the plan per step of the graph (:func:`temporaries`)
     ticks: int = 1
+    #: the plan's offset of every served entry (``<node>#kernel<k>``), one served in its
+    #: result's slot at that slot's: what the scripts hold as built, before a handed-over tail
+    #: rewrites the entries it holds (:func:`~tensorarena.runtime.output_tail.kernel_patches`)
+    offsets: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, recording: KernelRecording, offsets: Mapping[str, int]) -> KernelScripts:
@@ -296,16 +303,19 @@ class KernelScripts:
         offset, the plan's, which include the :func:`temporaries`, and those served in their
         slot)."""
         scripts: dict[str, bytearray] = {}
+        served: dict[str, int] = {}
         for node, log in recording.logs.items():
             entries = [(nbytes, offsets.get(f"{node}{KERNEL_TAG}{k}", FORWARD))
                        for k, (nbytes, _, _, _) in enumerate(log)]
             if all(offset == FORWARD for _, offset in entries):
                 continue
             script = bytearray(_HEADER.pack(0, 0, 0, len(entries)))
-            for nbytes, offset in entries:
+            for k, (nbytes, offset) in enumerate(entries):
                 script += struct.pack("<2Q", nbytes, offset)
+                if offset != FORWARD:
+                    served[f"{node}{KERNEL_TAG}{k}"] = offset
             scripts[node] = script
-        return cls(scripts)
+        return cls(scripts, offsets=served)
 
     def armed(self) -> dict[str, bytearray]:
         """The scripts the generated code arms: all but those of nodes that escaped."""

@@ -72,7 +72,7 @@ def placed_code(program: PlannedProgram, make: Callable[[tuple[int, torch.Tensor
         return make(None)
     start = tail_start(plan, outputs)
     return with_tail(make, start, plan.height - start, program.workspace.resource,
-                     program.device, arena, kernel_patches(kernel, plan.as_dict(), start))
+                     program.device, arena, kernel_patches(kernel, start))
 
 
 def call_memory(program: PlannedProgram, current: Specialization) -> torch.Tensor:

@@ -39,7 +39,7 @@ re-point: a loop that drops each call's outputs before the next costs one block 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ import numpy as np
 from tensorarena.errors import PlanVerificationError
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.runtime.held_arenas import storage_uses
-from tensorarena.runtime.kernel_arena import KERNEL_TAG, KernelHooks
+from tensorarena.runtime.kernel_arena import FORWARD, KERNEL_TAG, KernelHooks
 from tensorarena.runtime.lowering import Generated
 from tensorarena.runtime.materialize import _torch, block
 
@@ -187,19 +187,35 @@ Patch = tuple[bytearray, int, int]
 _HEADER_BYTES, _ENTRY_BYTES, _ADDRESSES = 32, 16, 1 << 64
 
 
-def kernel_patches(kernel: KernelHooks | None, offsets: Mapping[str, int],
-                   start: int) -> list[Patch]:
+def kernel_patches(kernel: KernelHooks | None, start: int) -> list[Patch]:
     """The script entries of ``kernel``'s nodes whose allocation is planned in the tail
-    (``offsets``: the plan's; ``start``: the tail's)."""
+    (``start``: the tail's offset in the plan). Raises :class:`PlanVerificationError` for a
+    served entry left unpatched that reaches past ``start``: the shim would write it beyond the
+    persistent arena, into memory no plan gave it."""
     if kernel is None or not kernel.serve:
         return []
     patches = []
     for node, script in kernel.objects.items():
         (count,) = struct.unpack_from("<Q", script, _HEADER_BYTES - 8)
         for k in range(count):
-            offset = offsets.get(f"{node}{KERNEL_TAG}{k}")
+            at = _HEADER_BYTES + _ENTRY_BYTES * k
+            # The plan's offset, not the plan's buffers: an allocation served in its result's
+            # slot (KernelRecording.in_slots) is no buffer of the plan, and its slot can be in
+            # the tail: the slot of one recorded in the persistent part moves there when the
+            # plan is made again with the kernels' allocations (BERT-base, 2 x 256: layer_norm_2's
+            # result). Looked up among the plan's buffers, such an entry went unpatched and was
+            # served at the arena's address plus the slot's offset, past the end of the
+            # persistent block: the layer norm wrote 1.5 MiB over whatever lay there (issue 22).
+            offset = kernel.offsets.get(f"{node}{KERNEL_TAG}{k}")
             if offset is not None and offset >= start:
-                patches.append((script, _HEADER_BYTES + _ENTRY_BYTES * k + 8, offset - start))
+                patches.append((script, at + 8, offset - start))
+                continue
+            nbytes, served = struct.unpack_from("<2Q", script, at)
+            if served != FORWARD and served + nbytes > start:
+                raise PlanVerificationError(
+                    f"{node}'s kernel allocation {k} ({nbytes} bytes at offset {served}) is "
+                    f"not moved with the tail but ends past its start {start}"
+                )
     return patches
 
 
