@@ -93,15 +93,25 @@ def test_generation_goes_on_from_the_programs_cache_as_from_eagers() -> None:
     assert got.past_key_values.get_seq_length() == tokens.shape[1] + 1
 
 
+@pytest.mark.slow
 def test_without_a_cache_registration_the_cache_is_turned_off_unless_asked(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    model, _, _ = cached_model("gpt2")
+    model, (tokens,), _ = cached_model("gpt2")
     monkeypatch.setattr(exporting, "_register_caches", lambda model: False)
-    assert exporting._with_caches(model, {}) == {"use_cache": False}
-    assert exporting._with_caches(model, {"use_cache": True}) == {"use_cache": True}
-    model.config.use_cache = False
-    assert exporting._with_caches(model, {}) == {}  # off already: nothing to pass
-    assert exporting._with_caches(Linear(), {}) == {}  # not a transformers model
+    program = PlannedProgram.from_module(model, (tokens,))
+    assert model.config.use_cache is True  # turned off for the export only
+    got = program(tokens)  # called as the model is: use_cache is no argument of the program
+    with torch.no_grad():
+        expected = model(tokens)
+    assert got.past_key_values is None and expected.past_key_values is not None
+    torch.testing.assert_close(got.logits, expected.logits)
+    # Asked for, the cache is exported as the caller says (and fails here, unregistered).
+    seen = []
+    monkeypatch.setattr(torch.export, "export",
+                        lambda *a, **k: seen.append(model.config.use_cache) or 1 / 0)
+    with pytest.raises(ExportFailedError):
+        PlannedProgram.from_module(model, (tokens,), {"use_cache": True})
+    assert seen == [True]
 
 
 def test_a_cache_export_cannot_flatten_says_to_pass_use_cache_false() -> None:

@@ -11,11 +11,11 @@
   export can only flatten into tensors once the class is a pytree node; transformers does not
   register it on import (5.x), so ``GPT2LMHeadModel(GPT2Config())`` failed to export. Its own
   registration is run first (:func:`_register_caches`), so the program returns what the model
-  does: the logits and a cache of the same class, whose tensors are outputs of the graph. Where
-  the installed transformers has no registration, the model is exported with
-  ``use_cache=False`` unless the caller passed ``use_cache``: the outputs are then the model's
-  without the cache (``past_key_values`` is ``None``), which a one-forward program does not
-  feed back anyway; pass ``{"use_cache": True}`` to insist (and register the class yourself).
+  does: the logits and a cache of the same class, whose tensors are outputs of the graph (a
+  generation can go on from it as from eager's). Where the installed transformers has no
+  registration, the model is exported with its config's ``use_cache`` off, unless the caller
+  passed ``use_cache``: the outputs are then the model's without the cache (``None`` in its
+  place); pass ``{"use_cache": True}`` to insist (and register the class yourself).
 - **torch's errors as ours.** A failure raises :class:`~tensorarena.errors.ExportFailedError`
   (:class:`~tensorarena.errors.DataDependentError` for a branch on a tensor's value) whose
   first line says what failed and why, followed by what to try; torch's error is its cause,
@@ -31,12 +31,12 @@ built from, before planning.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import DataDependentError, ExportFailedError, InvalidArgumentError
@@ -66,11 +66,10 @@ def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[s
     raises :class:`ExportFailedError` carrying torch's error and what to try."""
     th = _torch()
     check_has_data(model, args, kwargs)
-    kwargs = _with_caches(model, dict(kwargs))
     try:
-        with th.no_grad():
+        with th.no_grad(), _caches_exportable(model, kwargs):
             ep: torch.export.ExportedProgram = th.export.export(
-                model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+                model, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=strict)
             return ep
     except Exception as exc:
         error = _export_error(type(model).__name__, exc)
@@ -111,18 +110,23 @@ def check_has_data(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[
         )
 
 
-def _with_caches(model: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` for exporting ``model``, its KV cache classes registered first (module
-    docstring); ``use_cache=False`` added where they cannot be and the caller did not say."""
-    if not _is_transformers_model(model):
-        return kwargs
-    if _register_caches(model):
-        return kwargs
-    config = getattr(model, "config", None)
-    if "use_cache" not in kwargs and getattr(config, "use_cache", False) and _takes(
-            model, "use_cache"):
-        kwargs["use_cache"] = False
-    return kwargs
+@contextmanager
+def _caches_exportable(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """Around the export of ``model``: its KV cache classes registered as pytree nodes (module
+    docstring), or, where they cannot be and the caller did not pass ``use_cache``, the cache
+    turned off in its config (as transformers' own exporter sets such flags) and back on after.
+    The config, not a ``use_cache=False`` argument: the program is then called as the model is."""
+    config: Any = getattr(model, "config", None)
+    if (not _is_transformers_model(model) or not getattr(config, "use_cache", False)
+            or "use_cache" in kwargs or _register_caches(model)):
+        yield
+        return
+    was = config.use_cache
+    config.use_cache = False
+    try:
+        yield
+    finally:
+        config.use_cache = was
 
 
 def _is_transformers_model(model: Any) -> bool:
@@ -157,13 +161,6 @@ def _register_caches(model: torch.nn.Module) -> bool:
     except ImportError:  # transformers of before caches: they are tuples, which export flattens
         return True
     return DynamicCache in pytree.SUPPORTED_NODES
-
-
-def _takes(model: torch.nn.Module, name: str) -> bool:
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 # ----------------------------------------------------------------------------------------------
