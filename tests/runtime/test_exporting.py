@@ -114,6 +114,19 @@ def test_without_a_cache_registration_the_cache_is_turned_off_unless_asked(
     assert seen == [True]
 
 
+def test_the_caches_are_registered_whatever_the_caller_passes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model, (tokens,), _ = cached_model("gpt2")
+    registered = []
+    monkeypatch.setattr(exporting, "_register_caches", lambda model: registered.append(1) or True)
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: "exported")
+    for kwargs in ({}, {"use_cache": True}, {"use_cache": False}):
+        exporting.export_module(model, (tokens,), kwargs, dynamic_shapes=None, strict=False)
+    assert len(registered) == 3
+    exporting.export_module(Linear(), (torch.randn(2, 8),), {}, dynamic_shapes=None, strict=False)
+    assert len(registered) == 3  # not a transformers model
+
+
 def test_a_cache_export_cannot_flatten_says_to_pass_use_cache_false() -> None:
     class StateCache:  # a class torch's pytree does not know, named as caches are
         def __init__(self, t: torch.Tensor) -> None:

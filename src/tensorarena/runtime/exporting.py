@@ -117,8 +117,9 @@ def _caches_exportable(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> Ite
     turned off in its config (as transformers' own exporter sets such flags) and back on after.
     The config, not a ``use_cache=False`` argument: the program is then called as the model is."""
     config: Any = getattr(model, "config", None)
-    if (not _is_transformers_model(model) or not getattr(config, "use_cache", False)
-            or "use_cache" in kwargs or _register_caches(model)):
+    # Registered whatever the caller passed: use_cache=True, or a cache among the inputs.
+    if (not _is_transformers_model(model) or _register_caches(model)
+            or "use_cache" in kwargs or not getattr(config, "use_cache", False)):
         yield
         return
     was = config.use_cache
