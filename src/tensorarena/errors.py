@@ -43,6 +43,7 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── MissingDependencyError    (also ImportError)  an optional extra is not installed
     ├── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
     ├── ExportFailedError                             torch.export could not capture a model
+    │   └── DataDependentError                        a branch or a size depends on input values
     └── PlanVerificationError                         a planned program's outputs differ from eager
 
     TensorArenaWarning            (also UserWarning)
@@ -58,6 +59,7 @@ __all__ = [
     "BufferOverflowError",
     "ConcurrentUseError",
     "CudaError",
+    "DataDependentError",
     "DeviceMismatchError",
     "DeviceUnavailableError",
     "DoubleFreeError",
@@ -512,6 +514,17 @@ class ShapeNotCoveredError(InvalidArgumentError):
 class ExportFailedError(TensorArenaError):
     """``torch.export`` could not capture the model; the message says what to try and the
     ``__cause__`` is torch's own error."""
+
+
+class DataDependentError(ExportFailedError):
+    """A branch or a tensor's size in the model depends on the values in its inputs, not only
+    on their shapes (``if x.sum() > 0``, ``int(x.max())``, ``x[x > 0]``, ``torch.nonzero``):
+    export cannot follow the branch, and a plan made before the call cannot size the tensor.
+    ``where`` is the model's line (``model.py:12 in forward``) or the graph node, where known."""
+
+    def __init__(self, message: str, *, where: str = "") -> None:
+        self.where = where
+        super().__init__(message)
 
 
 class PlanVerificationError(TensorArenaError):

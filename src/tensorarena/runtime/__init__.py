@@ -13,7 +13,12 @@ torch is imported only when one of these is used. Its errors live in :mod:`tenso
 and are re-exported here.
 """
 
-from tensorarena.errors import ExportFailedError, PlanVerificationError, ShapeNotCoveredError
+from tensorarena.errors import (
+    DataDependentError,
+    ExportFailedError,
+    PlanVerificationError,
+    ShapeNotCoveredError,
+)
 from tensorarena.runtime.backend import Backend, register_backend
 from tensorarena.runtime.lowering import PATHS, NodePath
 from tensorarena.runtime.materialize import Materialized, materialize
@@ -27,6 +32,7 @@ __all__ = [
     "PATHS",
     "AllocatorTrace",
     "Backend",
+    "DataDependentError",
     "ExecutionReport",
     "ExportFailedError",
     "Materialized",

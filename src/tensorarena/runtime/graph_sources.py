@@ -4,8 +4,9 @@ Each source gives what a program is built from: the ``GraphModule`` to run, the 
 builds the planning problem of (a reordering of) its graph at given values of its size symbols
 (:data:`~tensorarena.runtime.run_graph.ProblemOf`), and the :mod:`signature
 <tensorarena.runtime.signature>` that turns a call's arguments into placeholders and back.
-:func:`export_module` is ``torch.export.export`` with torch's error wrapped in one that says
-what to try instead.
+:func:`export_module` (from :mod:`~tensorarena.runtime.exporting`) is ``torch.export.export``
+with what it needs first and torch's errors turned into ours; every exported program is checked
+for sizes that depend on the inputs' values before it is planned.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.errors import ExportFailedError, InvalidArgumentError
+from tensorarena.errors import InvalidArgumentError
+from tensorarena.runtime.exporting import check_sizes_follow_shapes, export_module
 from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.reordering import with_graph
 from tensorarena.runtime.run_graph import ProblemOf
@@ -50,33 +52,13 @@ def from_exported(ep: torch.export.ExportedProgram, name: str) -> GraphSource:
             "(for a module: PlannedProgram.from_module(model, (x,)))"
         )
     name = name or "exported"
+    check_sizes_follow_shapes(ep.graph, name)
 
     def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
         return problem_from_exported(ep, name=name, bindings=bindings or None, graph=graph)
 
     return GraphSource(ep.graph_module, problem_of, ExportedSignature(ep),
                        {"name": name, "reference": ep.module(), "ranges": ranges_of(ep)})
-
-
-def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any],
-                  *, dynamic_shapes: Any, strict: bool) -> torch.export.ExportedProgram:
-    """``torch.export.export`` under ``no_grad``; its failure raises
-    :class:`ExportFailedError` carrying torch's error and what to try."""
-    th = _torch()
-    try:
-        with th.no_grad():
-            ep: torch.export.ExportedProgram = th.export.export(
-                model, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=strict)
-            return ep
-    except Exception as exc:
-        raise ExportFailedError(
-            f"torch.export could not capture {type(model).__name__}: "
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}\n"
-            "What to try: torch.compile(model, backend='tensorarena'), which plans the parts "
-            "export cannot capture whole (graph breaks); strict=False if you passed True; "
-            "a dynamic_shapes spec if a dimension changes between calls; or export the model "
-            "yourself and pass the program to PlannedProgram.from_exported"
-        ) from exc
 
 
 def from_graph_module(gm: torch.fx.GraphModule, name: str, *,

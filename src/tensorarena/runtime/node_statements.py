@@ -65,6 +65,7 @@ def write_statement(
     rewritten = hoisted(node, _zero_dim) if node.op == "call_function" else None
     if rewritten is not None:  # classify chose the path for this target (_call_target)
         target, call_args, call_kwargs = rewritten
+    target = _out_of_place_detach(target)
     args = ", ".join(
         [writer.expr(a, index) for a in call_args]
         + [f"{k}={writer.expr(v, index)}" for k, v in call_kwargs.items()]
@@ -169,6 +170,22 @@ def _copies_in_place(node: torch.fx.Node, names: list[str | None],
         return False  # to(dtype, non_blocking, copy, memory_format): only the plain form
     result = slots.get(str(names[0]))
     return result is not None and result.is_contiguous() and isinstance(node.args[0], type(node))
+
+
+def _out_of_place_detach(target: Any) -> Any:
+    """``detach`` for ``detach_``, the op as it is otherwise.
+
+    A planned slot is a view of the arena, and torch refuses to detach a view in place
+    ("Can't detach views in-place"); export writes ``lift_fresh_copy`` then ``detach_`` for a
+    tensor a model makes from data (``torch.tensor([])``, as transformers' ``DynamicCache``
+    does). Calls run under ``no_grad``, so the in-place detach changes nothing but a flag
+    that no planned tensor has set; the out-of-place one returns a view of the same storage,
+    which is the node's result either way.
+    """
+    import torch
+
+    detach_ = torch.ops.aten.detach_.default
+    return torch.ops.aten.detach.default if target is detach_ else target
 
 
 def _zero_dim(value: bool | int | float, dtype: str) -> torch.Tensor:

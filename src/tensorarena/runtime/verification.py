@@ -51,8 +51,17 @@ def verify_call(program: PlannedProgram, args: tuple[Any, ...], kwargs: dict[str
     got = program._signature.unflatten(flat, inputs)
     if moved:
         raise PlanVerificationError(f"ops changed the layout of the slots of {moved}")
+    from torch.utils import _pytree as pytree
+
+    # Compared leaf by leaf: assert_close knows containers and tensors, not every class a
+    # program may return as a pytree node (transformers' DynamicCache holds its outputs' keys).
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    expected_leaves, expected_spec = pytree.tree_flatten(expected)
+    if got_spec != expected_spec:
+        raise PlanVerificationError(
+            f"outputs are structured as {got_spec}, the unplanned graph's as {expected_spec}")
     try:
-        torch.testing.assert_close(got, expected, equal_nan=False)
+        torch.testing.assert_close(got_leaves, expected_leaves, equal_nan=False)
     except AssertionError as exc:
         raise PlanVerificationError(
             f"outputs differ from the unplanned graph's with dead buffers poisoned: {exc}"

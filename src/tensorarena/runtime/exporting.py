@@ -1,0 +1,289 @@
+"""Exporting a module for a planned program: what ``torch.export`` needs first, its errors as ours.
+
+:func:`export_module` is ``torch.export.export`` under ``no_grad``, with three things around it:
+
+- **Inputs that have data.** A tensor on the ``meta`` device, among the example inputs or the
+  model's parameters and buffers, has a shape and no values; export may even capture it, but the
+  program cannot run. It is refused before the export starts (which takes seconds to minutes
+  at full size), naming the tensor (:func:`check_has_data`).
+- **transformers' KV caches.** A transformers model whose config enables ``use_cache`` returns
+  its keys and values in a ``Cache`` object (``DynamicCache``, ``EncoderDecoderCache``), which
+  export can only flatten into tensors once the class is a pytree node; transformers does not
+  register it on import (5.x), so ``GPT2LMHeadModel(GPT2Config())`` failed to export. Its own
+  registration is run first (:func:`_register_caches`), so the program returns what the model
+  does: the logits and a cache of the same class, whose tensors are outputs of the graph (a
+  generation can go on from it as from eager's). Where the installed transformers has no
+  registration, the model is exported with its config's ``use_cache`` off, unless the caller
+  passed ``use_cache``: the outputs are then the model's without the cache (``None`` in its
+  place); pass ``{"use_cache": True}`` to insist (and register the class yourself).
+- **torch's errors as ours.** A failure raises :class:`~tensorarena.errors.ExportFailedError`
+  (:class:`~tensorarena.errors.DataDependentError` for a branch on a tensor's value) whose
+  first line says what failed and why, followed by what to try; torch's error is its cause,
+  its traceback trimmed to the frames outside torch (the model's own code, where it stopped)
+  so that the part a user can act on is not buried under hundreds of tracing frames.
+  ``torch.export.export(model, args)`` itself shows the whole of it.
+
+:func:`check_sizes_follow_shapes` refuses an exported program in which a tensor's size
+depends on the values of the inputs (``x[x > 0]``, ``torch.nonzero``): a plan is made before
+the call, from the inputs' shapes. It runs on every ``ExportedProgram`` a planned program is
+built from, before planning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from tensorarena.errors import DataDependentError, ExportFailedError, InvalidArgumentError
+from tensorarena.runtime.materialize import _torch
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+__all__ = ["check_has_data", "check_sizes_follow_shapes", "export_module"]
+
+#: What every export failure can try (after the advice that fits the failure).
+_GENERAL = (
+    "torch.compile(model, backend='tensorarena'), which plans the parts export cannot capture "
+    "whole (graph breaks); strict=False if you passed True; a dynamic_shapes spec if a "
+    "dimension changes between calls; or export the model yourself and pass the program to "
+    "PlannedProgram.from_exported"
+)
+#: torch's words for an object in a model's inputs or outputs that it cannot flatten.
+_UNKNOWN_TYPE = re.compile(r"Found <class '([^']+)'> in (output|input)")
+_TORCH_DIR: str | None = None  # set at first use: the directory of the torch package
+
+
+def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any],
+                  *, dynamic_shapes: Any, strict: bool) -> torch.export.ExportedProgram:
+    """``torch.export.export`` under ``no_grad`` (see the module docstring); its failure
+    raises :class:`ExportFailedError` carrying torch's error and what to try."""
+    th = _torch()
+    check_has_data(model, args, kwargs)
+    try:
+        with th.no_grad(), _caches_exportable(model, kwargs):
+            ep: torch.export.ExportedProgram = th.export.export(
+                model, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=strict)
+            return ep
+    except Exception as exc:
+        error = _export_error(type(model).__name__, exc)
+        raise error from exc.with_traceback(_outside_torch(exc.__traceback__))
+
+
+# ----------------------------------------------------------------------------------------------
+# Before the export
+# ----------------------------------------------------------------------------------------------
+
+
+def check_has_data(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidArgumentError` when an example input, parameter or buffer is a
+    tensor on the ``meta`` device (a shape without values: the program could not run)."""
+    th = _torch()
+    from torch.utils import _pytree as pytree
+
+    for label, tree in (("args", tuple(args)), ("kwargs", dict(kwargs))):
+        for path, leaf in pytree.tree_flatten_with_path(tree)[0]:
+            if isinstance(leaf, th.Tensor) and leaf.is_meta:
+                raise InvalidArgumentError(
+                    f"{label}{pytree.keystr(path)} is a tensor on the meta device "
+                    f"(shape {tuple(leaf.shape)}, {leaf.dtype}, no data): a planned program "
+                    "runs the model on real tensors. Pass a tensor with data instead, e.g. "
+                    f"torch.zeros({tuple(leaf.shape)}, dtype={leaf.dtype}) on the model's "
+                    "device: its values do not matter, its shape and dtype are what is planned"
+                )
+    state = [*model.named_parameters(), *model.named_buffers()]
+    meta = [name for name, tensor in state if tensor.is_meta]
+    if meta:
+        raise InvalidArgumentError(
+            f"{len(meta)} of the model's {len(state)} parameters and buffers are on the meta "
+            f"device (first {meta[0]!r}): its weights were never loaded (built under "
+            "torch.device('meta') or init_empty_weights, or loaded with a meta device_map), and "
+            "a planned program runs on real weights. Load them first: model.to_empty(device="
+            "'cpu') then model.load_state_dict(weights), or from_pretrained without a meta "
+            "device map"
+        )
+
+
+@contextmanager
+def _caches_exportable(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """Around the export of ``model``: its KV cache classes registered as pytree nodes (module
+    docstring), or, where they cannot be and the caller did not pass ``use_cache``, the cache
+    turned off in its config (as transformers' own exporter sets such flags) and back on after.
+    The config, not a ``use_cache=False`` argument: the program is then called as the model is."""
+    config: Any = getattr(model, "config", None)
+    # Registered whatever the caller passed: use_cache=True, or a cache among the inputs.
+    if (not _is_transformers_model(model) or _register_caches(model)
+            or "use_cache" in kwargs or not getattr(config, "use_cache", False)):
+        yield
+        return
+    was = config.use_cache
+    config.use_cache = False
+    try:
+        yield
+    finally:
+        config.use_cache = was
+
+
+def _is_transformers_model(model: Any) -> bool:
+    return "transformers" in sys.modules and any(
+        cls.__module__.startswith("transformers.") for cls in type(model).__mro__)
+
+
+def _register_caches(model: torch.nn.Module) -> bool:
+    """Register the model's cache classes as pytree nodes with transformers' own function
+    (5.x: every ``Cache`` subclass and the model's own; 4.5x: ``DynamicCache``); True when
+    ``DynamicCache`` is one afterwards (by this or by the import of transformers itself)."""
+    from torch.utils import _pytree as pytree
+
+    register: Any = None  # typed as transformers' versions type them: not at all, or not so
+    try:
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:
+        try:
+            from transformers.integrations.executorch import (
+                register_dynamic_cache_export_support,
+            )
+        except ImportError:
+            pass
+        else:
+            register = register_dynamic_cache_export_support
+            register()
+    else:
+        register = register_cache_pytrees_for_model
+        register(model)
+    try:
+        from transformers.cache_utils import DynamicCache
+    except ImportError:  # transformers of before caches: they are tuples, which export flattens
+        return True
+    return DynamicCache in pytree.SUPPORTED_NODES
+
+
+# ----------------------------------------------------------------------------------------------
+# After the export
+# ----------------------------------------------------------------------------------------------
+
+
+def check_sizes_follow_shapes(graph: torch.fx.Graph, name: str) -> None:
+    """Raise :class:`DataDependentError` when a tensor of ``graph`` has a size that depends on
+    the values of the inputs (an unbacked symbol, ``u0``), naming the first such node."""
+    th = _torch()
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(v, th.Tensor):
+                continue
+            symbols = free_unbacked_symbols(v.shape)
+            if not symbols:
+                continue
+            where = _model_line(node.meta.get("stack_trace"))
+            raise DataDependentError(
+                f"{name}: the size of tensor {node.name!r} ({node.target}, shape "
+                f"{tuple(v.shape)}) depends on the values in the inputs, not only on their "
+                f"shapes{f', at {where}' if where else ''}; a plan is made before the call, "
+                "so it cannot size it\n"
+                "What to try: torch.compile(model, backend='tensorarena'), which plans the "
+                "parts around it (graph breaks); or compute it at a size the shapes fix "
+                "(torch.where(x > 0, x, 0) in place of x[x > 0])",
+                where=where or node.name,
+            )
+
+
+def _model_line(stack_trace: str | None) -> str:
+    """``file.py:12 in forward: `code``` from a node's ``stack_trace`` (its innermost frame)."""
+    if not stack_trace:
+        return ""
+    found = re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.*)', stack_trace)
+    if not found:
+        return ""
+    path, line, function, code = found[-1]
+    return f"{os.path.basename(path)}:{line} in {function}: `{code.strip()}`"
+
+
+# ----------------------------------------------------------------------------------------------
+# torch's errors as ours
+# ----------------------------------------------------------------------------------------------
+
+
+def _export_error(model: str, exc: Exception) -> ExportFailedError:
+    """Our error for torch's ``exc``: its first line says what failed, then what to try."""
+    from tensorarena.planning.torch_frontend import _data_dependent_errors
+
+    text = str(exc).strip()
+    head = f"torch.export could not capture {model}"
+    unknown = _UNKNOWN_TYPE.search(text)
+    if isinstance(exc, _data_dependent_errors()) or "data-dependent" in text.lower():
+        where = _innermost_outside_torch(exc.__traceback__)
+        return DataDependentError(
+            f"{head}: a branch or a size depends on the values in its inputs"
+            f"{f' (at {where})' if where else ''}, which export cannot follow\n"
+            "What to try: torch.compile(model, backend='tensorarena'), which plans the parts "
+            "around it (graph breaks); or compute without the branch (torch.where, torch.cond)",
+            where=where,
+        )
+    if unknown is not None:
+        qualified, side = unknown.groups()
+        short = qualified.rsplit(".", 1)[-1]
+        advice = (
+            f"return tensors (or tuples, lists and dicts of them), or register {short} with "
+            "torch.utils._pytree.register_pytree_node"
+        )
+        if short.endswith("Cache"):
+            advice = (
+                "pass use_cache=False (PlannedProgram.from_module(model, args, "
+                f"{{'use_cache': False}})), or register {short} with "
+                "torch.utils._pytree.register_pytree_node"
+            )
+        return ExportFailedError(
+            f"{head}: its {side} holds a {short} ({qualified}), which export cannot flatten "
+            f"into tensors\nWhat to try: {advice}"
+        )
+    first = text.splitlines()[0] if text else ""
+    if len(first) > 200:
+        first = first[:199] + "…"
+    return ExportFailedError(
+        f"{head}: {type(exc).__name__}: {first}\nWhat to try: {_GENERAL}")
+
+
+def _torch_dir() -> str:
+    global _TORCH_DIR
+    if _TORCH_DIR is None:
+        _TORCH_DIR = os.path.dirname(str(_torch().__file__)) + os.sep
+    return _TORCH_DIR
+
+
+def _outside_torch(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without its frames inside torch or generated by it (``<string>``), the innermost
+    frame kept: where the error was raised."""
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    torch_dir = _torch_dir()
+    kept = [f for k, f in enumerate(frames) if k == len(frames) - 1
+            or not f.tb_frame.f_code.co_filename.startswith((torch_dir, "<"))]
+    trimmed = None
+    for frame in reversed(kept):
+        trimmed = types.TracebackType(trimmed, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return trimmed
+
+
+def _innermost_outside_torch(tb: types.TracebackType | None) -> str:
+    """``file.py:12 in forward`` of the innermost frame outside torch and tensorarena (the
+    model's line that failed), or ``""``."""
+    torch_dir = _torch_dir()
+    own_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    where = ""
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not path.startswith((torch_dir, own_dir)) and not path.startswith("<"):
+            where = f"{os.path.basename(path)}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name}"
+        tb = tb.tb_next
+    return where
