@@ -133,6 +133,10 @@ def test_from_exported_refuses_another_int_naming_it_as_its_module_does() -> Non
             program(x, other)
     with pytest.raises(ShapeNotCoveredError, match="argument 'n'"):
         program.verify(x, 5)  # before the reference runs
+    state = [ep.state_dict["lin.weight"], ep.state_dict["lin.bias"]]
+    program.run_flat([*state, x, 3])
+    with pytest.raises(ShapeNotCoveredError, match="argument 'n' is 5"):
+        program.run_flat([*state, x, 5])
     with pytest.raises(ShapeNotCoveredError, match="argument 'n'"):
         program.program_for(x, 5)
 

@@ -24,7 +24,62 @@ from typing import Any
 
 from tensorarena.errors import InvalidArgumentError, ShapeNotCoveredError
 
-__all__ = ["CallLayout"]
+__all__ = ["BakedValues", "CallLayout"]
+
+
+class BakedValues:
+    """Values a graph has built in, at given indices of a flat list (index → (label, value)),
+    checked as one tuple; ``advice`` ends the message of one that differs."""
+
+    def __init__(self, baked: Mapping[int, tuple[str, Any]], advice: str = "") -> None:
+        self._baked = dict(sorted(baked.items()))
+        self._advice = advice
+        positions = tuple(self._baked)
+        self._values = tuple(value for _, value in self._baked.values())
+        self._types = tuple(type(v) for v in self._values)
+        self._getter: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
+        if positions:
+            getter = operator.itemgetter(*positions)
+            # itemgetter of one index returns the item, not a 1-tuple: compare likewise.
+            self._getter = getter if len(positions) > 1 else lambda flat: (getter(flat),)
+
+    def __bool__(self) -> bool:
+        return bool(self._baked)
+
+    def moved(self, position: Callable[[int], int]) -> BakedValues:
+        """The same values at other indices (``position(index)``): a placeholder list's."""
+        return BakedValues({position(i): v for i, v in self._baked.items()}, self._advice)
+
+    def check(self, flat: Sequence[Any]) -> None:
+        """Raise :class:`ShapeNotCoveredError` where ``flat`` holds another value (or type)."""
+        if self._getter is None:
+            return
+        got = self._getter(flat)
+        # Types first: a tensor where a value was baked must not be compared with ==.
+        if tuple(map(type, got)) != self._types or got != self._values:
+            self._refuse(got)
+
+    def key(self, flat: Sequence[Any]) -> tuple[Any, ...]:
+        """``flat``'s values at the baked indices, with their types: equal for two calls exactly
+        when one graph serves both (hashable where the values are)."""
+        got = self._getter(flat) if self._getter is not None else ()
+        # A NaN is never equal to itself: as a key, every NaN is one value.
+        return tuple((type(v), "nan" if isinstance(v, float) and math.isnan(v) else v)
+                     for v in got)
+
+    def _refuse(self, got: tuple[Any, ...]) -> None:
+        for (label, expected), value in zip(self._baked.values(), got, strict=True):
+            if not _same(value, expected):
+                shown, built = repr(value), repr(expected)
+                if shown == built:  # 1 and 1.0 print apart; a subclass may not
+                    shown += f" ({type(value).__name__})"
+                    built += f" ({type(expected).__name__})"
+                raise ShapeNotCoveredError(
+                    f"argument {label!r} is {shown}; the program was built with "
+                    f"{label}={built}, which its graph has built in (torch.export "
+                    f"specialises every non-tensor argument).{self._advice}",
+                    dim=label, got=value, expected=expected,
+                )
 
 
 class CallLayout:
@@ -54,17 +109,9 @@ class CallLayout:
         for path, index in pytree.tree_flatten_with_path(dummy)[0]:
             top = self.names[path[1].idx] if path[0].idx == 0 else str(path[1].key)
             self.labels[index] = top + "".join(str(k) for k in path[2:])
-        self._advice = advice
-        self._baked = dict(sorted((baked or {}).items()))
-        positions = tuple(self._baked)
-        values = tuple(self._baked.values())
-        self._getter: Callable[[list[Any]], Any] | None = None
-        if positions:
-            getter = operator.itemgetter(*positions)
-            # itemgetter of one index returns the item, not a 1-tuple: compare likewise.
-            self._getter = getter if len(positions) > 1 else lambda flat: (getter(flat),)
-        self._values = values
-        self._types = tuple(type(v) for v in values)
+        #: the baked values, at their indices in :meth:`flatten`'s list
+        self.baked = BakedValues({i: (self.labels[i], v) for i, v in (baked or {}).items()},
+                                 advice)
 
     # ------------------------------------------------------------------------------------------
     # The call
@@ -75,11 +122,7 @@ class CallLayout:
         call laid out otherwise and :class:`ShapeNotCoveredError` for a baked value that
         differs."""
         flat = self.leaves(args, kwargs)
-        if self._getter is not None:
-            got = self._getter(flat)
-            # Types first: a tensor where a value was baked must not be compared with ==.
-            if tuple(map(type, got)) != self._types or got != self._values:
-                self._check_baked(got)
+        self.baked.check(flat)
         return flat
 
     def leaves(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -94,14 +137,6 @@ class CallLayout:
             return [*args, *[kwargs[k] for k in self._keys]]
         except KeyError:
             raise self._refusal(args, kwargs) from None
-
-    def baked_key(self, flat: list[Any]) -> tuple[Any, ...]:
-        """The call's values at the baked leaves, with their types: equal for two calls exactly
-        when one graph serves both (hashable where the values are)."""
-        got = self._getter(flat) if self._getter is not None else ()
-        # A NaN is never equal to itself: as a key, every NaN is one value.
-        return tuple((type(v), "nan" if isinstance(v, float) and math.isnan(v) else v)
-                     for v in got)
 
     def _nested(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         from torch.utils import _pytree as pytree
@@ -154,21 +189,6 @@ class CallLayout:
         return InvalidArgumentError(
             f"the program takes {self.takes()}; got {' and '.join(problems)}{hint}"
         )
-
-    def _check_baked(self, got: tuple[Any, ...]) -> None:
-        for index, value, expected in zip(self._baked, got, self._values, strict=True):
-            if not _same(value, expected):
-                label = self.labels[index]
-                shown, built = repr(value), repr(expected)
-                if shown == built:  # 1 and 1.0 print apart; a subclass may not
-                    shown += f" ({type(value).__name__})"
-                    built += f" ({type(expected).__name__})"
-                raise ShapeNotCoveredError(
-                    f"argument {label!r} is {shown}; the program was built with "
-                    f"{label}={built}, which its graph has built in (torch.export "
-                    f"specialises every non-tensor argument).{self._advice}",
-                    dim=label, got=value, expected=expected,
-                )
 
 
 def _same(value: Any, expected: Any) -> bool:

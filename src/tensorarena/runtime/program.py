@@ -286,7 +286,7 @@ class PlannedProgram:
         options.setdefault("name", type(model).__name__)
         program = cls.from_exported(ep, **options)
         layout = program._signature.layout
-        if layout is not None and layout.baked_key(layout.leaves(tuple(args), kwargs or {})):
+        if layout is not None and layout.baked:
             # Variants share the workspace (its resource and lock) instead of making their own.
             shared = {k: v for k, v in options.items()
                       if k not in ("resource", "workspace", "concurrency")}
@@ -311,7 +311,10 @@ class PlannedProgram:
     ) -> PlannedProgram:
         """Plan and run an FX ``GraphModule`` whose nodes carry shapes (``make_fx``, export,
         dynamo, ``aot_autograd``); call the result with the graph's placeholders in order.
-        ``check_inputs=False`` skips the shape checks (for callers that guard already)."""
+        ``check_inputs=False`` skips the shape checks (for callers that guard already). A
+        non-tensor placeholder is passed as given: ``make_fx`` bakes the values it traced with
+        into the graph and records none a call could be checked against (export the module, or
+        use :meth:`from_module`, to have them guarded)."""
         source = graph_sources.from_graph_module(
             gm, options.pop("name", ""), input_names=input_names, check_inputs=check_inputs,
             signature=options.pop("signature", None))
@@ -337,7 +340,7 @@ class PlannedProgram:
             self._latest = other
             return other(*args, **kwargs)
         self._latest = None
-        return self._signature.unflatten(self.run_flat(inputs), inputs)
+        return self._signature.unflatten(self._execute(inputs), inputs)
 
     def program_for(self, *args: Any, **kwargs: Any) -> PlannedProgram:
         """The program that serves a call with these arguments: this one, or (:meth:`from_module`)
@@ -362,6 +365,10 @@ class PlannedProgram:
                 f"run_flat takes the graph's {self._placeholders} placeholder values "
                 f"(parameters and buffers included), got {len(inputs)}"
             )
+        self._signature.check_flat(inputs)
+        return self._execute(inputs)
+
+    def _execute(self, inputs: list[Any]) -> Any:
         with self.workspace.use(), self._no_grad():
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.runtime.arguments import CallLayout
+from tensorarena.runtime.arguments import BakedValues, CallLayout
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +46,8 @@ class Signature:
     grad_watched: list[tuple[int, str]]
     #: the call's layout, where the signature checks one (names arguments and their values)
     layout: CallLayout | None = None
+    #: the layout's baked values at their placeholders' positions
+    _placeholder_baked: BakedValues | None = None
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The placeholder values, in graph order."""
@@ -54,6 +56,12 @@ class Signature:
     def unflatten(self, outputs: Any, inputs: list[Any]) -> Any:
         """The call's result from the graph's outputs (``inputs``: what :meth:`flatten` gave)."""
         raise NotImplementedError
+
+    def check_flat(self, inputs: list[Any]) -> None:
+        """Refuse placeholder values (``run_flat``'s) whose baked values differ from the graph's
+        (:meth:`flatten` checks its own)."""
+        if self._placeholder_baked is not None:
+            self._placeholder_baked.check(inputs)
 
 
 class ExportedSignature(Signature):
@@ -102,6 +110,8 @@ class ExportedSignature(Signature):
                                                               None) or (),
                                                 baked=baked, advice=self.ADVICE)
         self.grad_watched = list(self.checked)
+        user = self._user
+        self._placeholder_baked = self._layout.baked.moved(lambda i: user[i])
         self._size = len(ep.graph_signature.input_specs)
         user_positions = {spec.arg.name: i for i, spec in enumerate(ep.graph_signature.input_specs)
                           if spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name")}
@@ -199,6 +209,8 @@ class StateSignature(Signature):
             advice=self.ADVICE)
         # The step's parameters require grad by design; its outputs are its gradients.
         self.grad_watched = []
+        first = len(self._state)
+        self._placeholder_baked = self._layout.baked.moved(lambda i: first + i)
         info = getattr(gm.graph._codegen, "pytree_info", None)
         self._out_spec = getattr(info, "out_spec", None)
         # Parameters and buffers are checked like inputs: one replaced by a tensor of another

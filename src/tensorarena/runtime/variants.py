@@ -44,7 +44,7 @@ class Variants:
     def program_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
         """The program for the values of this call (exported and planned now if new), or None
         where they cannot key one (an unhashable value): the caller then refuses them."""
-        key = self._layout.baked_key(self._layout.leaves(args, kwargs))
+        key = self._layout.baked.key(self._layout.leaves(args, kwargs))
         try:
             hash(key)
         except TypeError:
