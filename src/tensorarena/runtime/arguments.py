@@ -107,7 +107,9 @@ class CallLayout:
         dummy = pytree.tree_unflatten(list(range(in_spec.num_leaves)), in_spec)
         self.labels: list[str] = [""] * in_spec.num_leaves
         for path, index in pytree.tree_flatten_with_path(dummy)[0]:
-            top = self.names[path[1].idx] if path[0].idx == 0 else str(path[1].key)
+            side: Any = path[0]  # 0: args, 1: kwargs
+            where: Any = path[1]  # args[i] (a SequenceKey) or kwargs[k] (a MappingKey)
+            top = self.names[where.idx] if side.idx == 0 else str(where.key)
             self.labels[index] = top + "".join(str(k) for k in path[2:])
         #: the baked values, at their indices in :meth:`flatten`'s list
         self.baked = BakedValues({i: (self.labels[i], v) for i, v in (baked or {}).items()},
