@@ -76,8 +76,9 @@ class PlannedProgram:
     """A graph run in one planned arena; call it like the program it was built from.
 
     Calls run under ``torch.no_grad()``: outputs carry no autograd history, even from inputs
-    that require grad (the first such call warns, :class:`~tensorarena.errors.NoGradWarning`;
-    for gradients: :class:`~tensorarena.runtime.TrainingStep`, or
+    that require grad (the first such call of an exported program warns,
+    :class:`~tensorarena.errors.NoGradWarning`; an ATen graph's inputs may by design); for
+    gradients: :class:`~tensorarena.runtime.TrainingStep`, or
     ``torch.compile(model, backend="tensorarena")``).
 
     A call must be laid out as the example it was built with (the same positional arguments,

@@ -161,8 +161,9 @@ class FlatSignature(Signature):
         labels = list(names) if names is not None else [n.name for n in placeholders]
         self.checked = list(enumerate(labels))
         self.check = check
-        # A caller that guards its inputs (dynamo) also owns autograd: nothing to warn about.
-        self.grad_watched = list(self.checked) if check else []
+        # An ATen graph (make_fx, aot_autograd, a traced training step) is below autograd: its
+        # inputs may require grad by design (parameters; dynamo's), nothing to warn about.
+        self.grad_watched = []
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         from torch.utils import _pytree as pytree
