@@ -77,7 +77,7 @@ class PlannedProgram:
 
     Calls run under ``torch.no_grad()``: outputs carry no autograd history, even from inputs
     that require grad (the first such call of an exported program warns,
-    :class:`~tensorarena.errors.NoGradWarning`; an ATen graph's inputs may by design); for
+    :class:`~tensorarena.errors.NoGradWarning`; an ATen graph's inputs may by design; for
     gradients: :class:`~tensorarena.runtime.TrainingStep`, or
     ``torch.compile(model, backend="tensorarena")``).
 
