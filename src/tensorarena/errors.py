@@ -47,7 +47,8 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     └── PlanVerificationError                         a planned program's outputs differ from eager
 
     TensorArenaWarning            (also UserWarning)
-    └── LeakWarning                                   allocations still live at interpreter exit
+    ├── LeakWarning                                   allocations still live at interpreter exit
+    └── NoGradWarning                                 an input requires grad, a call runs no_grad
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ __all__ = [
     "MalformedTraceError",
     "MemoryCorruptionError",
     "MissingDependencyError",
+    "NoGradWarning",
     "NotHostAccessibleError",
     "NumaBindError",
     "OutOfMemoryError",
@@ -113,6 +115,12 @@ class TensorArenaWarning(UserWarning):
 class LeakWarning(TensorArenaWarning):
     """Allocations were still live when the interpreter exited (a ``Tracking`` adaptor made
     with ``report_at_exit=True``); the message is its leak report, grouped by site."""
+
+
+class NoGradWarning(TensorArenaWarning):
+    """An input of a planned program requires grad, but its calls run under ``no_grad``: the
+    outputs carry no autograd history. Said once per program; for gradients use
+    ``TrainingStep`` or ``torch.compile(model, backend="tensorarena")``."""
 
 
 class InvalidArgumentError(TensorArenaError, ValueError):
@@ -499,10 +507,11 @@ class PlanDoesNotFitError(InfeasibleError):
 
 
 class ShapeNotCoveredError(InvalidArgumentError):
-    """An input whose shape (or dtype) a planned program does not cover: a static dimension
-    with another size, a dynamic one outside its range or above the declared maximum. ``dim``
-    names it (``"input_ids.shape[1]"``), ``got`` is the size given, ``expected`` what was
-    allowed."""
+    """An input a planned program does not cover: a static dimension with another size, a
+    dynamic one outside its range or above the declared maximum, a tensor of another dtype or
+    on another device, a non-tensor argument (an int, a flag, a string) other than the one
+    its graph was built with. ``dim`` names it (``"input_ids.shape[1]"``, ``"x"``, ``"n"``),
+    ``got`` is what was given, ``expected`` what was allowed."""
 
     def __init__(self, message: str, *, dim: str, got: Any, expected: Any) -> None:
         self.dim = dim

@@ -18,7 +18,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from _fake_cuda import FakeCudart  # noqa: E402
-from tensorarena.errors import InvalidArgumentError, InvalidResourceError  # noqa: E402
+from tensorarena.errors import (  # noqa: E402
+    InvalidArgumentError,
+    InvalidResourceError,
+    ShapeNotCoveredError,
+)
 from tensorarena.memory import (  # noqa: E402
     DeviceRegistry,
     HostMemory,
@@ -122,3 +126,13 @@ def test_a_program_of_a_cuda_graph_lays_its_slots_over_device_memory(
     assert current.lowering.dynamic["arange"] == "on cpu, the arena is on cuda:0"
     assert current.lowering.paths["arange"].path == "dynamic"
     assert "mm" in slots  # the device's own intermediates are planned
+
+
+def test_a_program_of_a_cuda_graph_refuses_host_tensors_naming_them(
+    fake_gpu: FakeCudart,
+) -> None:
+    program = PlannedProgram.from_graph_module(cuda_graph())
+    with pytest.raises(ShapeNotCoveredError, match=r"'x_1' is on cpu; .* built for cuda:0") as err:
+        program(torch.randn(4, 8), torch.randn(8, 8))
+    assert (err.value.got, err.value.expected) == (torch.device("cpu"), torch.device("cuda:0"))
+    assert program.plans_made == 0  # refused before anything was planned

@@ -33,7 +33,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena.errors import ExportFailedError, InvalidArgumentError, PlanVerificationError
+from tensorarena.errors import (
+    ExportFailedError,
+    InvalidArgumentError,
+    PlanVerificationError,
+    ShapeNotCoveredError,
+)
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime import graph_sources, output_placement, shape_code, shape_plans
@@ -51,6 +56,7 @@ from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols
 from tensorarena.runtime.signature import Signature
 from tensorarena.runtime.specialization import Specialization
+from tensorarena.runtime.variants import Variants
 from tensorarena.runtime.verification import verify_call
 from tensorarena.runtime.workspace import Concurrency, Workspace
 
@@ -70,8 +76,17 @@ class PlannedProgram:
     """A graph run in one planned arena; call it like the program it was built from.
 
     Calls run under ``torch.no_grad()``: outputs carry no autograd history, even from inputs
-    that require grad (for gradients: :class:`~tensorarena.runtime.TrainingStep`, or
+    that require grad (the first such call of an exported program warns,
+    :class:`~tensorarena.errors.NoGradWarning`; an ATen graph's inputs may by design; for
+    gradients: :class:`~tensorarena.runtime.TrainingStep`, or
     ``torch.compile(model, backend="tensorarena")``).
+
+    A call must be laid out as the example it was built with (the same positional arguments,
+    the same keywords), each tensor of the dtype and on the device built with; every other
+    argument (an int, a float, a flag, a string, ``None``, in containers too) is baked into the
+    graph, and a call with another value is served by a program exported again for it
+    (:meth:`from_module`) or refused (:class:`~tensorarena.errors.ShapeNotCoveredError`, the
+    other constructors). Never run silently with the values built with.
 
     Use :meth:`from_exported`, :meth:`from_module` or :meth:`from_graph_module`. Options
     (keyword-only):
@@ -153,7 +168,7 @@ class PlannedProgram:
         *,
         name: str = "",
         reference: Callable[..., Any] | None = None,
-        ranges: Mapping[Any, tuple[int, int | None]] | None = None,
+        ranges: Mapping[Any, tuple[int | None, int | None]] | None = None,
         resource: MemoryResource | None = None,
         workspace: Workspace | None = None,
         pool: MemoryResource | None = None,
@@ -211,7 +226,11 @@ class PlannedProgram:
         self._poison = poison
         self._max_plans = max_plans
         self._binder = ShapeBinder(self._graph, signature.checked, ranges=ranges,
-                                   check=signature.check)
+                                   check=signature.check, grad_watched=signature.grad_watched)
+        #: programs exported again for other non-tensor values (from_module only)
+        self._variants: Variants | None = None
+        #: the program that served the latest call, where it was one of ``_variants``
+        self._latest: PlannedProgram | None = None
         self._growing = growing_symbols(self._binder, growing)
         self._key_symbols = tuple(s for s in self._binder.symbols if s not in self._growing)
         self._max_bindings: dict[Any, int] | None = None
@@ -240,7 +259,10 @@ class PlannedProgram:
 
     @classmethod
     def from_exported(cls, ep: torch.export.ExportedProgram, **options: Any) -> PlannedProgram:
-        """Plan and run an ``ExportedProgram``; call the result as ``ep.module()`` is called."""
+        """Plan and run an ``ExportedProgram``; call the result as ``ep.module()`` is called.
+        Its non-tensor arguments are those exported with: a call with another value raises
+        :class:`~tensorarena.errors.ShapeNotCoveredError` naming it (as ``ep.module()`` fails
+        its guard), since there is no module here to export again."""
         return cls._from(graph_sources.from_exported(ep, options.pop("name", "")), options)
 
     @classmethod
@@ -256,12 +278,32 @@ class PlannedProgram:
     ) -> PlannedProgram:
         """Export ``model`` with ``torch.export.export`` (under ``no_grad``, in the mode it is
         in: call ``model.eval()`` first for inference) and plan the program. A model that cannot
-        be exported raises :class:`ExportFailedError` carrying torch's error."""
+        be exported raises :class:`ExportFailedError` carrying torch's error.
+
+        A call whose non-tensor arguments (``n=5``, ``flag=False``) differ from the example's
+        exports ``model`` again with them (as it is then: weights, mode) and plans that graph
+        in this program's workspace, kept like a shape's plan (up to ``max_plans`` sets of
+        values); :meth:`report` and :attr:`source` then describe the program that served the
+        latest call, :meth:`program_for` returns it, :attr:`plans_made` counts this one's."""
         check_example(args, kwargs)
         ep = graph_sources.export_module(model, args, kwargs or {},
                                          dynamic_shapes=dynamic_shapes, strict=strict)
         options.setdefault("name", type(model).__name__)
-        return cls.from_exported(ep, **options)
+        program = cls.from_exported(ep, **options)
+        layout = program._signature.layout
+        if layout is not None and layout.baked:
+            # Variants share the workspace (its resource and lock) instead of making their own.
+            shared = {k: v for k, v in options.items()
+                      if k not in ("resource", "workspace", "concurrency")}
+            workspace = program.workspace
+
+            def build(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> PlannedProgram:
+                again = graph_sources.export_module(model, call_args, call_kwargs,
+                                                    dynamic_shapes=dynamic_shapes, strict=strict)
+                return cls.from_exported(again, workspace=workspace, **shared)
+
+            program._variants = Variants(build, layout, limit=options.get("max_plans", 8))
+        return program
 
     @classmethod
     def from_graph_module(
@@ -274,7 +316,10 @@ class PlannedProgram:
     ) -> PlannedProgram:
         """Plan and run an FX ``GraphModule`` whose nodes carry shapes (``make_fx``, export,
         dynamo, ``aot_autograd``); call the result with the graph's placeholders in order.
-        ``check_inputs=False`` skips the shape checks (for callers that guard already)."""
+        ``check_inputs=False`` skips the shape checks (for callers that guard already). A
+        non-tensor placeholder is passed as given: ``make_fx`` bakes the values it traced with
+        into the graph and records none a call could be checked against (export the module, or
+        use :meth:`from_module`, to have them guarded)."""
         source = graph_sources.from_graph_module(
             gm, options.pop("name", ""), input_names=input_names, check_inputs=check_inputs,
             signature=options.pop("signature", None))
@@ -291,8 +336,32 @@ class PlannedProgram:
     # ------------------------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        inputs = self._signature.flatten(args, kwargs)
-        return self._signature.unflatten(self.run_flat(inputs), inputs)
+        try:
+            inputs = self._signature.flatten(args, kwargs)
+        except ShapeNotCoveredError:  # a non-tensor argument other than the graph's
+            other = self._other(args, kwargs)
+            if other is None:
+                raise
+            self._latest = other
+            return other(*args, **kwargs)
+        self._latest = None
+        return self._signature.unflatten(self._execute(inputs), inputs)
+
+    def program_for(self, *args: Any, **kwargs: Any) -> PlannedProgram:
+        """The program that serves a call with these arguments: this one, or (:meth:`from_module`)
+        the one exported again for their non-tensor values (made now if new). Raises as a call
+        would where none can serve them."""
+        try:
+            self._signature.flatten(args, kwargs)
+        except ShapeNotCoveredError:
+            other = self._other(args, kwargs)
+            if other is None:
+                raise
+            return other
+        return self
+
+    def _other(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PlannedProgram | None:
+        return None if self._variants is None else self._variants.program_for(args, kwargs)
 
     def run_flat(self, inputs: list[Any]) -> Any:
         """Run with the placeholder values in graph order; return the graph's flat outputs."""
@@ -301,6 +370,10 @@ class PlannedProgram:
                 f"run_flat takes the graph's {self._placeholders} placeholder values "
                 f"(parameters and buffers included), got {len(inputs)}"
             )
+        self._signature.check_flat(inputs)
+        return self._execute(inputs)
+
+    def _execute(self, inputs: list[Any]) -> Any:
         with self.workspace.use(), self._no_grad():
             bindings = self._binder.bind(inputs)
             current = self._specialization(bindings)
@@ -359,6 +432,8 @@ class PlannedProgram:
 
     def report(self) -> ExecutionReport:
         """How the most recent call ran: paths per node, planned and dynamic bytes, the plan."""
+        if self._latest is not None:
+            return self._latest.report()
         if self._last is None:
             raise InvalidArgumentError("the program has not run yet: call it once first")
         last = self._last
@@ -370,13 +445,16 @@ class PlannedProgram:
         arena before the first node) and compare the outputs with the unplanned graph's
         (``torch.testing.assert_close``); also check that no op moved or reshaped a slot.
         Returns the planned outputs; raises :class:`PlanVerificationError`."""
-        return verify_call(self, args, kwargs)
+        return verify_call(self.program_for(*args, **kwargs), args, kwargs)
 
     def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
         """Run once with every node annotated and return the result and what torch's allocator
         did meanwhile, charged to node paths (:mod:`~tensorarena.runtime.measure`). The arena is
         tensorarena memory and never shows; neither does making the code (the steady state is
         measured). Run a call first so the shape is planned."""
+        program = self.program_for(*args, **kwargs)
+        if program is not self:
+            return program.trace_allocations(*args, **kwargs)
         inputs = self._signature.flatten(args, kwargs)
         try:
             flat, trace = trace_allocations(self._annotated_call(inputs))
@@ -392,10 +470,11 @@ class PlannedProgram:
         reads it). Profiled: not for timing."""
         from tensorarena.runtime.recording import record_call
 
+        program = self.program_for(*args, **kwargs)
         try:
-            return record_call(self, args, kwargs)
+            return record_call(program, args, kwargs)
         finally:
-            self._annotated_memory = None  # the call's own arena: not held after it
+            program._annotated_memory = None  # the call's own arena: not held after it
 
     def _annotated_call(self, inputs: list[Any],
                         pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
@@ -405,11 +484,14 @@ class PlannedProgram:
     @property
     def source(self) -> str:
         """The generated code of the most recent call's shape (for debugging)."""
+        if self._latest is not None:
+            return self._latest.source
         return self._last.generated.source if self._last is not None else ""
 
     def __repr__(self) -> str:
+        variants = f", exported_again={len(self._variants)}" if self._variants else ""
         return (
             f"PlannedProgram({self.name!r}, shapes_cached={len(self._cache)}, "
-            f"plans_made={self.plans_made}, workspace={self.workspace.nbytes} bytes)"
+            f"plans_made={self.plans_made}{variants}, workspace={self.workspace.nbytes} bytes)"
         )
 

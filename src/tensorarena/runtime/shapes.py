@@ -4,7 +4,9 @@ A static graph fixes every input dimension; a graph exported with dynamic dimens
 with symbols (``s0``), possibly within a range (``ep.range_constraints``). :class:`ShapeBinder`
 reads both from the placeholders once, then, at each call, checks the inputs and returns the
 *bindings* (symbol → value) that pick a plan. The common case, every input as expected, is one
-tuple comparison per input.
+tuple comparison and a dtype and a device comparison per input. An input on another device or
+of another dtype is refused naming it (the plan's code would run it against the arena's device
+and dtypes); one that requires grad is warned about once (a call runs under ``no_grad``).
 
 Dimensions are named ``input_ids.shape[1]`` everywhere: in errors, in ``max_shapes`` and in
 ``growing``.
@@ -12,11 +14,13 @@ Dimensions are named ``input_ids.shape[1]`` everywhere: in errors, in ``max_shap
 
 from __future__ import annotations
 
+import operator
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.errors import InvalidArgumentError, ShapeNotCoveredError
+from tensorarena.errors import InvalidArgumentError, NoGradWarning, ShapeNotCoveredError
 from tensorarena.planning._torch_graph import _meta_value, evaluate
 
 if TYPE_CHECKING:
@@ -37,21 +41,27 @@ class _Input:
     dtype: Any  # torch.dtype, or None for a SymInt placeholder
     static: tuple[int, ...] | None  # the whole shape when every dimension is fixed
     dims: tuple[Any, ...]  # per dimension: an int, or a sympy expression
+    device: Any = None  # torch.device, or None for a SymInt placeholder
 
 
 class ShapeBinder:
     """Checks a call's inputs against the graph's placeholders and binds the size symbols
-    (with ``check=False``, only binds: for callers that guard shapes themselves, as dynamo)."""
+    (with ``check=False``, only binds: for callers that guard shapes themselves, as dynamo).
+    The first call where one of ``grad_watched`` requires grad warns (:class:`NoGradWarning`),
+    once."""
 
     def __init__(
         self,
         graph: torch.fx.Graph,
         checked: Sequence[tuple[int, str]],
         *,
-        ranges: Mapping[Any, tuple[int, int | None]] | None = None,
+        ranges: Mapping[Any, tuple[int | None, int | None]] | None = None,
         check: bool = True,
+        grad_watched: Sequence[tuple[int, str]] = (),
     ) -> None:
         import torch
+
+        self._grad_watched = tuple(grad_watched)
 
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self._inputs: list[_Input] = []
@@ -81,7 +91,8 @@ class ShapeBinder:
             static = tuple(dims) if all(isinstance(d, int) for d in dims) else None
             if static is not None and not check:
                 continue  # the caller guards shapes already; only symbols need binding
-            self._inputs.append(_Input(position, name, value.dtype, static, tuple(dims)))
+            self._inputs.append(_Input(position, name, value.dtype, static, tuple(dims),
+                                       value.device))
         self.symbols: tuple[Any, ...] = tuple(self._where)
         self._ranges = dict(ranges or {})
 
@@ -105,19 +116,33 @@ class ShapeBinder:
         for spec in self._inputs:
             value = inputs[spec.position]
             if spec.dtype is None:  # a SymInt placeholder: its value is the size
-                bindings[spec.dims[0]] = int(value)
+                bindings[spec.dims[0]] = _size(spec.name, value)
                 continue
             shape = getattr(value, "shape", None)
             if shape is None:
                 raise InvalidArgumentError(
                     f"input {spec.name!r} must be a tensor, got {type(value).__name__}"
                 )
-            if spec.static is not None and shape == spec.static and value.dtype == spec.dtype:
+            if (spec.static is not None and shape == spec.static and value.dtype == spec.dtype
+                    and value.device == spec.device):
                 continue
             self._check(spec, value, bindings)
         if self.symbols:
             self._check_ranges(bindings)
+        if self._grad_watched:
+            self._watch_grad(inputs)
         return bindings
+
+    def _watch_grad(self, inputs: Sequence[Any]) -> None:
+        for position, name in self._grad_watched:
+            if getattr(inputs[position], "requires_grad", False):
+                self._grad_watched = ()  # once per program
+                warnings.warn(NoGradWarning(
+                    f"input {name!r} requires grad, but a planned call runs under "
+                    "torch.no_grad(): its outputs carry no autograd history (for gradients: "
+                    "tensorarena.runtime.TrainingStep, or torch.compile(model, "
+                    "backend='tensorarena')); said once per program"), stacklevel=5)
+                return
 
     def bind_shapes(self, shapes: Mapping[str, Sequence[int]]) -> dict[Any, int]:
         """The symbols' values for declared shapes by input name (``max_shapes``)."""
@@ -158,6 +183,17 @@ class ShapeBinder:
                 f"{type(value).__name__} (torch.from_numpy() shares a NumPy array's bytes)"
             )
         shape = tuple(value.shape)
+        if value.device != spec.device:
+            meta = " (a meta tensor has a shape but no data)" if value.device.type == "meta" \
+                else ""
+            raise ShapeNotCoveredError(
+                f"input {spec.name!r} is on {value.device}{meta}; the program was built for "
+                f"{spec.device}, where its graph and arena run: pass "
+                f"{spec.name}.to({str(spec.device)!r})",
+                dim=spec.name,
+                got=value.device,
+                expected=spec.device,
+            )
         if value.dtype != spec.dtype:
             raise ShapeNotCoveredError(
                 f"input {spec.name!r} has dtype {value.dtype}; the program was traced for "
@@ -213,9 +249,10 @@ class ShapeBinder:
             if symbol not in bindings:
                 continue
             value = bindings[symbol]
-            if value < low or (high is not None and value > high):
+            if (low is not None and value < low) or (high is not None and value > high):
                 label = self.labels.get(symbol, str(symbol))
-                span = f"{low}..{high}" if high is not None else f">= {low}"
+                span = (f"{low}..{high}" if low is not None and high is not None
+                        else f">= {low}" if low is not None else f"<= {high}")
                 raise ShapeNotCoveredError(
                     f"{label} is {value}, outside the range the program covers ({span})",
                     dim=label,
@@ -230,23 +267,34 @@ class ShapeBinder:
             self._ranges[symbol] = (low, high if old is None else min(old, high))
 
 
-def ranges_of(ep: Any) -> dict[Any, tuple[int, int | None]]:
+def _size(name: str, value: Any) -> int:
+    """An int given for a dynamic size (a float or a bool would be truncated silently)."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise InvalidArgumentError(
+        f"input {name!r} must be an int (the program takes it as a dynamic size), got "
+        f"{value!r} ({type(value).__name__})"
+    )
+
+
+def ranges_of(ep: Any) -> dict[Any, tuple[int | None, int | None]]:
     """``(low, high)`` per symbol from an ``ExportedProgram``'s range constraints (``None`` for
-    no upper bound)."""
-    ranges: dict[Any, tuple[int, int | None]] = {}
-    for symbol, span in getattr(ep, "range_constraints", {}).items():
-        try:
-            low = int(span.lower)
-        except (TypeError, ValueError):
-            low = 0
-        try:
-            high: int | None = int(span.upper)
-        except (TypeError, ValueError, OverflowError):
-            high = None
-        if high is not None and high > 2**62:
-            high = None
-        ranges[symbol] = (low, high)
-    return ranges
+    no bound: an int argument marked dynamic has neither)."""
+    return {symbol: (_finite(span.lower), _finite(span.upper))
+            for symbol, span in getattr(ep, "range_constraints", {}).items()}
+
+
+def _finite(bound: Any) -> int | None:
+    """A range's bound as an int, or None where it is infinite (sympy's ``oo``, torch's
+    ``int_oo``, which ``int()`` refuses with one error or another)."""
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return value if abs(value) <= 2**62 else None
 
 
 def growing_symbols(binder: ShapeBinder, labels: Iterable[str]) -> frozenset[Any]:

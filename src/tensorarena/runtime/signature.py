@@ -3,17 +3,20 @@
 Three conventions, one small class each:
 
 - :class:`ExportedSignature` — an ``ExportedProgram``: parameters, buffers and constants come
-  from the program's state, user inputs from ``(*args, **kwargs)`` flattened with the program's
-  input spec; buffer and user-input mutations are written back; user outputs are unflattened
-  with its output spec. The same behaviour as ``ep.module()(*args, **kwargs)``.
+  from the program's state, user inputs from ``(*args, **kwargs)`` laid out as the program's
+  input spec says; buffer and user-input mutations are written back; user outputs are
+  unflattened with its output spec. The same behaviour as ``ep.module()(*args, **kwargs)``,
+  guards included: a non-tensor argument other than the one exported with is refused.
 - :class:`FlatSignature` — an FX graph called with its placeholders in order (``make_fx`` and
   ``aot_autograd`` graphs); a graph with a pytree code generator is (un)flattened by its specs.
 - :class:`StateSignature` — a flat graph whose leading placeholders are a module's parameters and
   buffers, read from the module at every call (a training step traced by
   :func:`~tensorarena.planning.trace_training`), so one replaced since is the one used, and
-  checked like an input.
+  checked like an input; its non-tensor arguments are guarded as an exported program's.
 
-Each also names its checked placeholders (``input_ids``, ``input0``) for error messages.
+The call's layout and its non-tensor values are checked by a
+:class:`~tensorarena.runtime.arguments.CallLayout`. Each also names its checked placeholders
+(``input_ids``, ``input0``) for error messages.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.runtime.arguments import BakedValues, CallLayout
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +41,13 @@ class Signature:
     checked: list[tuple[int, str]]
     #: False when the caller guards shapes itself: static inputs are then not checked
     check: bool = True
+    #: (placeholder position, name) of the inputs whose ``requires_grad`` a call warns about
+    #: (once): user inputs, never parameters
+    grad_watched: list[tuple[int, str]]
+    #: the call's layout, where the signature checks one (names arguments and their values)
+    layout: CallLayout | None = None
+    #: the layout's baked values at their placeholders' positions
+    _placeholder_baked: BakedValues | None = None
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The placeholder values, in graph order."""
@@ -46,26 +57,45 @@ class Signature:
         """The call's result from the graph's outputs (``inputs``: what :meth:`flatten` gave)."""
         raise NotImplementedError
 
+    def check_flat(self, inputs: list[Any]) -> None:
+        """Refuse placeholder values (``run_flat``'s) whose baked values differ from the graph's
+        (:meth:`flatten` checks its own)."""
+        if self._placeholder_baked is not None:
+            self._placeholder_baked.check(inputs)
+
 
 class ExportedSignature(Signature):
     """The calling convention of an ``ExportedProgram`` (see the module docstring)."""
 
-    def __init__(self, ep: torch.export.ExportedProgram) -> None:
-        from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+    #: what a baked value that differs is told to do instead (from_module re-exports)
+    ADVICE = (" To pass other values, export with the value as a tensor, or an int marked "
+              "dynamic (dynamic_shapes, torch.export.Dim.DYNAMIC), or build with "
+              "PlannedProgram.from_module, which exports again for each new value.")
 
-        self._in_spec = ep.call_spec.in_spec
+    def __init__(self, ep: torch.export.ExportedProgram) -> None:
+        from torch.export.graph_signature import (
+            ConstantArgument,
+            InputKind,
+            OutputKind,
+            SymIntArgument,
+            TensorArgument,
+        )
+
         self._out_spec = ep.call_spec.out_spec
         state = {**ep.state_dict, **ep.constants}
         self._fixed: list[tuple[int, Any]] = []  # (position, value) from the program's state
         self._user: list[int] = []  # positions of user inputs, in flattening order
         self.checked = []
+        baked: dict[int, Any] = {}  # user input index -> the value exported with
         by_target: dict[str, int] = {}
         for position, spec in enumerate(ep.graph_signature.input_specs):
             if spec.kind == InputKind.USER_INPUT:
                 self._user.append(position)
                 name = getattr(spec.arg, "name", f"input{len(self._user) - 1}")
-                if isinstance(spec.arg, TensorArgument):
-                    self.checked.append((position, name))
+                if isinstance(spec.arg, (TensorArgument, SymIntArgument)):
+                    self.checked.append((position, name))  # an int marked dynamic: a size
+                elif isinstance(spec.arg, ConstantArgument):
+                    baked[len(self._user) - 1] = spec.arg.value
             elif spec.target is not None and spec.target in state:
                 self._fixed.append((position, state[spec.target]))
                 by_target[spec.target] = position
@@ -74,6 +104,14 @@ class ExportedSignature(Signature):
                     f"exported input {spec.arg} of kind {spec.kind.name} is not supported "
                     "by the planned executor"
                 )
+        call = ep.module_call_graph[0].signature if ep.module_call_graph else None
+        self.layout = self._layout = CallLayout(ep.call_spec.in_spec,
+                                                names=getattr(call, "forward_arg_names",
+                                                              None) or (),
+                                                baked=baked, advice=self.ADVICE)
+        self.grad_watched = list(self.checked)
+        user = self._user
+        self._placeholder_baked = self._layout.baked.moved(lambda i: user[i])
         self._size = len(ep.graph_signature.input_specs)
         user_positions = {spec.arg.name: i for i, spec in enumerate(ep.graph_signature.input_specs)
                           if spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name")}
@@ -90,19 +128,7 @@ class ExportedSignature(Signature):
                 self._outputs.append(("user", None))
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        from torch.export._tree_utils import reorder_kwargs
-        from torch.utils import _pytree as pytree
-
-        try:
-            kwargs = reorder_kwargs(kwargs, self._in_spec) if kwargs else kwargs
-        except (ValueError, KeyError, AssertionError) as exc:
-            raise InvalidArgumentError(f"keyword arguments do not match the program: {exc}") \
-                from None
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self._in_spec:
-            raise InvalidArgumentError(
-                f"the program takes inputs structured as {self._in_spec}, got {spec}"
-            )
+        flat = self._layout.flatten(args, kwargs)
         inputs: list[Any] = [None] * self._size
         for position, value in self._fixed:
             inputs[position] = value
@@ -135,6 +161,9 @@ class FlatSignature(Signature):
         labels = list(names) if names is not None else [n.name for n in placeholders]
         self.checked = list(enumerate(labels))
         self.check = check
+        # An ATen graph (make_fx, aot_autograd, a traced training step) is below autograd: its
+        # inputs may require grad by design (parameters; dynamo's), nothing to warn about.
+        self.grad_watched = []
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         from torch.utils import _pytree as pytree
@@ -164,13 +193,25 @@ class StateSignature(Signature):
     """``parameters + buffers + flattened (args, kwargs)``, the first two read from ``module``
     at each call (so an optimizer's in-place updates and replaced parameters are seen)."""
 
+    ADVICE = " Make a TrainingStep with that value for it."
+
     def __init__(self, module: torch.nn.Module, gm: torch.fx.GraphModule,
                  example: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
+        import torch
         from torch.utils import _pytree as pytree
 
         self._module = module
         self._state = self._state_names()
-        flat, self._in_spec = pytree.tree_flatten(example)
+        flat, in_spec = pytree.tree_flatten(example)
+        # make_fx bakes every non-tensor leaf of the example into the step.
+        baked = {i: v for i, v in enumerate(flat) if not isinstance(v, torch.Tensor)}
+        self.layout = self._layout = CallLayout(
+            in_spec, names=_positional_names(module, len(example[0])), baked=baked,
+            advice=self.ADVICE)
+        # The step's parameters require grad by design; its outputs are its gradients.
+        self.grad_watched = []
+        first = len(self._state)
+        self._placeholder_baked = self._layout.baked.moved(lambda i: first + i)
         info = getattr(gm.graph._codegen, "pytree_info", None)
         self._out_spec = getattr(info, "out_spec", None)
         # Parameters and buffers are checked like inputs: one replaced by a tensor of another
@@ -183,13 +224,7 @@ class StateSignature(Signature):
                 *(name for name, _ in self._module.named_buffers())]
 
     def flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        from torch.utils import _pytree as pytree
-
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self._in_spec:
-            raise InvalidArgumentError(
-                f"the step was traced for inputs structured as {self._in_spec}, got {spec}"
-            )
+        flat = self._layout.flatten(args, kwargs)
         state = [*(p for _, p in self._module.named_parameters()),
                  *(b for _, b in self._module.named_buffers())]
         if len(state) != len(self._state):
@@ -206,3 +241,17 @@ class StateSignature(Signature):
         if self._out_spec is not None:
             return pytree.tree_unflatten(list(outputs), self._out_spec)
         return outputs
+
+
+def _positional_names(module: torch.nn.Module, count: int) -> list[str]:
+    """The names of ``module.forward``'s first ``count`` positional parameters, as far as it
+    has named ones (``*args`` is left to the layout's ``args[i]``)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    named = [p.name for p in parameters
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return named[:count]
