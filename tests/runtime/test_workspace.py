@@ -24,3 +24,36 @@ def test_a_workspace_reserves_and_grows_its_block() -> None:
     assert workspace.reserve(100).numel() == 100 and workspace.generation == 1
     assert workspace.reserve(50).numel() == 100 and workspace.generation == 1
     assert workspace.reserve(200).numel() == 200 and workspace.generation == 2
+
+
+def test_growing_replaces_the_block_instead_of_adding_one() -> None:
+    from tensorarena.memory import HostMemory, Pool, Segments
+
+    mib = 1024 * 1024
+    pool = Pool(HostMemory(), growth=Segments(), initial_size=2 * mib)
+    workspace = Workspace(pool)
+    workspace.reserve(3 * mib)  # an arena of its own: 4 MiB
+    assert pool.statistics().reserved_bytes.current == 2 * mib + 4 * mib
+    workspace.reserve(4 * mib)  # an exact fit in the old arena: the old block went back first
+    assert pool.statistics().reserved_bytes.peak == 2 * mib + 4 * mib  # never both blocks
+    assert pool.statistics().reserved_bytes.current == 4 * mib  # and empty arenas trimmed
+    grown = workspace.reserve(4 * mib + 1)
+    grown[-1] = 7  # the new block is whole
+    # the old block's arena, empty once the block was dropped, went back, not kept beside it
+    assert pool.statistics().reserved_bytes.current == 6 * mib
+    assert workspace.generation == 3 and pool.statistics().allocations.current == 1
+
+
+def test_a_failed_growth_leaves_the_workspace_empty_and_the_old_block_to_its_holders() -> None:
+    from tensorarena.errors import OutOfMemoryError
+    from tensorarena.memory import HostMemory, Pool
+
+    pool = Pool(HostMemory(), initial_size=1024 * 1024, maximum_size=1024 * 1024)
+    workspace = Workspace(pool)
+    block = workspace.reserve(1000)
+    block[:] = 3
+    with pytest.raises(OutOfMemoryError):
+        workspace.reserve(2 * 1024 * 1024)
+    assert workspace.nbytes == 0 and workspace.generation == 2  # code over the old block is stale
+    assert int(block.sum()) == 3000  # a tensor over the old block keeps it
+    assert workspace.reserve(1000).numel() == 1000 and workspace.generation == 3

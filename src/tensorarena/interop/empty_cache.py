@@ -26,7 +26,7 @@ from tensorarena.interop.default import default_resource
 from tensorarena.memory import _libc
 from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
 
-__all__ = ["empty_cache"]
+__all__ = ["empty_cache", "trim_pools"]
 
 
 def empty_cache(resource: MemoryResource | None = None) -> int:
@@ -34,18 +34,35 @@ def empty_cache(resource: MemoryResource | None = None) -> int:
     resource) and the C heap's free pages; return the bytes the pools gave back (module
     docstring). Raises :class:`~tensorarena.errors.InvalidResourceError` for an object that
     is not a resource."""
-    stack = list(resource_stack(check_resource(
-        default_resource() if resource is None else resource)))
+    stack = _stack(resource)
     gc.collect()
     for layer in stack:
         flush_all = getattr(layer, "flush_all", None)
         if callable(flush_all):
             flush_all()
+    released = _trim(stack)
+    if _libc.available():
+        _libc.malloc_trim()
+    return released
+
+
+def trim_pools(resource: MemoryResource | None = None) -> int:
+    """Give back the empty arenas of every pool in ``resource``'s stack (default: the default
+    resource), leaving thread caches and the C heap alone; return the bytes given back. What
+    a planned program calls when it replaced its arena by a larger one, so that the old one,
+    now empty, is not kept beside it."""
+    return _trim(_stack(resource))
+
+
+def _stack(resource: MemoryResource | None) -> list[object]:
+    return list(resource_stack(check_resource(
+        default_resource() if resource is None else resource)))
+
+
+def _trim(stack: list[object]) -> int:
     released = 0
     for layer in stack:
         trim = getattr(layer, "trim", None)
         if callable(trim):
             released += int(trim())
-    if _libc.available():
-        _libc.malloc_trim()
     return released

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tensorarena.errors import ConcurrentUseError, InvalidArgumentError
+from tensorarena.interop.empty_cache import trim_pools
 from tensorarena.runtime.device import CPU, check_arena
 from tensorarena.runtime.materialize import block
 
@@ -99,18 +100,20 @@ class Workspace:
         if memory is None or nbytes > self._nbytes:
             # Drop the old block first: where no slot holds it any more (programs release
             # their code before they reserve more), its bytes serve the new one, so growing
-            # replaces the block instead of adding one. If the new block cannot be had, the old
-            # one stays (a stale generation is never run).
-            self._memory = None
-            try:
-                memory = block(nbytes, self.resource, device=self.device)
-            except BaseException:
-                self._memory = memory
-                raise
-            self._memory = memory
-            self._nbytes = nbytes
+            # replaces the block instead of adding one. If the new block cannot be had, the
+            # workspace is left empty (a new generation: no code over the old block runs) and
+            # the next reserve tries again.
+            replaced = memory is not None
+            del memory
+            self._memory, self._nbytes = None, 0
             self._generation += 1
+            memory = self._memory = block(nbytes, self.resource, device=self.device)
+            self._nbytes = nbytes
             self._grows += 1
+            if replaced and self.device == CPU:
+                # The old block, now free, may have left an arena of its own empty (a large
+                # block gets one): give it back rather than keep it beside the new one.
+                trim_pools(self.resource)
         return memory
 
     @contextmanager
