@@ -32,16 +32,18 @@ def test_growing_replaces_the_block_instead_of_adding_one() -> None:
     mib = 1024 * 1024
     pool = Pool(HostMemory(), growth=Segments(), initial_size=2 * mib)
     workspace = Workspace(pool)
-    workspace.reserve(3 * mib)  # an arena of its own: 4 MiB
-    assert pool.statistics().reserved_bytes.current == 2 * mib + 4 * mib
-    workspace.reserve(4 * mib)  # an exact fit in the old arena: the old block went back first
-    assert pool.statistics().reserved_bytes.peak == 2 * mib + 4 * mib  # never both blocks
-    assert pool.statistics().reserved_bytes.current == 4 * mib  # and empty arenas trimmed
+    assert workspace.reserve(3 * mib).numel() == 4 * mib  # whole 2 MiB granules
+    assert pool.statistics().reserved_bytes.current == 2 * mib + 4 * mib  # an exact fit
+    assert workspace.reserve(4 * mib).numel() == 4 * mib and workspace.generation == 1
     grown = workspace.reserve(4 * mib + 1)
+    assert grown.numel() == 6 * mib
     grown[-1] = 7  # the new block is whole
-    # the old block's arena, empty once the block was dropped, went back, not kept beside it
+    # the old block went back before the new one was taken, and its arena, empty then, went
+    # back too (as did the empty first one), not kept beside the new one
+    assert pool.statistics().reserved_bytes.peak == 6 * mib
     assert pool.statistics().reserved_bytes.current == 6 * mib
-    assert workspace.generation == 3 and pool.statistics().allocations.current == 1
+    assert workspace.generation == 2 and pool.statistics().allocations.current == 1
+    assert workspace.reserve(mib - 1).numel() == 6 * mib  # never shrinks
 
 
 def test_a_failed_growth_leaves_the_workspace_empty_and_the_old_block_to_its_holders() -> None:

@@ -26,7 +26,7 @@ from tensorarena.interop.default import default_resource
 from tensorarena.memory import _libc
 from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
 
-__all__ = ["empty_cache", "trim_pools"]
+__all__ = ["empty_cache", "trim_c_heap", "trim_pools"]
 
 
 def empty_cache(resource: MemoryResource | None = None) -> int:
@@ -41,9 +41,16 @@ def empty_cache(resource: MemoryResource | None = None) -> int:
         if callable(flush_all):
             flush_all()
     released = _trim(stack)
-    if _libc.available():
-        _libc.malloc_trim()
+    trim_c_heap()
     return released
+
+
+def trim_c_heap() -> bool:
+    """Give the C heap's free pages back to the kernel (glibc's ``malloc_trim(0)``: torch's CPU
+    tensors live there); return whether any went. False off Linux or without glibc. What a
+    planned program calls after the call that recorded its kernels' allocations, an eager-like
+    run whose temporaries glibc would otherwise keep resident beside the arena."""
+    return _libc.available() and _libc.malloc_trim()
 
 
 def trim_pools(resource: MemoryResource | None = None) -> int:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.interop.empty_cache import trim_c_heap
 from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.runtime.device import CPU
 from tensorarena.runtime.kernel_arena import (
     KERNEL_TAG,
     KernelHooks,
@@ -55,9 +57,11 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
                                   _starts(current, memory))
     failed = dict(code.failed)
     if current.arenas is None:
-        # The recording code is never run again: its bytes go back before anything is
-        # planned or reserved anew (a tail the caller holds stays the caller's).
+        # The recording code is never run again: it and the reference to the block go before
+        # anything is planned or reserved anew, so that a grown workspace replaces its block
+        # (a tail the caller holds stays the caller's).
         code.release()
+        del memory
     if program._order_open:  # reorder=True: choose the order again, these allocations counted
         program._order_open = False
         calls = _calls(graph)
@@ -74,6 +78,11 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
             return outputs
     _plan_recorded(program, current, recording, in_slots)
     current.generated.failed.update(failed)  # out variants that failed: re-lowered next
+    if program.device == CPU:
+        # The recorded call ran like an eager one (its kernels' temporaries from torch's
+        # allocator, glibc's heap on the CPU), and the arena now serves them: give back the
+        # heap pages they left (ResNet-50 2x224x224: 37 MiB kept resident beside the arena).
+        trim_c_heap()
     return outputs
 
 

@@ -36,9 +36,16 @@ if TYPE_CHECKING:
 
     from tensorarena.memory.resource import MemoryResource
 
-__all__ = ["Concurrency", "Workspace", "WorkspaceStatistics"]
+__all__ = ["GRANULE", "GRANULE_FROM", "Concurrency", "Workspace", "WorkspaceStatistics"]
 
 Concurrency = Literal["serialize", "refuse"]
+
+#: Blocks of at least ``GRANULE_FROM`` bytes are reserved in whole ``GRANULE``s (2 MiB, a huge
+#: page): without it, a small block (a handed-over tail) took the end of the first block's
+#: arena, and the re-planned block, a little larger, no longer fit there (ResNet-50 kept two
+#: 20 MiB arenas resident for one 19 MiB plan).
+GRANULE = 2 * 1024 * 1024
+GRANULE_FROM = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,13 @@ class Workspace:
         return self._memory
 
     def reserve(self, nbytes: int) -> torch.Tensor:
-        """The block, replaced by one of ``nbytes`` bytes first if it is smaller."""
+        """The block, replaced by one of at least ``nbytes`` bytes first if it is smaller. A
+        block of ``GRANULE_FROM`` bytes or more is rounded up to :data:`GRANULE` (the
+        granularity of the default pool's large arenas): it then fills its arena, so the
+        pool puts nothing else there, and the larger plan of a re-plan (kernels' own
+        allocations added) usually fits in the same bytes."""
+        if nbytes >= GRANULE_FROM:
+            nbytes = -(-nbytes // GRANULE) * GRANULE
         memory = self._memory
         if memory is None or nbytes > self._nbytes:
             # Drop the old block first: where no slot holds it any more (programs release
@@ -107,13 +120,13 @@ class Workspace:
             del memory
             self._memory, self._nbytes = None, 0
             self._generation += 1
-            memory = self._memory = block(nbytes, self.resource, device=self.device)
-            self._nbytes = nbytes
-            self._grows += 1
             if replaced and self.device == CPU:
                 # The old block, now free, may have left an arena of its own empty (a large
                 # block gets one): give it back rather than keep it beside the new one.
                 trim_pools(self.resource)
+            memory = self._memory = block(nbytes, self.resource, device=self.device)
+            self._nbytes = nbytes
+            self._grows += 1
         return memory
 
     @contextmanager
