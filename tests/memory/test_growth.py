@@ -125,3 +125,33 @@ def test_a_pool_with_segments_reserves_a_large_block_exactly_and_trims_it() -> N
     assert pool.trim() == 6 * MiB  # the large block's arena was empty: it goes back whole
     pool.deallocate(small, 4 * KiB)
     pool.close()
+
+
+def test_a_pool_with_segments_gives_back_an_outgrown_empty_arena_when_it_grows() -> None:
+    from tensorarena.memory import HostMemory, Pool
+
+    pool = Pool(HostMemory(), growth=Segments(), initial_size=2 * MiB)
+    first = pool.allocate(3 * MiB)  # an arena of 4 MiB
+    other = pool.allocate(9 * MiB)  # 10 MiB; the empty first arena (2 MiB) is outgrown: it goes
+    assert pool.statistics().reserved_bytes.current == 4 * MiB + 10 * MiB
+    pool.deallocate(first, 3 * MiB)
+    pool.deallocate(other, 9 * MiB)
+    again = pool.allocate(4 * MiB)  # an exact fit in the empty 4 MiB arena: nothing released
+    assert pool.statistics().reserved_bytes.current == 4 * MiB + 10 * MiB
+    grown = pool.allocate(11 * MiB)  # fits in no arena: the empty 10 MiB one goes
+    assert pool.statistics().reserved_bytes.current == 4 * MiB + 12 * MiB
+    pool.deallocate(again, 4 * MiB)
+    pool.deallocate(grown, 11 * MiB)
+    pool.close()
+
+
+def test_other_policies_keep_their_empty_arenas_when_the_pool_grows() -> None:
+    from tensorarena.memory import HostMemory, Pool
+
+    pool = Pool(HostMemory(), growth=SameAsRequested(), initial_size=1 * MiB)
+    small = pool.allocate(2 * MiB)
+    pool.deallocate(small, 2 * MiB)
+    large = pool.allocate(3 * MiB)
+    assert pool.statistics().reserved_bytes.current == 1 * MiB + 2 * MiB + 3 * MiB
+    pool.deallocate(large, 3 * MiB)
+    pool.close()

@@ -109,6 +109,8 @@ class PoolArenas:
         if trim_first:
             self._trim(stream)
             self._retries += 1
+        elif getattr(self._growth, "release_outgrown", False):
+            self._release_outgrown(rounded, stream)
         try:
             return self._add_arena(size, alignment, stream, requested=nbytes)
         except OutOfMemoryError:
@@ -168,6 +170,16 @@ class PoolArenas:
             self._remove_arena(arena, stream)
             released += arena.capacity
         return released
+
+    def _release_outgrown(self, rounded: int, stream: Stream) -> None:
+        """Give back the empty arenas too small for a ``rounded``-byte request that makes the
+        pool grow (a growth policy's ``release_outgrown``): a large block that grew, a
+        re-planned arena or a larger output tail, then replaces its old arena instead of
+        leaving it mapped and resident beside the new one. Best effort: an arena the upstream
+        refuses to take back stays."""
+        for arena in [a for a in self._arenas if not len(a) and a.capacity < rounded]:
+            with contextlib.suppress(Exception):
+                self._remove_arena(arena, stream)
 
     def _release_deferred(self, arena: Arena, stream: Stream) -> None:
         """A closed pool's arena just emptied: give it back now (errors cannot be reported to

@@ -29,7 +29,7 @@ real runtimes ship:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from tensorarena.errors import InvalidSizeError
 from tensorarena.sizes import Size, parse_size
@@ -95,11 +95,16 @@ class Segments:
     to ``granularity``; a smaller one gets an arena of ``small`` bytes, which later small requests
     share. As PyTorch's CUDA caching allocator sizes its segments (2 MiB for small blocks, large
     ones rounded up to 2 MiB): nothing large is over-reserved by a power of two, and an arena
-    holding one large block is empty, so ``trim()`` gives it back, as soon as that block is."""
+    holding one large block is empty, so ``trim()`` gives it back, as soon as that block is;
+    and an empty arena too small for a request that makes the pool grow is given back then (a
+    block that grew replaces its old arena)."""
 
     threshold: int
     granularity: int
     small: int
+    #: the pool gives back its empty arenas too small for a request that makes it grow: a
+    #: large block that grew replaces its old arena instead of being added beside it
+    release_outgrown: ClassVar[bool] = True
 
     def __init__(self, threshold: Size = "1MiB", granularity: Size = "2MiB",
                  small: Size = "8MiB") -> None:

@@ -114,6 +114,14 @@ class HeldArenas:
         self._make_code = make_code
         return True
 
+    def release(self) -> None:
+        """Drop every block's code and this object's references to the blocks: those no caller
+        holds go back to their resource now (not when the garbage collector breaks the code's
+        cycles), those the caller holds when its tensors go. Nothing is taken afterwards."""
+        for arena in self._arenas:
+            _release(arena)
+        self._arenas = []
+
     @property
     def held(self) -> int:
         """Blocks that tensors of the caller's hold now."""

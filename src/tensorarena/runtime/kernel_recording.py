@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tensorarena.interop.empty_cache import trim_c_heap
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.runtime.device import CPU
+from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import (
     KERNEL_TAG,
     KernelHooks,
@@ -139,11 +140,28 @@ def _plan_recorded(program: PlannedProgram, current: Specialization,
             reserve(program.workspace,
                     program._persistent_bytes(current.plan, current.graph.outputs),
                     program._cache.values())
-        else:  # the blocks made so far serve the new plan where it fits in them
+        else:  # the blocks made so far serve the new plan where it fits in them, else go
             held = current.arenas
-            program._regenerate(current)
-            if held.remake(current.arenas._make_code, current.plan.height):
-                current.arenas = held
+            fresh = _held_arenas(program, current)
+            if not held.remake(fresh._make_code, current.plan.height):
+                # Given back now, not when the collector breaks their code's cycles: a
+                # training step held its old arena beside the new one (GPT-2 2x128: 1.5 GiB
+                # resident for a 738 MiB arena).
+                held.release()
+                current.arenas = fresh
+            current.generation = program.workspace.generation
+
+
+def _held_arenas(program: PlannedProgram, current: Specialization) -> HeldArenas:
+    """Blocks for ``current``'s plan, each with code that serves its kernels' allocations (as
+    :func:`~tensorarena.runtime.shape_code.arenas_for`, which imports this module)."""
+    def make_code(memory: Any) -> Any:
+        return program._generate(current.graph, current.lowering, current.plan,
+                                 poison=program._poison, memory=memory,
+                                 kernel=serving(program, current))
+
+    return HeldArenas(make_code, current.plan.height, program.workspace.resource,
+                      program.device)
 
 
 def _plan(program: PlannedProgram, planned: Problem, before: Plan,
