@@ -59,9 +59,10 @@ def _reason(exc: BaseException) -> str:
 
 
 def _output_bytes(out: Any) -> int:
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                for t in leaves(out) if t.device.type == "cpu"}
-    return sum(storages.values())
+    """The bytes of the output tensors themselves (an output planned in the arena is a view of
+    it: its storage is the whole arena), each counted once."""
+    return sum(size for _, size in {(t.data_ptr(), t.numel() * t.element_size())
+                                    for t in leaves(out)})
 
 
 def _measure_memory(execution: Execution, baseline: int, calls: int,
