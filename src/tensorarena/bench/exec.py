@@ -16,6 +16,9 @@ sees another's heap (:mod:`tensorarena.bench.exec_worker` says exactly how):
 ``rss_held_dropped``  and with them dropped: what the execution holds between calls
 ``ms``                median wall time of ``--repeats`` rounds in one more process, the
                       executions interleaved so all see the same machine
+``library_rss``       what the execution's library took once per process, measured on a
+                      two-layer model before the baseline (export's imports, Inductor's), and
+                      ``baseline_rss``, the baseline itself
 
 and ``ratios`` of each (``planned/eager``, ``compiled/eager``), ``max_abs_err`` against eager's
 outputs, and the plan's details (``planned``: lower bound, arena, paths, allocator calls). An

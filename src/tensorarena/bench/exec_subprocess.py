@@ -138,7 +138,8 @@ def measure_config(config: Config, run: RunOptions, progress: Progress) -> dict[
             if progress.stream is not None:
                 print(f"    skipped: {why}", file=progress.stream)
             continue
-        executions[name] = done["memory"]
+        executions[name] = {**done["memory"], "library_rss": done.get("library_rss"),
+                            "baseline_rss": done.get("baseline_rss")}
         if "details" in done:
             result["planned"] = done["details"]
     working = tuple(name for name in run.executions if name in executions)
