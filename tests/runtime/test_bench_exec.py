@@ -11,7 +11,13 @@ import pytest
 
 from tensorarena.bench import process_memory
 from tensorarena.bench.exec_configs import SUITES, Config, suite
-from tensorarena.bench.exec_subprocess import RunOptions, make_job, ratios, run_job
+from tensorarena.bench.exec_subprocess import (
+    RunOptions,
+    _median_of,
+    make_job,
+    ratios,
+    run_job,
+)
 
 HAVE_MODELS = all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
 needs_models = pytest.mark.skipif(not HAVE_MODELS, reason="needs torch and transformers")
@@ -50,6 +56,17 @@ def test_ratios_compare_with_eager_and_leave_out_what_is_missing() -> None:
                   "planned": {"live_peak": 80, "rss_peak": 5, "ms": 3.0}})
     assert got == {"planned/eager": {"live_peak": 0.8, "rss_peak": None, "rss_held": None,
                                      "rss_held_dropped": None, "ms": 1.5}}
+
+
+def test_several_processes_keep_the_median_of_each_resident_number() -> None:
+    runs = [{"memory": {"live_peak": 7, "rss_built": b, "rss_peak": p, "rss_held": p,
+                        "rss_held_dropped": None}, "library_rss": 3}
+            for b, p in ((10, 40), (30, 20), (20, 90))]
+    got = _median_of(runs)
+    assert (got["rss_built"], got["rss_peak"], got["rss_held"]) == (20, 40, 40)
+    assert got["rss_held_dropped"] is None and got["live_peak"] == 7 and got["library_rss"] == 3
+    assert got["rss_runs"]["rss_peak"] == [40, 20, 90]
+    assert "rss_runs" not in _median_of(runs[:1])  # one process: its numbers as they are
 
 
 @needs_models

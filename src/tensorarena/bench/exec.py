@@ -25,7 +25,9 @@ outputs, and the plan's details (``planned``: lower bound, arena, paths, allocat
 execution that fails, crashes or runs past ``--timeout`` is listed under ``skipped`` with the
 reason; ``--no-compile`` leaves Inductor out. ``--json`` prints ``{"models": {LABEL: {...}},
 "machine": {...}, ...}``. A benchmark, not a test: it asserts nothing; on a shared machine expect
-latency noise of ±20 % or more (``--threads``, default 1, keeps the noise down).
+latency noise of ±20 % or more (``--threads``, default 1, keeps the noise down), and resident
+memory that differs by up to a third between identical processes (glibc's heap:
+``--processes 3`` keeps the median of three).
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="leave torch.compile (Inductor) out: it compiles for minutes at base")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed rounds (default 20 tiny, 5 base; 3 with --quick)")
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="measure each execution's memory in N processes and keep the "
+                             "median (resident memory varies between processes; default 1)")
     parser.add_argument("--calls", type=int, default=2,
                         help="measured calls per memory process (default 2; the largest counts)")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
@@ -161,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     options = RunOptions(executions=executions, repeats=repeats, calls=1 if args.quick
                          else args.calls, threads=args.threads or None,
                          options=_planned_options(args),
-                         timeout=args.timeout or (2400.0 if base else 600.0))
+                         timeout=args.timeout or (2400.0 if base else 600.0),
+                         processes=args.processes)
     configs = suite(args.size, models=args.model, mode=args.mode)
     about = machine(options.threads)
     print(f"bench exec: size {args.size}, {len(configs)} configs x {', '.join(executions)}, "
@@ -174,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"models": results, "size": args.size, "mode": args.mode,
                           "executions": list(executions), "options": options.options,
+                          "processes": options.processes,
                           "repeats": repeats, "calls": options.calls, "build": build(),
                           "machine": about}, indent=2))
     else:

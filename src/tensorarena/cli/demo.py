@@ -5,7 +5,9 @@ random weights (nothing is downloaded), on one sequence of 128 tokens. Eager and
 in a fresh process (:mod:`tensorarena.bench.exec_worker`), so each one's memory is its own: the
 live peak (torch's allocator during a call, plus the arena) and the process's peak resident memory
 during a call, above the weights and inputs. The planned process also checks its outputs against
-eager's, once more with every dead buffer poisoned, and times both interleaved. Each step prints
+eager's, once more with every dead buffer poisoned, and times both interleaved. Resident memory
+differs between identical processes (glibc's heap: by up to a third for GPT-2's eager calls);
+``tensorarena bench exec --processes 3`` takes the median of three. Each step prints
 as it starts, with its time when done. ``--model NAME`` picks another architecture, ``--training``
 a training step (forward, loss and every gradient as one planned program), ``--size tiny`` the
 two-layer configs (seconds), ``--reorder`` the order :func:`tensorarena.planning.reorder` picks.
