@@ -153,12 +153,36 @@ def test_an_unknown_architecture_names_the_known_ones(call: Any) -> None:
         (lambda: model_problems(errors="ignore"), "errors must be 'warn' or 'raise'"),
         (lambda: model_problems(names="bert"), "names must be a list of names"),
         (lambda: model_problems(names=3), "names must be a list of names"),
+        (lambda: build_model("bert", seq=0), "seq must be a positive int"),
+        (lambda: build_model("resnet", seq=16), "resnet takes no token sequence"),
     ],
 )
 def test_bad_arguments_are_invalid_arguments(call: Any, words: str) -> None:
     # A model size is a name, not a byte count: not an InvalidSizeError.
     with pytest.raises(InvalidArgumentError, match=words):
         call()
+
+
+@needs_torch
+def test_seq_sets_the_length_of_the_token_sequences() -> None:
+    _, (args, _) = build_model("gpt2", batch=1, seq=32)
+    assert tuple(args[0].shape) == (1, 32)
+    _, (args, kwargs) = build_model("t5", seq=20)  # the decoder gets a quarter
+    assert tuple(args[0].shape) == (2, 20) and tuple(kwargs["decoder_input_ids"].shape) == (2, 5)
+    with pytest.raises(InvalidArgumentError, match="seq=65 is longer than GPT-2's 64 positions"):
+        build_model("gpt2", seq=65)
+
+
+@needs_torch
+def test_whisper_tiny_encoder_is_a_variant_built_by_name() -> None:
+    assert "whisper-tiny-encoder" in models.VARIANTS
+    assert "whisper-tiny-encoder" not in ARCHITECTURES  # model_problems yields it only if named
+    encoder, (args, _) = build_model("whisper-tiny-encoder", size="base", batch=1)
+    assert (encoder.config.d_model, encoder.config.encoder_layers) == (384, 4)
+    assert tuple(args[0].shape) == (1, 80, 3000)  # 30 s of audio
+    tiny, _ = build_model("whisper-tiny-encoder")
+    same, _ = build_model("whisper-encoder")
+    assert tiny.config.d_model == same.config.d_model == 64
 
 
 @needs_torch

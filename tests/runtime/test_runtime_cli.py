@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tensorarena.cli.main import main
-
-KEYS = {"lower_bound", "planned_arena", "eager_peak", "naive", "eager_ms", "planned_ms",
-        "max_abs_err"}
 
 
 def test_importing_the_runtime_does_not_import_torch() -> None:
@@ -20,31 +19,64 @@ def test_importing_the_runtime_does_not_import_torch() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+def _fake_measure(calls: list[tuple[Any, Any]]) -> Any:
+    """measure_config's stand-in: records what it was asked, answers as a real run would."""
+    from tensorarena.bench.exec_subprocess import ratios
+
+    def measure(config: Any, run: Any, progress: Any) -> dict[str, Any]:
+        calls.append((config, run))
+        executions = {name: {"live_peak": 100 * (i + 1), "rss_peak": 2 << 20,
+                             "rss_held": 1 << 20, "rss_held_dropped": 0, "ms": 2.0}
+                      for i, name in enumerate(run.executions)}
+        return {"config": config.as_dict(), "executions": executions,
+                "ratios": ratios(executions), "skipped": {"compiled": "no compiler"},
+                "max_abs_err": {"planned": 0.0}}
+
+    return measure
+
+
 @pytest.mark.torch
-def test_bench_exec_json_has_the_numbers_of_each_model(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_exec_json_names_the_machine_and_passes_the_options_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("transformers")
-    assert main(["bench", "exec", "--model", "bert", "--quick", "--json"]) == 0
+    import torch
+
+    from tensorarena.bench import exec as bench_exec
+
+    calls: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(bench_exec, "measure_config", _fake_measure(calls))
+    assert main(["bench", "exec", "--size", "base", "--model", "bert", "--mode", "inference",
+                 "--no-compile", "--outputs", "arena", "--no-reorder", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
+    [(config, run)] = calls
+    assert config.label == "bert-2x256" and config.size == "base"
+    assert run.executions == ("eager", "planned") and run.threads == 1 and run.repeats == 5
+    assert run.options == {"outputs": "arena", "reorder": False}
+    machine = document["machine"]
+    assert machine["torch"] == torch.__version__ and machine["threads"] == 1
+    assert machine["cores"] >= 1 and machine["cpu"]
+    bert = document["models"]["bert-2x256"]
+    assert bert["ratios"]["planned/eager"]["live_peak"] == 2.0
     assert document["build"] in ("compiled", "pure")
-    bert = document["models"]["bert"]
-    assert bert.keys() >= KEYS
-    assert bert["max_abs_err"] == 0.0
-    assert bert["lower_bound"] <= bert["planned_arena"] <= bert["naive"]
-    assert bert["eager_peak"] > 0 and bert["eager_ms"] > 0 and bert["planned_ms"] > 0
-    assert bert["outputs"] == "handover" and bert["reordered"] is False  # inference's defaults
-    assert bert["tail_bytes"] > 0  # the outputs, planned in the tail handed over
 
 
 @pytest.mark.torch
-def test_bench_exec_places_outputs_as_asked(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_exec_table_puts_the_ratios_beside_the_numbers(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("transformers")
-    assert main(["bench", "exec", "--model", "bert", "--quick", "--json", "--outputs", "arena",
-                 "--no-reorder"]) == 0
-    document = json.loads(capsys.readouterr().out)
-    bert = document["models"]["bert"]
-    assert document["outputs"] == bert["outputs"] == "arena" and bert["reordered"] is False
-    assert bert["max_abs_err"] == 0.0
-    assert bert["paths"].get("dynamic", 0) == 0  # the outputs are planned, none left to torch
+    from tensorarena.bench import exec as bench_exec
+
+    monkeypatch.setattr(bench_exec, "measure_config", _fake_measure([]))
+    assert main(["bench", "exec", "--model", "gpt2", "--training", "--quick"]) == 0
+    out = capsys.readouterr().out
+    header, eager, planned, compiled = out.splitlines()[1:5]
+    assert header.split()[:3] == ["config", "execution", "live"] and "RSS x" in header
+    assert eager.split()[:3] == ["gpt2-train", "eager", "100"]
+    assert planned.split()[-4:] == ["2.00", "1.00", "1.00", "1.00"]  # live, RSS, held, ms
+    assert compiled.split()[-4] == "3.00"
+    assert "gpt2-train: compiled skipped (no compiler)" in out
 
 
 @pytest.mark.torch
@@ -54,19 +86,21 @@ def test_demo_prints_the_report_and_writes_the_memory_timeline(
     pytest.importorskip("transformers")
     pytest.importorskip("plotly")
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--repeats", "2"]) == 0
+    assert main(["demo", "--size", "tiny", "--repeats", "2"]) == 0
     captured = capsys.readouterr()
     page = (tmp_path / "tensorarena-demo.html").read_text(encoding="utf-8")
     assert "Memory timeline: gpt2 (tiny, inference), one planned call" in page
     assert "arena: aten.addmm.default" in page  # the planned slots, by the op that writes them
     assert "<script src=" not in page  # self-contained: plotly inlined, nothing to fetch
     assert "wrote tensorarena-demo.html" in captured.err
-    assert "gpt2 (tiny, inference)" in captured.out
-    for line in ("lower bound", "planned arena", "eager peak", "no reuse", "latency",
-                 "correctness"):
+    assert "gpt2 (tiny, inference): eager and planned, each in a fresh process" in captured.out
+    for line in ("live peak", "process peak", "held, dropped", "lower bound", "planned arena",
+                 "no reuse", "latency", "correctness"):
         assert line in captured.out
+    # eager's, planned's and their ratio, side by side
+    assert re.search(r"live peak +[\d.]+ KiB +[\d.]+ KiB +x\d\.\d\d ", captured.out)
     assert "(equal); poisoned check passed" in captured.out
-    assert "exporting (torch.export) and planning ..." in captured.err  # progress
+    assert "eager and planned, each in a fresh process (build" in captured.err  # progress
 
 
 def test_demo_without_plotly_names_the_extra_and_carries_on(

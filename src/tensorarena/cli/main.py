@@ -18,7 +18,7 @@ __all__ = ["main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("tensorarena.cli.plan", "plan offsets for a problem CSV (static memory planning)"),
     "validate": ("tensorarena.cli.validate", "check a solution CSV against its problem CSV"),
-    "demo": ("tensorarena.cli.demo", "run a model eagerly and in one planned arena; report"),
+    "demo": ("tensorarena.cli.demo", "GPT-2 124M eager and planned, side by side; report"),
     "viz": ("tensorarena.cli.viz", "a memory timeline of a trace or snapshot, as HTML/PNG"),
     "replay": ("tensorarena.cli.replay", "replay an allocation trace on every strategy; compare"),
     "trace": ("tensorarena.cli.trace", "record, convert and describe allocation traces"),
@@ -31,7 +31,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "threads": ("tensorarena.bench.threads", "allocation throughput across threads"),
     "plan": ("tensorarena.bench.plan", "planners on the public suites and real models"),
     "schedule": ("tensorarena.bench.schedule", "memory-aware reordering of real models' graphs"),
-    "exec": ("tensorarena.bench.exec", "models run eagerly and through the planned arena"),
+    "exec": ("tensorarena.bench.exec", "models eager, planned and compiled: memory, latency"),
     "replay": ("tensorarena.bench.replay", "shipped traces on every strategy; replay speed"),
     "adaptors": ("tensorarena.bench.adaptors", "what each debugging adaptor costs per pair"),
 }

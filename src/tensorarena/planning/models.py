@@ -12,6 +12,9 @@ gradient in one ``make_fx`` graph). Two sizes:
     sequence length 128 / 224×224 images and batch 4: what a runtime would plan. Tracing one takes
     seconds to a minute; weights are initialised on the CPU (hundreds of MB each).
 
+``batch`` and, for the language models, ``seq`` (tokens per sequence) choose other input shapes
+of the same model.
+
 An architecture that fails to build or trace on the installed torch/transformers is skipped with a
 :class:`ModelSkippedWarning` (or re-raised with ``errors="raise"``), so one broken model never
 stops a benchmark.
@@ -37,8 +40,8 @@ from tensorarena.planning.torch_frontend import (
     trace_training,
 )
 
-__all__ = ["ARCHITECTURES", "ModelSkippedWarning", "build_model", "model_graph", "model_problem",
-           "model_problems"]
+__all__ = ["ARCHITECTURES", "VARIANTS", "ModelSkippedWarning", "build_model", "model_graph",
+           "model_problem", "model_problems"]
 
 Size = Literal["tiny", "base"]
 
@@ -55,8 +58,9 @@ class _Inputs:
     kwargs: dict[str, Any]
 
 
-# Each builder returns (model, inputs) for a size and batch; transformers is imported inside.
-_Builder = Callable[[Any, Any, Size, int], tuple[Any, _Inputs]]
+# Each builder returns (model, inputs) for a size, batch and sequence length (None: the size's
+# default; only builders in _SEQUENCE take one); transformers is imported inside.
+_Builder = Callable[[Any, Any, Size, int, int | None], tuple[Any, _Inputs]]
 
 
 def _tokens(torch: Any, batch: int, seq: int, vocab: int) -> Any:
@@ -64,12 +68,23 @@ def _tokens(torch: Any, batch: int, seq: int, vocab: int) -> Any:
     return torch.randint(0, vocab, (batch, seq), generator=generator)
 
 
+def _length(seq: int | None, default: int, limit: int, name: str) -> int:
+    """``seq`` or the default, refused past the model's position embeddings."""
+    if seq is None:
+        return default
+    if seq > limit:
+        raise InvalidArgumentError(f"seq={seq} is longer than {name}'s {limit} positions")
+    return seq
+
+
 def _images(torch: Any, batch: int, side: int, channels: int = 3) -> Any:
     generator = torch.Generator().manual_seed(0)
     return torch.randn(batch, channels, side, side, generator=generator)
 
 
-def _gpt2(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _gpt2(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.GPT2Config(
             n_layer=2,
@@ -80,15 +95,18 @@ def _gpt2(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
             bos_token_id=0,
             eos_token_id=0,
         )
-        seq = 16
+        default = 16
     else:  # GPT-2 small (124M)
         config = tf.GPT2Config()
-        seq = 128
+        default = 128
+    seq = _length(seq, default, config.n_positions, "GPT-2")
     config.use_cache = False
     return tf.GPT2LMHeadModel(config), _Inputs((_tokens(torch, batch, seq, config.vocab_size),), {})
 
 
-def _bert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _bert(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.BertConfig(
             num_hidden_layers=2,
@@ -98,14 +116,17 @@ def _bert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
             vocab_size=128,
             max_position_embeddings=64,
         )
-        seq = 16
+        default = 16
     else:  # bert-base-uncased (110M)
         config = tf.BertConfig()
-        seq = 128
+        default = 128
+    seq = _length(seq, default, config.max_position_embeddings, "BERT")
     return tf.BertModel(config), _Inputs((_tokens(torch, batch, seq, config.vocab_size),), {})
 
 
-def _distilbert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _distilbert(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.DistilBertConfig(
             n_layers=2,
@@ -115,15 +136,18 @@ def _distilbert(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inpu
             vocab_size=128,
             max_position_embeddings=64,
         )
-        seq = 16
+        default = 16
     else:  # distilbert-base-uncased (66M)
         config = tf.DistilBertConfig()
-        seq = 128
+        default = 128
+    seq = _length(seq, default, config.max_position_embeddings, "DistilBERT")
     tokens = _tokens(torch, batch, seq, config.vocab_size)
     return tf.DistilBertModel(config), _Inputs((tokens,), {})
 
 
-def _vit(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _vit(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.ViTConfig(
             num_hidden_layers=2,
@@ -138,7 +162,9 @@ def _vit(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
     return tf.ViTModel(config), _Inputs((_images(torch, batch, config.image_size),), {})
 
 
-def _resnet(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _resnet(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.ResNetConfig(
             embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"
@@ -150,7 +176,9 @@ def _resnet(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
     return tf.ResNetModel(config), _Inputs((_images(torch, batch, side),), {})
 
 
-def _convnext(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _convnext(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)
         side = 32
@@ -160,7 +188,9 @@ def _convnext(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs
     return tf.ConvNextModel(config), _Inputs((_images(torch, batch, side),), {})
 
 
-def _llama(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _llama(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.LlamaConfig(
             num_hidden_layers=2,
@@ -173,7 +203,7 @@ def _llama(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
             bos_token_id=0,
             eos_token_id=0,
         )
-        seq = 16
+        default = 16
     else:  # the SmolLM-135M shape: a real Llama with grouped-query attention
         config = tf.LlamaConfig(
             num_hidden_layers=30,
@@ -185,13 +215,16 @@ def _llama(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
             max_position_embeddings=2048,
             tie_word_embeddings=True,
         )
-        seq = 128
+        default = 128
+    seq = _length(seq, default, config.max_position_embeddings, "Llama")
     config.use_cache = False
     tokens = _tokens(torch, batch, seq, config.vocab_size)
     return tf.LlamaForCausalLM(config), _Inputs((tokens,), {})
 
 
-def _t5(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _t5(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.T5Config(
             num_layers=2,
@@ -202,17 +235,37 @@ def _t5(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
             d_ff=128,
             vocab_size=128,
         )
-        seq, target = 16, 8
+        default, target = 16, 8
     else:  # t5-small (60M)
         config = tf.T5Config()
-        seq, target = 128, 32
+        default, target = 128, 32
+    if seq is not None:  # relative positions: any length; the decoder gets a quarter of it
+        target = max(1, seq // 4)
+    seq = seq or default
     config.use_cache = False
     tokens = _tokens(torch, batch, seq, config.vocab_size)
     decoder = _tokens(torch, batch, target, config.vocab_size)
     return tf.T5Model(config), _Inputs((tokens,), {"decoder_input_ids": decoder})
 
 
-def _whisper_encoder(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, _Inputs]:
+def _whisper_encoder(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
+    # whisper-base's encoder (20M), 30 s of audio
+    base = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048}
+    return _whisper(torch, tf, size, batch, base)
+
+
+def _whisper_tiny_encoder(
+    torch: Any, tf: Any, size: Size, batch: int, seq: int | None
+) -> tuple[Any, _Inputs]:
+    # whisper-tiny's encoder (8M), 30 s of audio
+    base = {"d_model": 384, "layers": 4, "heads": 6, "ffn": 1536}
+    return _whisper(torch, tf, size, batch, base)
+
+
+def _whisper(torch: Any, tf: Any, size: Size, batch: int,
+             base: dict[str, int]) -> tuple[Any, _Inputs]:
     if size == "tiny":
         config = tf.WhisperConfig(
             encoder_layers=2,
@@ -230,15 +283,15 @@ def _whisper_encoder(torch: Any, tf: Any, size: Size, batch: int) -> tuple[Any, 
             eos_token_id=2,
             decoder_start_token_id=1,
         )
-    else:  # whisper-base's encoder (20M), 30 s of audio
+    else:
         config = tf.WhisperConfig(
-            d_model=512,
-            encoder_layers=6,
-            decoder_layers=6,
-            encoder_attention_heads=8,
-            decoder_attention_heads=8,
-            encoder_ffn_dim=2048,
-            decoder_ffn_dim=2048,
+            d_model=base["d_model"],
+            encoder_layers=base["layers"],
+            decoder_layers=base["layers"],
+            encoder_attention_heads=base["heads"],
+            decoder_attention_heads=base["heads"],
+            encoder_ffn_dim=base["ffn"],
+            decoder_ffn_dim=base["ffn"],
         )
     encoder = tf.WhisperModel(config).get_encoder()
     frames = 2 * config.max_source_positions  # the encoder insists on exactly this many
@@ -262,11 +315,20 @@ _BUILDERS: dict[str, _Builder] = {
 #: The architectures :func:`model_problems` knows, in the order it yields them.
 ARCHITECTURES: tuple[str, ...] = tuple(_BUILDERS)
 
+#: Other published sizes of an architecture above, built by name like it (``tiny`` is the
+#: architecture's tiny config) but yielded by :func:`model_problems` only when named.
+VARIANTS: dict[str, str] = {"whisper-tiny-encoder": "whisper-encoder"}
+_BUILDERS["whisper-tiny-encoder"] = _whisper_tiny_encoder
+
+#: Models that take token sequences: ``seq`` chooses their length.
+_SEQUENCE: frozenset[str] = frozenset({"gpt2", "bert", "distilbert", "llama", "t5"})
+
 _DEFAULT_BATCH: dict[Size, int] = {"tiny": 2, "base": 4}
 
 
 def _check(
-    names: Iterable[str], size: object, batch: object, training: object = False
+    names: Iterable[str], size: object, batch: object, training: object = False,
+    seq: object = None,
 ) -> None:
     """Refuse bad arguments before torch is imported or anything is built.
 
@@ -276,7 +338,12 @@ def _check(
     for name in names:
         if not isinstance(name, str) or name not in _BUILDERS:
             raise UnknownArchitectureError(
-                f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}"
+                f"unknown architecture {name!r}; known: {', '.join(_BUILDERS)}"
+            )
+        if seq is not None and name not in _SEQUENCE:
+            raise InvalidArgumentError(
+                f"{name} takes no token sequence, so no seq (those that do: "
+                f"{', '.join(sorted(_SEQUENCE))})"
             )
     if not isinstance(size, str) or size not in _DEFAULT_BATCH:
         raise InvalidArgumentError(
@@ -284,21 +351,27 @@ def _check(
         )
     if batch is not None and (type(batch) is not int or batch <= 0):
         raise InvalidArgumentError(f"batch must be a positive int or None, got {batch!r}")
+    if seq is not None and (type(seq) is not int or seq <= 0):
+        raise InvalidArgumentError(f"seq must be a positive int or None, got {seq!r}")
     if not isinstance(training, bool):
         raise InvalidArgumentError(f"training must be a bool, got {training!r}")
 
 
-def build_model(name: str, *, size: Size = "tiny", batch: int | None = None) -> tuple[Any, Any]:
-    """``(model, (args, kwargs))`` for one architecture: random weights, example inputs.
+def build_model(
+    name: str, *, size: Size = "tiny", batch: int | None = None, seq: int | None = None
+) -> tuple[Any, Any]:
+    """``(model, (args, kwargs))`` for one architecture (or one of :data:`VARIANTS`): random
+    weights, example inputs of ``batch`` items of ``seq`` tokens (None: the size's default).
 
     An unknown ``name`` raises :class:`~tensorarena.errors.UnknownArchitectureError` naming the
-    known ones; a bad ``size`` or ``batch``, :class:`~tensorarena.errors.InvalidArgumentError`.
+    known ones; a bad ``size``, ``batch`` or ``seq`` (or a ``seq`` for a model of images or
+    audio, or past its positions), :class:`~tensorarena.errors.InvalidArgumentError`.
     """
-    _check((name,), size, batch)
+    _check((name,), size, batch, seq=seq)
     torch = require("torch", extra="models", feature="real-model planning problems")
     tf = require("transformers", extra="models", feature="real-model planning problems")
     torch.manual_seed(0)  # the same random weights every time
-    model, inputs = _BUILDERS[name](torch, tf, size, batch or _DEFAULT_BATCH[size])
+    model, inputs = _BUILDERS[name](torch, tf, size, batch or _DEFAULT_BATCH[size], seq)
     return model, (inputs.args, inputs.kwargs)
 
 
