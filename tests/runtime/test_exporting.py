@@ -263,3 +263,20 @@ def test_a_tensor_made_from_data_is_detached_in_its_slot() -> None:
     paths = {n.node: n.path for n in program.report().nodes}
     assert paths["lift_fresh_copy"] == "out"  # planned: its slot is a view of the arena
     program.verify(x)
+
+
+def test_a_deleted_program_leaves_no_traced_graph_behind() -> None:
+    import gc
+
+    def graphs() -> int:
+        gc.collect()
+        return sum(isinstance(o, torch.fx.GraphModule) for o in gc.get_objects())
+
+    model, x = Linear().eval(), torch.randn(2, 8)
+    before = graphs()
+    program = PlannedProgram.from_module(model, (x,))
+    program(x)
+    assert graphs() > before
+    del program
+    # torch 2.13's export kept its last traced graph in a module-level map; it is cleared
+    assert graphs() == before

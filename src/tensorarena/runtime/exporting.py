@@ -74,6 +74,22 @@ def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[s
     except Exception as exc:
         error = _export_error(type(model).__name__, exc)
         raise error from exc.with_traceback(_outside_torch(exc.__traceback__))
+    finally:
+        _forget_trace()
+
+
+def _forget_trace() -> None:
+    """Drop what torch 2.13's export keeps of its last trace: a module-level map from its fake
+    tensors to the traced graph's nodes (``_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT``), which
+    kept the whole traced graph alive after every program built from it was deleted. Only an
+    export in progress reads it; where torch has no such map, nothing to do."""
+    try:
+        from torch.fx.experimental import proxy_tensor
+    except ImportError:  # pragma: no cover - torch without FX
+        return
+    traced = getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", None)
+    if isinstance(traced, dict):
+        traced.clear()
 
 
 # ----------------------------------------------------------------------------------------------
