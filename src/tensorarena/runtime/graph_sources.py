@@ -58,7 +58,22 @@ def from_exported(ep: torch.export.ExportedProgram, name: str) -> GraphSource:
         return problem_from_exported(ep, name=name, bindings=bindings or None, graph=graph)
 
     return GraphSource(ep.graph_module, problem_of, ExportedSignature(ep),
-                       {"name": name, "reference": ep.module(), "ranges": ranges_of(ep)})
+                       {"name": name, "reference": _Unlifted(ep), "ranges": ranges_of(ep)})
+
+
+class _Unlifted:
+    """``ep.module()``, made at its first call (``verify``'s reference): the unlifted copy of
+    the graph costs megabytes that a program which is never verified does not need (Llama
+    125M: its export's nodes and code again)."""
+
+    def __init__(self, ep: torch.export.ExportedProgram) -> None:
+        self._ep = ep
+        self._module: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._module is None:
+            self._module = self._ep.module()
+        return self._module(*args, **kwargs)
 
 
 def from_graph_module(gm: torch.fx.GraphModule, name: str, *,
