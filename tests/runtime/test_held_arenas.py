@@ -148,3 +148,24 @@ def test_a_call_never_overwrites_an_output_whose_storage_object_alone_is_kept() 
     again = torch.empty(0).set_(storage, 0, kept.shape, kept.stride())
     torch.testing.assert_close(again, kept)
     assert memory.allocations == 2  # the held block was never taken
+
+
+def test_an_idle_block_goes_back_to_the_system_not_only_to_the_pool() -> None:
+    from tensorarena.memory import HostMemory, Pool, Segments
+
+    # a block of 1 KiB or more gets an arena of its own, as a large one in the default pool
+    pool = Pool(HostMemory(), growth=Segments(threshold=1024, granularity=4096, small=4096),
+                initial_size=0)
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(128, 8)  # blocks of a few pages: not two in one
+    program = PlannedProgram.from_module(model, (x,), outputs="arena", resource=pool,
+                                         kernel_arena=False)
+    program(x)
+    kept = program(x)  # the caller keeps one call's outputs through the next: a second block
+    program(x)
+    two = pool.statistics().reserved_bytes.current
+    del kept
+    torch.testing.assert_close(program(x), eager(model, x))
+    # the idle block went back, and its arena (one of its own) with it
+    assert pool.statistics().reserved_bytes.current < two
+    assert pool.statistics().allocations.current == 1

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.interop.empty_cache import trim_pools
+from tensorarena.runtime.device import CPU
 from tensorarena.runtime.materialize import _torch, block
 
 if TYPE_CHECKING:
@@ -80,16 +82,26 @@ class HeldArenas:
         released (their bytes go back to the resource)."""
         taken: _Arena | None = None
         held: list[_Arena] = []
+        idle: list[_Arena] = []
         for arena in self._arenas:
             if storage_uses(arena.memory) > arena.own_uses:
                 held.append(arena)
             elif taken is None:
                 taken = arena
             else:
-                _release(arena)
+                idle.append(arena)
         if taken is None:
             taken = self._new()
         self._arenas = [taken, *held]
+        if idle:
+            for arena in idle:
+                _release(arena)
+            del arena, idle
+            if self._device == CPU:
+                # A block this size has an arena of its own in the default pool: give it
+                # back rather than keep it resident (a training step whose caller kept one
+                # step's gradients through the next held two arenas from then on).
+                trim_pools(self._resource)
         return taken.memory, taken.code
 
     def _new(self) -> _Arena:
