@@ -39,7 +39,7 @@ from tensorarena.errors import (
     PlanVerificationError,
     ShapeNotCoveredError,
 )
-from tensorarena.interop.empty_cache import trim_c_heap
+from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime import graph_sources, output_placement, shape_code, shape_plans
@@ -451,7 +451,10 @@ class PlannedProgram:
         arena before the first node) and compare the outputs with the unplanned graph's
         (``torch.testing.assert_close``); also check that no op moved or reshaped a slot.
         Returns the planned outputs; raises :class:`PlanVerificationError`."""
-        return verify_call(self.program_for(*args, **kwargs), args, kwargs)
+        try:
+            return verify_call(self.program_for(*args, **kwargs), args, kwargs)
+        finally:
+            self._give_back_one_off()
 
     def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
         """Run once with every node annotated and return the result and what torch's allocator
@@ -466,6 +469,7 @@ class PlannedProgram:
             flat, trace = trace_allocations(self._annotated_call(inputs))
         finally:
             self._annotated_memory = None  # the call's own arena: not held after it
+            self._give_back_one_off()
         return self._signature.unflatten(flat, inputs), trace
 
     def record_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -481,6 +485,14 @@ class PlannedProgram:
             return record_call(program, args, kwargs)
         finally:
             program._annotated_memory = None  # the call's own arena: not held after it
+            self._give_back_one_off()
+
+    def _give_back_one_off(self) -> None:
+        """After a one-off call in an arena of its own (verify, traced, recorded): that arena,
+        empty now, goes back to the system rather than staying resident in the pool (a
+        verified training step kept a second 720 MiB arena)."""
+        if self.device == CPU:
+            trim_pools(self.workspace.resource)
 
     def _annotated_call(self, inputs: list[Any],
                         pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
