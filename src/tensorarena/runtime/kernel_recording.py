@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.interop.empty_cache import trim_c_heap
+from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.runtime.device import CPU
 from tensorarena.runtime.held_arenas import HeldArenas
@@ -57,25 +57,34 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
     in_slots = recording.in_slots(current.lowering.results, code.slots,
                                   _starts(current, memory))
     failed = dict(code.failed)
-    if current.arenas is None:
-        # The recording code is never run again: it and the reference to the block go before
-        # anything is planned or reserved anew, so that a grown workspace replaces its block
-        # (a tail the caller holds stays the caller's).
-        code.release()
-        del memory
+    # The recording code is never run again: it and the reference to the block go before
+    # anything is planned or reserved anew, so that a grown workspace replaces its block, and
+    # not when the collector breaks the code's cycle (a block the caller holds stays the
+    # caller's).
+    code.release()
+    del code, memory
     if program._order_open:  # reorder=True: choose the order again, these allocations counted
         program._order_open = False
         calls = _calls(graph)
         if choose_order(program, current, recording, in_slots):
             program._demoted.update(failed)  # out variants that failed: copied from now on
             current.kernel_note = "recorded; the program then changed order"
+            if current.arenas is not None:  # retired: its blocks go once the caller's do
+                current.arenas.release()
             new = program._specialization(current.bindings)
             carried = _carried_over(program, recording, calls, current, new)
             memory = program._call_memory(new)
-            slots = program._generate(new.graph, new.lowering, new.plan, poison=False,
-                                      memory=memory).slots
-            _plan_recorded(program, new, carried,
-                           carried.in_slots(new.lowering.results, slots, _starts(new, memory)))
+            probe = program._generate(new.graph, new.lowering, new.plan, poison=False,
+                                      memory=memory)
+            in_slots = carried.in_slots(new.lowering.results, probe.slots, _starts(new, memory))
+            # Only the slots' addresses were wanted: the code and its block go now, not when
+            # the collector breaks the code's cycle (a block of its own with outputs="arena":
+            # a reordered training step kept a second 745 MiB arena resident).
+            probe.release()
+            del probe, memory
+            _plan_recorded(program, new, carried, in_slots)
+            if program.device == CPU:
+                trim_pools(program.workspace.resource)
             return outputs
     _plan_recorded(program, current, recording, in_slots)
     current.generated.failed.update(failed)  # out variants that failed: re-lowered next
