@@ -85,8 +85,10 @@ def test_a_fresh_process_measures_a_planned_tiny_model_and_times_it_against_eage
     # allocates nothing for them
     assert memory["output_bytes"] > 0 and memory["torch_peak"] < memory["output_bytes"]
     assert details["tail_bytes"] >= memory["output_bytes"]
-    # /proc worked in the child: the peak holds at least what stays held after the call.
-    assert memory["rss_peak"] >= memory["rss_held"] >= memory["rss_held_dropped"]
+    # /proc worked in the child: the peak holds at least what stays held after the call, and
+    # dropping the outputs gives back at least what came in since (a page either way is noise).
+    assert memory["rss_peak"] >= max(memory["rss_held"], memory["rss_held_dropped"]) > 0
+    assert memory["rss_held_dropped"] <= memory["rss_held"] + (64 << 10)
     assert memory["rss_held"] >= memory["rss_built"] - (1 << 20)
     assert result["library_rss"] > 0  # export's imports, charged to no model
     assert details["lower_bound"] <= details["planned_arena"] <= details["naive"]

@@ -93,7 +93,8 @@ def _measure_memory(execution: Execution, baseline: int, calls: int,
         gc.collect()
         after = process_memory.rss()
         if reset and peak is not None and now is not None and after is not None:
-            peaks.append(peak - baseline)
+            # VmHWM is read before VmRSS: a page that came in between belongs to the peak too
+            peaks.append(max(peak, now, after) - baseline)
             kept.append(now - baseline)
             dropped.append(after - baseline)
     result.update(rss_peak=max(peaks, default=None), rss_held=max(kept, default=None),
