@@ -55,7 +55,8 @@ def test_ratios_compare_with_eager_and_leave_out_what_is_missing() -> None:
     got = ratios({"eager": {"live_peak": 100, "rss_peak": 0, "ms": 2.0},
                   "planned": {"live_peak": 80, "rss_peak": 5, "ms": 3.0}})
     assert got == {"planned/eager": {"live_peak": 0.8, "rss_peak": None, "rss_held": None,
-                                     "rss_held_dropped": None, "ms": 1.5}}
+                                     "rss_held_dropped": None, "rss_after_delete": None,
+                                     "ms": 1.5}}
 
 
 def test_several_processes_keep_the_median_of_each_resident_number() -> None:
@@ -96,6 +97,26 @@ def test_a_fresh_process_measures_a_planned_tiny_model_and_times_it_against_eage
     latency = result["latency"]
     assert latency["max_abs_err"] == {"planned": 0.0} and latency["skipped"] == {}
     assert set(latency["ms"]) == {"eager", "planned"} and min(latency["ms"].values()) > 0
+
+
+@needs_models
+@pytest.mark.torch
+def test_the_exported_module_is_measured_like_eager_and_what_it_leaves_once_deleted() -> None:
+    run = RunOptions(executions=("eager", "exported"), calls=1, timeout=600)
+    result = run_job(make_job(Config("gpt2"), run, memory="exported"), timeout=run.timeout)
+    memory = result["memory"]
+    assert "error" not in memory and memory["arena_bytes"] == 0 and memory["torch_peak"] > 0
+    # measured once the module is deleted (export's residue stays: it is not compared here,
+    # the profiled call after the peak takes memory of its own)
+    assert isinstance(memory["rss_after_delete"], int) and memory["rss_peak"] > 0
+
+
+def test_a_training_configuration_skips_the_exported_module_without_a_process() -> None:
+    from tensorarena.bench.exec_subprocess import Progress, measure_config
+
+    run = RunOptions(executions=("exported",), timeout=600)
+    result = measure_config(Config("gpt2", training=True), run, Progress(None))
+    assert result["skipped"] == {"exported": "inference only"} and result["executions"] == {}
 
 
 @needs_models

@@ -5,8 +5,9 @@ BERT-base, a 135M Llama, T5-small, ViT-B/16, a ResNet-50 layout and Whisper-tiny
 realistic shapes, and GPT-2 and BERT training steps; random weights from each config) and each
 execution (``eager``; ``planned``: :class:`~tensorarena.runtime.PlannedProgram` or
 :class:`~tensorarena.runtime.TrainingStep` at the runtime's defaults; ``compiled``:
-``torch.compile`` with Inductor on the CPU), one fresh process measures memory, so no execution
-sees another's heap (:mod:`tensorarena.bench.exec_worker` says exactly how):
+``torch.compile`` with Inductor on the CPU; ``exported``: ``torch.export``'s module called as
+eager is, what any export-based runtime pays before planning), one fresh process measures
+memory, so no execution sees another's heap (:mod:`tensorarena.bench.exec_worker` says exactly how):
 
 ``live_peak``         the most bytes live during one call: torch allocator's peak (profiler),
                       plus the planned arena, which torch never sees
@@ -14,6 +15,8 @@ sees another's heap (:mod:`tensorarena.bench.exec_worker` says exactly how):
                       imports, weights and inputs; ``VmHWM`` reset through ``/proc``)
 ``rss_held``          resident above the baseline after a call, its outputs kept;
 ``rss_held_dropped``  and with them dropped: what the execution holds between calls
+``rss_after_delete``  and once the execution is deleted and :func:`tensorarena.empty_cache`
+                      ran: what it leaves in the process for good
 ``ms``                median wall time of ``--repeats`` rounds in one more process, the
                       executions interleaved so all see the same machine
 ``library_rss``       what the execution's library took once per process, measured on a
@@ -23,11 +26,11 @@ sees another's heap (:mod:`tensorarena.bench.exec_worker` says exactly how):
 and ``ratios`` of each (``planned/eager``, ``compiled/eager``), ``max_abs_err`` against eager's
 outputs, and the plan's details (``planned``: lower bound, arena, paths, allocator calls). An
 execution that fails, crashes or runs past ``--timeout`` is listed under ``skipped`` with the
-reason; ``--no-compile`` leaves Inductor out. ``--json`` prints ``{"models": {LABEL: {...}},
-"machine": {...}, ...}``. A benchmark, not a test: it asserts nothing; on a shared machine expect
-latency noise of ±20 % or more (``--threads``, default 1, keeps the noise down), and resident
-memory that differs by up to a third between identical processes (glibc's heap:
-``--processes 3`` keeps the median of three).
+reason; ``--no-compile`` leaves Inductor out, ``--no-export`` the exported module. ``--json``
+prints ``{"models": {LABEL: {...}}, "machine": {...}, ...}``. A benchmark, not a test: it
+asserts nothing; on a shared machine expect latency noise of ±20 % or more (``--threads``,
+default 1, keeps the noise down), and resident memory that differs by up to a third between
+identical processes (glibc's heap: ``--processes 3`` keeps the median of three).
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="training steps only (as --mode training)")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="leave torch.compile (Inductor) out: it compiles for minutes at base")
+    parser.add_argument("--no-export", dest="export", action="store_false",
+                        help="leave the exported execution out (torch.export's module, called "
+                             "as eager: what the export alone costs)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed rounds (default 20 tiny, 5 base; 3 with --quick)")
     parser.add_argument("--processes", type=int, default=1, metavar="N",
@@ -125,8 +131,8 @@ def _ratio(value: float | None) -> str:
 
 
 def _print_table(results: dict[str, dict[str, Any]]) -> None:
-    header = ("config", "execution", "live peak", "RSS peak", "held", "held, dropped", "ms",
-              "live x", "RSS x", "held x", "ms x")
+    header = ("config", "execution", "live peak", "RSS peak", "held", "held, dropped",
+              "after del", "ms", "live x", "RSS x", "held x", "ms x")
     rows = [header]
     for label, result in results.items():
         for i, (name, n) in enumerate(result["executions"].items()):
@@ -134,7 +140,7 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
             ms = n.get("ms")
             rows.append((label if i == 0 else "", name, _size(n["live_peak"]),
                          _size(n["rss_peak"]), _size(n["rss_held"]), _size(n["rss_held_dropped"]),
-                         "-" if ms is None else f"{ms:.1f}",
+                         _size(n.get("rss_after_delete")), "-" if ms is None else f"{ms:.1f}",
                          *(_ratio(ratio.get(key)) for key in
                            ("live_peak", "rss_peak", "rss_held", "ms"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -162,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
     require("transformers", extra="torch", feature="tensorarena bench exec")
     base = args.size == "base"
     repeats = 3 if args.quick else args.repeats or (5 if base else 20)
-    executions = ("eager", "planned") + (("compiled",) if args.compile else ())
+    executions = (("eager", "planned") + (("compiled",) if args.compile else ())
+                  + (("exported",) if args.export else ()))
     options = RunOptions(executions=executions, repeats=repeats, calls=1 if args.quick
                          else args.calls, threads=args.threads or None,
                          options=_planned_options(args),

@@ -6,6 +6,9 @@
               :class:`~tensorarena.runtime.TrainingStep`, at the runtime's defaults unless
               options say otherwise
 ``compiled``  ``torch.compile`` with Inductor on the CPU, called as eager is
+``exported``  the module of ``torch.export.export(model)`` (as the runtime exports:
+              :func:`~tensorarena.runtime.exporting.export_module`) called as eager is,
+              inference only: what any export-based runtime pays for the export itself
 
 Each is an :class:`Execution`: ``call()`` runs it once on the configuration's inputs and returns
 what the caller gets; ``drop()`` lets go of what a call left besides that (an eager training
@@ -29,7 +32,7 @@ from tensorarena.errors import InvalidArgumentError
 __all__ = ["EXECUTIONS", "Execution", "build_execution", "leaves", "max_abs_err",
            "warm_libraries"]
 
-EXECUTIONS: tuple[str, ...] = ("eager", "planned", "compiled")
+EXECUTIONS: tuple[str, ...] = ("eager", "planned", "compiled", "exported")
 
 
 @dataclass
@@ -115,6 +118,12 @@ def build_execution(name: str, model: Any, args: tuple[Any, ...], kwargs: dict[s
         forward = model
     elif name == "compiled":
         forward = torch.compile(model, backend="inductor")
+    elif name == "exported":
+        if training:
+            raise InvalidArgumentError("the exported execution runs inference only")
+        from tensorarena.runtime.exporting import export_module
+
+        forward = export_module(model, args, kwargs, dynamic_shapes=None, strict=False).module()
     else:
         raise InvalidArgumentError(f"unknown execution {name!r}; known: {', '.join(EXECUTIONS)}")
     if training:

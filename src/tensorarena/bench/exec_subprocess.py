@@ -37,9 +37,9 @@ __all__ = ["Progress", "RunOptions", "make_job", "measure_config", "ratios", "ru
 _PRELOAD = ("transformers", "tensorarena.runtime", "torch.export")
 _PRELOAD_COMPILE = ("torch._dynamo", "torch._inductor.compile_fx")
 #: The numbers compared with eager's, as ratios.
-RATIO_KEYS = ("live_peak", "rss_peak", "rss_held", "rss_held_dropped", "ms")
+RATIO_KEYS = ("live_peak", "rss_peak", "rss_held", "rss_held_dropped", "rss_after_delete", "ms")
 #: The resident numbers, which vary between processes (module docstring).
-RSS_KEYS = ("rss_built", "rss_peak", "rss_held", "rss_held_dropped")
+RSS_KEYS = ("rss_built", "rss_peak", "rss_held", "rss_held_dropped", "rss_after_delete")
 
 
 class Progress:
@@ -139,7 +139,7 @@ def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     numbers = {**runs[0]["memory"], "library_rss": runs[0].get("library_rss"),
                "baseline_rss": runs[0].get("baseline_rss")}
     if len(runs) > 1:
-        numbers["rss_runs"] = {key: [r["memory"][key] for r in runs] for key in RSS_KEYS}
+        numbers["rss_runs"] = {key: [r["memory"].get(key) for r in runs] for key in RSS_KEYS}
         for key, values in numbers["rss_runs"].items():
             known = [v for v in values if v is not None]
             numbers[key] = int(statistics.median(known)) if known else None
@@ -154,6 +154,9 @@ def measure_config(config: Config, run: RunOptions, progress: Progress) -> dict[
     skipped: dict[str, str] = {}
     result: dict[str, Any] = {"config": config.as_dict()}
     for name in run.executions:
+        if name == "exported" and config.training:
+            skipped[name] = "inference only"
+            continue
         runs: list[dict[str, Any]] = []
         for i in range(max(1, run.processes)):
             count = f" ({i + 1} of {run.processes})" if run.processes > 1 else ""

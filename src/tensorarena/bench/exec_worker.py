@@ -18,7 +18,9 @@ configuration and any of:
              it, and ``live_peak``, that plus the arena (``arena_bytes``). For ``planned`` also
              ``details``: the plan (:meth:`~tensorarena.runtime.PlannedProgram.report`), the
              allocator calls, the poisoned check (``verify``), a memory snapshot (``snapshot``:
-             a pickle path).
+             a pickle path). Last, in a job that times nothing after: ``rss_after_delete``,
+             resident above the baseline once the execution is deleted and
+             :func:`tensorarena.empty_cache` ran (what it leaves in the process for good).
 ``latency``  executions to time in this process after everything above: built, checked against
              eager's outputs (``max_abs_err``), warmed up, then called ``repeats`` rounds in
              rotating order; the median of each. An execution that fails to build or run is
@@ -117,6 +119,17 @@ def _measure_memory(execution: Execution, baseline: int, calls: int,
         result["planned_allocations"] = trace.planned_allocations
         result["scalar_allocations"] = trace.small_planned_allocations
     return result
+
+
+def _rss_after_delete(baseline: int) -> int | None:
+    """Resident above ``baseline`` once the caller dropped the execution and ran
+    :func:`tensorarena.empty_cache`: what it leaves in the process for good."""
+    import tensorarena
+
+    gc.collect()
+    tensorarena.empty_cache()
+    now = process_memory.rss()
+    return None if now is None else now - baseline
 
 
 def _details(execution: Execution, job: dict[str, Any],
@@ -228,7 +241,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                                                inputs)
             if execution.program is not None:
                 result["details"] = _details(execution, job, inputs)
-            ready[execution.name] = execution
+            if job.get("latency"):
+                ready[execution.name] = execution
+            else:
+                del execution
+                result["memory"]["rss_after_delete"] = _rss_after_delete(baseline)
         except Exception as exc:
             result["memory"] = {"error": _reason(exc)}
     if job.get("latency"):
