@@ -1,5 +1,5 @@
 """Device arrays and staged transfers, on the CPU: "device" memory that is host memory underneath
-(so every byte can be checked), copies queued on CPU streams or on the fake CUDA runtime's."""
+(so every byte can be checked), copies queued on CPU streams or on the simulated CUDA runtime."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _fake_cuda import FakeCudart
 from tensorarena.errors import (
     DeviceUnavailableError,
     InvalidArgumentError,
@@ -26,6 +25,7 @@ from tensorarena.interop.transfers import CudaCopies, StreamCopies
 from tensorarena.memory import HostMemory, MemoryKind, PinnedHostMemory, Pool
 from tensorarena.memory.cuda import CudaHostAllocBackend, CudaMemory, CudaRuntime, CudaStream
 from tensorarena.streams import CpuStream
+from tensorarena.testing.cuda import Simulator
 
 
 class AsDevice:
@@ -183,8 +183,8 @@ def test_an_engine_or_stream_that_cannot_copy_is_refused_and_nothing_stays_alloc
     assert staging.statistics().allocations.current == 0
 
 
-def test_round_trip_through_the_cuda_path_on_the_fake_runtime() -> None:
-    fake = FakeCudart()
+def test_round_trip_through_the_cuda_path_on_the_simulated_runtime() -> None:
+    fake = Simulator(memory="64MiB", seed=1)
     runtime = CudaRuntime(fake)
     device = Pool(CudaMemory(runtime=runtime))
     staging = Pool(PinnedHostMemory(CudaHostAllocBackend(runtime=runtime)))

@@ -1,5 +1,5 @@
 """The arena on the graph's device, decided on the CPU: fake CUDA tensors (a graph traced with
-``make_fx`` over fake ``cuda:0`` inputs) and the fake CUDA runtime (its "device" memory is host
+``make_fx`` over fake ``cuda:0`` inputs) and the simulated CUDA runtime (its "device" memory is host
 memory). Only the last step, torch wrapping device memory as a CUDA tensor, is replaced here by
 a CPU tensor over the same bytes; ``tests/gpu/test_runtime_gpu.py`` runs it for real."""
 
@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from _fake_cuda import FakeCudart  # noqa: E402
 from tensorarena.errors import (  # noqa: E402
     InvalidArgumentError,
     InvalidResourceError,
@@ -32,15 +31,16 @@ from tensorarena.memory import (  # noqa: E402
 from tensorarena.memory.cuda import CudaRuntime  # noqa: E402
 from tensorarena.runtime import PlannedProgram, Workspace, device  # noqa: E402
 from tensorarena.runtime.materialize import block  # noqa: E402
+from tensorarena.testing.cuda import Simulator  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudart]:
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulator]:
     """Two fake devices as the process's device registry; CUDA tensors become CPU tensors
     over the same (host) bytes, keeping the device array alive as torch would."""
-    fake = FakeCudart(devices=2)
+    fake = Simulator(devices=2)
     previous = set_device_registry(DeviceRegistry(runtime=CudaRuntime(fake)))
 
     def host_view(array: Any, where: str) -> torch.Tensor:
@@ -76,7 +76,7 @@ def test_the_arena_device_is_the_graphs() -> None:
         device.common_device(spread)
 
 
-def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: FakeCudart) -> None:
+def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: Simulator) -> None:
     pool = device_pool(0)
     memory = block(1000, device="cuda:0")
     stats = pool.statistics()
@@ -93,7 +93,7 @@ def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: Fake
 
 
 def test_a_resource_the_device_cannot_use_is_refused_before_allocating(
-    fake_gpu: FakeCudart,
+    fake_gpu: Simulator,
 ) -> None:
     with pytest.raises(InvalidResourceError, match=r"cuda:0 but HostMemory holds host memory"):
         block(64, HostMemory(), device="cuda:0")
@@ -107,7 +107,7 @@ def test_a_resource_the_device_cannot_use_is_refused_before_allocating(
 
 
 def test_a_program_of_a_cuda_graph_lays_its_slots_over_device_memory(
-    fake_gpu: FakeCudart,
+    fake_gpu: Simulator,
 ) -> None:
     gm = cuda_graph()
     with pytest.raises(InvalidArgumentError, match="runs on cuda:0 but the workspace"):
@@ -129,7 +129,7 @@ def test_a_program_of_a_cuda_graph_lays_its_slots_over_device_memory(
 
 
 def test_a_program_of_a_cuda_graph_refuses_host_tensors_naming_them(
-    fake_gpu: FakeCudart,
+    fake_gpu: Simulator,
 ) -> None:
     program = PlannedProgram.from_graph_module(cuda_graph())
     with pytest.raises(ShapeNotCoveredError, match=r"'x_1' is on cpu; .* built for cuda:0") as err:

@@ -24,7 +24,7 @@ def sim() -> Iterator[Simulator]:
     simulator.close()
 
 
-def fill(value: int):  # noqa: ANN201
+def fill(value: int):
     def kernel(*views: memoryview) -> None:
         views[-1][:] = bytes([value]) * len(views[-1])
 

@@ -15,7 +15,7 @@ Tensors of a CUDA graph that stay on the CPU (a scalar made on the host) are lef
 plan (:func:`off_device`): an ``out=`` kernel cannot write them into a device slot.
 
 Only :func:`_as_cuda_tensor` needs a real GPU; the tests on the CPU replace it, so every
-decision above runs there against the fake CUDA runtime.
+decision above runs there against the simulated CUDA runtime (tensorarena.testing.cuda).
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ bookkeeping path on the CPU against a fake module with the same conventions, and
 above it never import CUDA themselves. The bindings are imported lazily
 (:func:`cuda_runtime`), with the ``cuda`` extra named when they are missing.
 
+Switching devices (:meth:`CudaRuntime.on_device`) restores the previous device only where that
+device's primary context exists (``cuDevicePrimaryCtxGetState``, as PyTorch's ``MaybeSetDevice``
+does): since CUDA 12 ``cudaSetDevice`` creates the context, and a thread that only ever used
+device 1 must not pay for (or be seen holding) one on device 0. Handles are read with
+cuda-bindings 13's ``getPtr()`` where it exists (``int()`` of a handle is deprecated there).
+
 Signatures that moved between CUDA 12 and 13 (``cudaMemAdvise``, ``cudaMemPrefetchAsync`` take
 a ``cudaMemLocation`` from 12.2 as ``*_v2`` and from 13 under the plain name) are tried newest
 first, once, and the form that works is kept.
@@ -36,6 +42,7 @@ __all__ = [
     "CudaRuntime",
     "cuda_available",
     "cuda_runtime",
+    "handle_value",
     "set_cuda_runtime",
     "stream_handle",
 ]
@@ -84,11 +91,20 @@ def stream_handle(stream: Any) -> int:
     return handle
 
 
-class CudaRuntime:
-    """Checked calls into a CUDA runtime bindings module (``cuda.bindings.runtime``)."""
+def handle_value(handle: Any) -> int:
+    """A bindings handle (``cudaStream_t``, ``cudaEvent_t``) or an int as a plain int."""
+    get = getattr(handle, "getPtr", None)
+    return int(get()) if callable(get) else int(handle)
 
-    def __init__(self, cudart: Any) -> None:
+
+class CudaRuntime:
+    """Checked calls into a CUDA runtime bindings module (``cuda.bindings.runtime``); ``driver``
+    (``cuda.bindings.driver``) answers whether a device's context exists (default: the runtime
+    module itself, where it has ``cuDevicePrimaryCtxGetState``)."""
+
+    def __init__(self, cudart: Any, driver: Any = None) -> None:
         self._cudart = cudart
+        self._driver = cudart if driver is None else driver
         self._location_api: bool | None = None  # None: not tried yet
         self._available: bool | None = None
 
@@ -161,18 +177,32 @@ class CudaRuntime:
         """``cudaSetDevice``."""
         self.call("cudaSetDevice", device)
 
+    def has_context(self, device: int) -> bool:
+        """True when ``device``'s primary context exists (or the driver cannot say)."""
+        query = getattr(self._driver, "cuDevicePrimaryCtxGetState", None)
+        if query is None:
+            return True
+        try:
+            result = query(getattr(self._driver, "CUdevice", int)(device))
+            return int(result[0]) != 0 or bool(result[2])
+        except Exception:
+            return True
+
     @contextlib.contextmanager
     def on_device(self, device: int) -> Iterator[None]:
-        """Make ``device`` current for the block, and the previous one current again after."""
+        """Make ``device`` current for the block, and the previous one current again after
+        (unless it has no context yet: restoring would create one)."""
         previous = self.get_device()
         if previous == device:
             yield
             return
+        restore = self.has_context(previous)
         self.set_device(device)
         try:
             yield
         finally:
-            self.set_device(previous)
+            if restore:
+                self.set_device(previous)
 
     def mem_get_info(self) -> tuple[int, int]:
         """``cudaMemGetInfo``: ``(free, total)`` bytes of the current device."""
@@ -288,7 +318,7 @@ class CudaRuntime:
     def stream_create(self) -> int:
         """``cudaStreamCreateWithFlags(cudaStreamNonBlocking)``: a stream that does not
         synchronise with the legacy default stream."""
-        return int(self.call("cudaStreamCreateWithFlags", _STREAM_NON_BLOCKING))
+        return handle_value(self.call("cudaStreamCreateWithFlags", _STREAM_NON_BLOCKING))
 
     def stream_destroy(self, stream: int) -> None:
         """``cudaStreamDestroy``."""
@@ -298,13 +328,26 @@ class CudaRuntime:
         """``cudaStreamSynchronize``."""
         self.call("cudaStreamSynchronize", stream)
 
+    def _ready(self, function: str, handle: int) -> bool:
+        try:
+            self.call(function, handle)
+        except CudaError as exc:
+            if exc.status == NOT_READY:
+                return False
+            raise
+        return True
+
+    def stream_query(self, stream: int) -> bool:
+        """``cudaStreamQuery``: True when the stream is idle, False while work is pending."""
+        return self._ready("cudaStreamQuery", stream)
+
     def stream_wait_event(self, stream: int, event: int) -> None:
         """``cudaStreamWaitEvent``: later work on ``stream`` waits for ``event``."""
         self.call("cudaStreamWaitEvent", stream, event, 0)
 
     def event_create(self) -> int:
         """``cudaEventCreateWithFlags(cudaEventDisableTiming)``: the cheapest kind of event."""
-        return int(self.call("cudaEventCreateWithFlags", _EVENT_DISABLE_TIMING))
+        return handle_value(self.call("cudaEventCreateWithFlags", _EVENT_DISABLE_TIMING))
 
     def event_record(self, event: int, stream: int) -> None:
         """``cudaEventRecord``."""
@@ -312,13 +355,7 @@ class CudaRuntime:
 
     def event_query(self, event: int) -> bool:
         """``cudaEventQuery``: True once reached, False while not ready; errors raise."""
-        try:
-            self.call("cudaEventQuery", event)
-        except CudaError as exc:
-            if exc.status == NOT_READY:
-                return False
-            raise
-        return True
+        return self._ready("cudaEventQuery", event)
 
     def event_synchronize(self, event: int) -> None:
         """``cudaEventSynchronize``."""
@@ -356,7 +393,12 @@ def cuda_runtime() -> CudaRuntime:
     global _runtime
     with _lock:
         if _runtime is None:
-            _runtime = CudaRuntime(_import_bindings())
+            bindings = _import_bindings()
+            try:
+                driver = importlib.import_module("cuda.bindings.driver")
+            except ImportError:
+                driver = None
+            _runtime = CudaRuntime(bindings, driver)
         return _runtime
 
 

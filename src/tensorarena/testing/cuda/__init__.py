@@ -42,12 +42,20 @@ from collections.abc import Iterator
 from tensorarena.memory import set_device_registry
 from tensorarena.memory.cuda.runtime import set_cuda_runtime
 from tensorarena.sizes import Size
-from tensorarena.testing.cuda._errors import cudaError_t
+from tensorarena.testing.cuda._errors import cudaError_t, cudaMemLocation
 from tensorarena.testing.cuda._memory import Allocation
 from tensorarena.testing.cuda._simulator import API_VERSIONS, Simulator
 from tensorarena.testing.cuda._streams import Race
 
-__all__ = ["API_VERSIONS", "Allocation", "Race", "Simulator", "cudaError_t", "simulated"]
+__all__ = [
+    "API_VERSIONS",
+    "Allocation",
+    "Race",
+    "Simulator",
+    "cudaError_t",
+    "cudaMemLocation",
+    "simulated",
+]
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ __all__ = ["Failure", "cudaError_t", "cudaMemLocation", "cudaMemLocationType",
            "cudaMemcpyKind", "cudaMemoryAdvise"]
 
 
-class cudaError_t(enum.IntEnum):  # noqa: N801 - the bindings' name
+class cudaError_t(enum.IntEnum):
     """The ``cudaError_t`` values the simulator returns."""
 
     cudaSuccess = 0
@@ -26,13 +26,13 @@ class cudaError_t(enum.IntEnum):  # noqa: N801 - the bindings' name
     cudaErrorHostMemoryNotRegistered = 713
 
 
-class cudaMemcpyKind(enum.IntEnum):  # noqa: N801
+class cudaMemcpyKind(enum.IntEnum):
     """Only the kind unified addressing needs."""
 
     cudaMemcpyDefault = 4
 
 
-class cudaMemoryAdvise(enum.IntEnum):  # noqa: N801
+class cudaMemoryAdvise(enum.IntEnum):
     """``cudaMemAdvise``'s advice."""
 
     cudaMemAdviseSetReadMostly = 1
@@ -43,14 +43,14 @@ class cudaMemoryAdvise(enum.IntEnum):  # noqa: N801
     cudaMemAdviseUnsetAccessedBy = 6
 
 
-class cudaMemLocationType(enum.IntEnum):  # noqa: N801
+class cudaMemLocationType(enum.IntEnum):
     """Where a ``cudaMemLocation`` points."""
 
     cudaMemLocationTypeDevice = 1
     cudaMemLocationTypeHost = 2
 
 
-class cudaMemLocation:  # noqa: N801
+class cudaMemLocation:
     """The location struct of CUDA 12.2+ (``*_v2``) and 13 hints."""
 
     def __init__(self) -> None:
@@ -58,7 +58,7 @@ class cudaMemLocation:  # noqa: N801
         self.id = 0
 
 
-class Failure(Exception):  # noqa: N818 - control flow, never seen by callers
+class Failure(Exception):
     """Raised inside the simulator to return ``status`` from the call being made."""
 
     def __init__(self, status: cudaError_t) -> None:

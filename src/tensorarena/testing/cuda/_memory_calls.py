@@ -72,7 +72,7 @@ class MemoryCalls:
 
     # --- allocation ----------------------------------------------------------------------------
 
-    def cudaMalloc(self, size: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMalloc(self, size: int) -> tuple[Any, ...]:
         """Device memory on the current device."""
         return self._call("cudaMalloc", self._malloc, size)
 
@@ -82,11 +82,11 @@ class MemoryCalls:
             raise Failure(cudaError_t.cudaErrorMemoryAllocation)
         return (allocation.address,)
 
-    def cudaMallocManaged(self, size: int, flags: int = _ATTACH_GLOBAL) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMallocManaged(self, size: int, flags: int = _ATTACH_GLOBAL) -> tuple[Any, ...]:
         """Managed memory, counted against the current device."""
         return self._call("cudaMallocManaged", self._malloc_mapped, size, flags, "managed")
 
-    def cudaHostAlloc(self, size: int, flags: int = 0) -> tuple[Any, ...]:  # noqa: N802
+    def cudaHostAlloc(self, size: int, flags: int = 0) -> tuple[Any, ...]:
         """Pinned host memory."""
         return self._call("cudaHostAlloc", self._malloc_mapped, size, 0, "host")
 
@@ -98,11 +98,11 @@ class MemoryCalls:
             raise Failure(cudaError_t.cudaErrorMemoryAllocation)
         return (allocation.address,)
 
-    def cudaFree(self, address: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaFree(self, address: int) -> tuple[Any, ...]:
         """Wait for the device, then free device or managed memory (0: nothing, success)."""
         return self._call("cudaFree", self._free, address, ("device", "managed"))
 
-    def cudaFreeHost(self, address: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaFreeHost(self, address: int) -> tuple[Any, ...]:
         """Wait for the device, then free pinned host memory."""
         return self._call("cudaFreeHost", self._free, address, ("host",))
 
@@ -117,7 +117,7 @@ class MemoryCalls:
         self.memory.free(address, kinds)
         return ()
 
-    def cudaHostRegister(self, address: int, size: int, flags: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaHostRegister(self, address: int, size: int, flags: int) -> tuple[Any, ...]:
         """Page-lock a host range; an overlap with a registered one is error 712."""
         return self._call("cudaHostRegister", self._register, address, size, flags)
 
@@ -129,7 +129,7 @@ class MemoryCalls:
             raise Failure(cudaError_t.cudaErrorHostMemoryAlreadyRegistered)
         return ()
 
-    def cudaHostUnregister(self, address: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaHostUnregister(self, address: int) -> tuple[Any, ...]:
         """Unregister a range by its start; error 713 when none starts there."""
         return self._call("cudaHostUnregister", self._unregister, address)
 
@@ -140,11 +140,11 @@ class MemoryCalls:
 
     # --- copies and memsets ----------------------------------------------------------------------
 
-    def cudaMemcpy(self, dst: int, src: int, count: int, kind: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMemcpy(self, dst: int, src: int, count: int, kind: Any) -> tuple[Any, ...]:
         """A copy on the legacy stream, waited for."""
         return self._call("cudaMemcpy", self._copy, dst, src, count, 0, True)
 
-    def cudaMemcpyAsync(self, dst: int, src: int, count: int, kind: Any,  # noqa: N802
+    def cudaMemcpyAsync(self, dst: int, src: int, count: int, kind: Any,
                         stream: Any) -> tuple[Any, ...]:
         """A copy queued on ``stream``."""
         return self._call("cudaMemcpyAsync", self._copy, dst, src, count, stream, False)
@@ -180,11 +180,11 @@ class MemoryCalls:
             raise Failure(cudaError_t.cudaErrorInvalidValue)  # freed or out of bounds
         return owner
 
-    def cudaMemset(self, address: int, value: int, count: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMemset(self, address: int, value: int, count: int) -> tuple[Any, ...]:
         """A memset on the legacy stream (asynchronous for device memory)."""
         return self._call("cudaMemset", self._memset, address, value, count, 0)
 
-    def cudaMemsetAsync(self, address: int, value: int, count: int,  # noqa: N802
+    def cudaMemsetAsync(self, address: int, value: int, count: int,
                         stream: Any) -> tuple[Any, ...]:
         """A memset queued on ``stream``."""
         return self._call("cudaMemsetAsync", self._memset, address, value, count, stream)

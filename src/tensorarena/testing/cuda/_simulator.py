@@ -123,7 +123,7 @@ class Simulator(MemoryCalls, StreamCalls):
 
     # --- the device calls --------------------------------------------------------------------
 
-    def cudaGetDeviceCount(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaGetDeviceCount(self) -> tuple[Any, ...]:
         """How many devices; cudaErrorNoDevice for none."""
         return self._call("cudaGetDeviceCount", self._device_count, context=False)
 
@@ -132,11 +132,11 @@ class Simulator(MemoryCalls, StreamCalls):
             raise Failure(cudaError_t.cudaErrorNoDevice)
         return (self.devices,)
 
-    def cudaGetDevice(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaGetDevice(self) -> tuple[Any, ...]:
         """The calling thread's current device (makes no context)."""
         return self._call("cudaGetDevice", lambda: (self._current(),), context=False)
 
-    def cudaSetDevice(self, device: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaSetDevice(self, device: int) -> tuple[Any, ...]:
         """Make ``device`` current for the thread (and its context, as CUDA 12 does)."""
         return self._call("cudaSetDevice", self._set_device, device, context=False)
 
@@ -147,7 +147,7 @@ class Simulator(MemoryCalls, StreamCalls):
         self.contexts[int(device)] = self.contexts[int(device)] or 1
         return ()
 
-    def cuDevicePrimaryCtxGetState(self, device: int) -> tuple[Any, ...]:  # noqa: N802
+    def cuDevicePrimaryCtxGetState(self, device: int) -> tuple[Any, ...]:
         """The driver call: ``(CUDA_SUCCESS, flags, active)``; makes no context."""
         with self._lock:
             self.calls.append(("cuDevicePrimaryCtxGetState", (device,)))
@@ -155,7 +155,7 @@ class Simulator(MemoryCalls, StreamCalls):
                 return (cudaError_t.cudaErrorInvalidDevice,)
             return (cudaError_t.cudaSuccess, 0, bool(self.contexts[int(device)]))
 
-    def cudaMemGetInfo(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMemGetInfo(self) -> tuple[Any, ...]:
         """``(free, total)`` of the current device."""
         return self._call("cudaMemGetInfo", self._mem_get_info)
 
@@ -164,12 +164,12 @@ class Simulator(MemoryCalls, StreamCalls):
         used = self.memory.heaps[device].used + self.memory.managed_used[device]
         return self.capacity - used, self.capacity
 
-    def cudaDeviceSynchronize(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaDeviceSynchronize(self) -> tuple[Any, ...]:
         """Run everything queued on the current device."""
         return self._call("cudaDeviceSynchronize", lambda: self.sync_device(self._current())
                           or ())
 
-    def cudaGetLastError(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaGetLastError(self) -> tuple[Any, ...]:
         """The thread's last error (a sticky one stays), cleared."""
         with self._lock:
             self.calls.append(("cudaGetLastError", ()))
@@ -178,7 +178,7 @@ class Simulator(MemoryCalls, StreamCalls):
             sticky = self.sticky[self._current()] if self.devices else None
             return (sticky or status,)
 
-    def cudaGetErrorName(self, error: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaGetErrorName(self, error: Any) -> tuple[Any, ...]:
         """The status's name, as bytes."""
         return cudaError_t.cudaSuccess, cudaError_t(int(error)).name.encode()
 

@@ -95,7 +95,7 @@ class StreamCalls:
 
     # --- streams -------------------------------------------------------------------------------
 
-    def cudaStreamCreateWithFlags(self, flags: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamCreateWithFlags(self, flags: int) -> tuple[Any, ...]:
         """A stream of the current device."""
         return self._call("cudaStreamCreateWithFlags", self._stream_create, flags)
 
@@ -106,7 +106,7 @@ class StreamCalls:
         self.scheduler.streams.append(stream)
         return (handle,)
 
-    def cudaStreamDestroy(self, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamDestroy(self, stream: Any) -> tuple[Any, ...]:
         """Forget the handle; its queued work still runs."""
         return self._call("cudaStreamDestroy", self._stream_destroy, stream)
 
@@ -116,12 +116,12 @@ class StreamCalls:
         del self._streams[int(handle)]
         return ()
 
-    def cudaStreamSynchronize(self, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamSynchronize(self, stream: Any) -> tuple[Any, ...]:
         """Run the stream's queued work (and what it waits for)."""
         return self._call("cudaStreamSynchronize", lambda s: self.sync_stream(self.stream(s))
                           or (), stream)
 
-    def cudaStreamQuery(self, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamQuery(self, stream: Any) -> tuple[Any, ...]:
         """Success when the stream is idle, else cudaErrorNotReady."""
         return self._call("cudaStreamQuery", self._stream_query, stream)
 
@@ -132,7 +132,7 @@ class StreamCalls:
         self.scheduler.seen(stream, stream.queued)
         return ()
 
-    def cudaStreamWaitEvent(self, stream: Any, event: Any, flags: int = 0) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamWaitEvent(self, stream: Any, event: Any, flags: int = 0) -> tuple[Any, ...]:
         """Later work on ``stream`` waits for the event's recorded position (any device)."""
         return self._call("cudaStreamWaitEvent", self._stream_wait, stream, event)
 
@@ -145,7 +145,7 @@ class StreamCalls:
 
     # --- events --------------------------------------------------------------------------------
 
-    def cudaEventCreateWithFlags(self, flags: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventCreateWithFlags(self, flags: int) -> tuple[Any, ...]:
         """An event of the current device."""
         return self._call("cudaEventCreateWithFlags", self._event_create)
 
@@ -154,7 +154,7 @@ class StreamCalls:
         self._events[handle] = SimEvent(handle, self._current())
         return (handle,)
 
-    def cudaEventRecord(self, event: Any, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventRecord(self, event: Any, stream: Any) -> tuple[Any, ...]:
         """Mark the stream's current end; fails on another device's stream."""
         return self._call("cudaEventRecord", self._event_record, event, stream)
 
@@ -166,7 +166,7 @@ class StreamCalls:
         event.mark = (stream, op.seq, op.clock)
         return ()
 
-    def cudaEventQuery(self, event: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventQuery(self, event: Any) -> tuple[Any, ...]:
         """Success once reached, else cudaErrorNotReady."""
         return self._call("cudaEventQuery", self._event_query, event, context=False)
 
@@ -178,7 +178,7 @@ class StreamCalls:
             self.scheduler.seen(*event.mark)
         return ()
 
-    def cudaEventSynchronize(self, event: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventSynchronize(self, event: Any) -> tuple[Any, ...]:
         """Run work until the event is reached."""
         return self._call("cudaEventSynchronize", self._event_sync, event, context=False)
 
@@ -192,7 +192,7 @@ class StreamCalls:
             self._check_sticky(source.device)
         return ()
 
-    def cudaEventDestroy(self, event: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventDestroy(self, event: Any) -> tuple[Any, ...]:
         """Forget the event."""
         return self._call("cudaEventDestroy", self._event_destroy, event, context=False)
 
