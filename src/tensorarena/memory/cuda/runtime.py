@@ -58,6 +58,7 @@ CPU_DEVICE = -1
 
 _HOST_ALLOC_PORTABLE = 1
 _HOST_REGISTER_PORTABLE = 1
+_HOST_REGISTER_READ_ONLY = 8
 _MEM_ATTACH_GLOBAL = 1
 _EVENT_DISABLE_TIMING = 2
 _STREAM_NON_BLOCKING = 1
@@ -231,9 +232,13 @@ class CudaRuntime:
         """``cudaFreeHost``."""
         self.call("cudaFreeHost", address)
 
-    def host_register(self, address: int, nbytes: int, *, portable: bool = True) -> None:
-        """``cudaHostRegister``: page-lock existing host memory and register it for DMA."""
-        self.call("cudaHostRegister", address, nbytes, _HOST_REGISTER_PORTABLE if portable else 0)
+    def host_register(self, address: int, nbytes: int, *, portable: bool = True,
+                      read_only: bool = False) -> None:
+        """``cudaHostRegister``: page-lock existing host memory and register it for DMA
+        (``read_only``: the device only reads it, as a read-only mapped file needs)."""
+        flags = (_HOST_REGISTER_PORTABLE if portable else 0) | (
+            _HOST_REGISTER_READ_ONLY if read_only else 0)
+        self.call("cudaHostRegister", address, nbytes, flags)
 
     def host_unregister(self, address: int) -> None:
         """``cudaHostUnregister``."""
