@@ -34,6 +34,7 @@ from typing import Any
 
 from tensorarena._optional import require
 from tensorarena.errors import CudaError, InvalidArgumentError, MissingDependencyError
+from tensorarena.memory.cuda.handles import handle_value, stream_handle
 
 __all__ = [
     "CPU_DEVICE",
@@ -64,38 +65,6 @@ _EVENT_DISABLE_TIMING = 2
 _STREAM_NON_BLOCKING = 1
 _MEMCPY_DEFAULT = 4
 _LOCATION_DEVICE, _LOCATION_HOST = 1, 2
-
-
-def stream_handle(stream: Any) -> int:
-    """A stream as the runtime's integer handle: ``None`` is the legacy default stream (0); a
-    ``CudaStream`` (``.handle``), a PyTorch stream (``.cuda_stream``), a CuPy stream (``.ptr``)
-    or an int-like gives its own."""
-    if stream is None:
-        return 0
-    for attribute in ("handle", "cuda_stream", "ptr"):
-        value = getattr(stream, attribute, None)
-        if value is not None:
-            stream = value
-            break
-    if isinstance(stream, bool | float | str | bytes):  # int() would make a handle of them
-        raise InvalidArgumentError(
-            f"stream must be None, a stream object or an int handle, not {stream!r}"
-        )
-    try:
-        handle = int(stream)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(
-            f"stream must be None, a stream object or an int handle, not {stream!r}"
-        ) from None
-    if handle < 0:
-        raise InvalidArgumentError(f"a stream handle is non-negative, not {handle}")
-    return handle
-
-
-def handle_value(handle: Any) -> int:
-    """A bindings handle (``cudaStream_t``, ``cudaEvent_t``) or an int as a plain int."""
-    get = getattr(handle, "getPtr", None)
-    return int(get()) if callable(get) else int(handle)
 
 
 class CudaRuntime:
