@@ -22,26 +22,22 @@ from tensorarena.errors import (  # noqa: E402
     InvalidResourceError,
     ShapeNotCoveredError,
 )
+from tensorarena.interop.stream_pools import stream_ordered_pool  # noqa: E402
 from tensorarena.memory import (  # noqa: E402
-    DeviceRegistry,
     HostMemory,
     device_pool,
-    set_device_registry,
 )
-from tensorarena.memory.cuda import CudaRuntime  # noqa: E402
 from tensorarena.runtime import PlannedProgram, Workspace, device  # noqa: E402
 from tensorarena.runtime.materialize import block  # noqa: E402
-from tensorarena.testing.cuda import Simulator  # noqa: E402
+from tensorarena.testing.cuda import Simulator, simulated  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulator]:
-    """Two fake devices as the process's device registry; CUDA tensors become CPU tensors
-    over the same (host) bytes, keeping the device array alive as torch would."""
-    fake = Simulator(devices=2)
-    previous = set_device_registry(DeviceRegistry(runtime=CudaRuntime(fake)))
+    """Two simulated devices as the process's runtime and registry; CUDA tensors become CPU
+    tensors over the same (host) bytes, keeping the device array alive as torch would."""
 
     def host_view(array: Any, where: str) -> torch.Tensor:
         assert where == f"cuda:{array.device}"
@@ -50,8 +46,8 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulator]:
         return torch.frombuffer(buffer, dtype=torch.uint8)
 
     monkeypatch.setattr(device, "_as_cuda_tensor", host_view)
-    yield fake
-    set_device_registry(previous)
+    with simulated(devices=2, memory="64MiB") as sim:
+        yield sim
 
 
 def cuda_graph() -> torch.fx.GraphModule:
@@ -89,6 +85,9 @@ def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: Simu
     assert pool.statistics().allocated_bytes.current >= 1000
     del view
     gc.collect()
+    ordered = stream_ordered_pool(0)
+    assert ordered.live_blocks() == {}, "freed, waiting for the legacy stream's event"
+    ordered.synchronize()
     assert pool.statistics().allocated_bytes.current == 0
 
 
