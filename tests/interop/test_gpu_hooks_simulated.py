@@ -244,3 +244,13 @@ def test_a_dropped_registration_unregisters_and_read_only_is_offered(sim: Simula
     with register(array) as again:
         assert sim.registered == {array.ctypes.data: 4096} and again.open
     assert sim.registered == {}
+
+
+def test_one_stream_ordered_pool_per_device_pool(sim: Simulator) -> None:
+    from tensorarena.memory import device_pool
+
+    first, second = stream_ordered_pool(0), stream_ordered_pool(1)
+    assert first is stream_ordered_pool(0) and first is not second
+    assert second.upstream is device_pool(1) and second.default_stream == 0
+    with simulated(devices=2, memory="4MiB"):
+        assert stream_ordered_pool(1) is not second, "a new registry gets new pools"

@@ -257,3 +257,22 @@ def test_handles_are_read_with_the_cuda13_accessor() -> None:
             raise AssertionError("int() of a handle is deprecated in cuda-bindings 13")
 
     assert handle_value(Handle()) == 0x5000 and handle_value(7) == 7
+
+
+def test_block_device_switches_around_a_free_only_where_there_is_cuda() -> None:
+    from tensorarena.memory.cuda.current import block_device
+
+    with simulated(devices=2, memory="1MiB") as sim:
+        runtime = cuda_runtime()
+        runtime.free(0)  # the thread uses device 0
+        with block_device(1):
+            assert runtime.get_device() == 1
+        with block_device(None):
+            assert runtime.get_device() == 0, "an unknown device switches nothing"
+        assert runtime.get_device() == 0 and sim.contexts == [1, 1]
+    previous = set_cuda_runtime(CudaRuntime(Simulator(devices=0)))
+    try:
+        with block_device(3):  # no device: nothing to switch, nothing raised
+            pass
+    finally:
+        set_cuda_runtime(previous)

@@ -130,9 +130,9 @@ class CudaStream:
             raise InvalidArgumentError(f"device must be a non-negative int, not {device!r}")
         self._device = device
         if handle is None:
-            if device is None:
-                self._device = self._runtime.get_device()
-            with self._runtime.on_device(self._device):
+            device = self._runtime.get_device() if device is None else device
+            self._device = device
+            with self._runtime.on_device(device):
                 self._handle = self._runtime.stream_create()
             weakref.finalize(self, _destroy, self._runtime, "stream_destroy", self._handle)
             self._owned = True

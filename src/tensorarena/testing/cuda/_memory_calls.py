@@ -56,6 +56,8 @@ class MemoryCalls:
             raise NotImplementedError
 
     def _bind_hints(self, api: str) -> None:
+        self.cudaMemAdvise: Any
+        self.cudaMemPrefetchAsync: Any
         if api == "12.0":
             self.cudaMemAdvise = self._advise_by_device
             self.cudaMemPrefetchAsync = self._prefetch_by_device

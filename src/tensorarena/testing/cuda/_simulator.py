@@ -166,8 +166,11 @@ class Simulator(MemoryCalls, StreamCalls):
 
     def cudaDeviceSynchronize(self) -> tuple[Any, ...]:
         """Run everything queued on the current device."""
-        return self._call("cudaDeviceSynchronize", lambda: self.sync_device(self._current())
-                          or ())
+        return self._call("cudaDeviceSynchronize", self._device_sync)
+
+    def _device_sync(self) -> tuple[()]:
+        self.sync_device(self._current())
+        return ()
 
     def cudaGetLastError(self) -> tuple[Any, ...]:
         """The thread's last error (a sticky one stays), cleared."""
@@ -269,8 +272,9 @@ class Simulator(MemoryCalls, StreamCalls):
         """Run every queued op of every device (the host waits for all of them)."""
         with self._lock:
             for stream in list(self.scheduler.streams):
-                if self.scheduler.run_until(lambda s=stream: s.done >= s.queued):
-                    self.scheduler.seen(stream, stream.queued)
+                target = stream.queued
+                if self.scheduler.run_until(lambda s=stream, t=target: s.done >= t):  # type: ignore[misc]
+                    self.scheduler.seen(stream, target)
 
     def hold(self, stream: Any, held: bool = True) -> None:
         """Stop (or, ``held=False``, let go) a stream's work, as a long kernel would: its ops

@@ -118,8 +118,11 @@ class StreamCalls:
 
     def cudaStreamSynchronize(self, stream: Any) -> tuple[Any, ...]:
         """Run the stream's queued work (and what it waits for)."""
-        return self._call("cudaStreamSynchronize", lambda s: self.sync_stream(self.stream(s))
-                          or (), stream)
+        return self._call("cudaStreamSynchronize", self._stream_sync, stream)
+
+    def _stream_sync(self, handle: Any) -> tuple[()]:
+        self.sync_stream(self.stream(handle))
+        return ()
 
     def cudaStreamQuery(self, stream: Any) -> tuple[Any, ...]:
         """Success when the stream is idle, else cudaErrorNotReady."""
