@@ -276,3 +276,18 @@ def test_cuda_streams_over_the_simulator_wait_across_devices() -> None:
         runtime.memcpy_async(b, a, 256, consumer.handle)
         consumer.synchronize()
         assert sim.read(b, 256) == b"\x09" * 256 and sim.races == []
+
+
+def test_a_synchronous_copy_makes_what_it_waited_for_seen_by_the_host(sim: Simulator) -> None:
+    runtime = sim.runtime
+    a, b = runtime.malloc(64), runtime.malloc(64)
+    s1, s2 = runtime.stream_create(), runtime.stream_create()
+    sim.launch(s1, fill(1), writes=[(a, 64)])
+    event = runtime.event_create()
+    runtime.event_record(event, s1)
+    runtime.stream_wait_event(s2, event)
+    host = np.zeros(64, np.uint8)
+    runtime.memcpy_async(host.ctypes.data, b, 64, s2)  # pageable target: waited for
+    sim.launch(s2, fill(3), writes=[(b, 64)])  # queued after the copy: not yet seen
+    sim.write(a, b"\2" * 64)  # s1's kernel finished before the copy the host waited for
+    assert sim.races == []

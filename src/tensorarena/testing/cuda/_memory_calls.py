@@ -46,7 +46,7 @@ class MemoryCalls:
         def enqueue(self, stream: SimStream, op: Op, inherited: Any = None) -> Op:
             raise NotImplementedError
 
-        def sync_stream(self, stream: SimStream, upto: int | None = None) -> None:
+        def sync_stream(self, stream: SimStream, upto: Op | None = None) -> None:
             raise NotImplementedError
 
         def sync_device(self, device: int) -> None:
@@ -170,7 +170,7 @@ class MemoryCalls:
             writes=((dst, count),) if target is not None else (),
         ))
         if wait or target is None:
-            self.sync_stream(stream, op.seq)
+            self.sync_stream(stream, op)
         return ()
 
     def _side(self, address: int, count: int) -> Allocation | None:
@@ -206,7 +206,7 @@ class MemoryCalls:
 
         op = self.enqueue(stream, Op(f"memset of {count} bytes", run, writes=((address, count),)))
         if owner.kind != "device" and int(getattr(handle, "handle", handle)) == 0:
-            self.sync_stream(stream, op.seq)
+            self.sync_stream(stream, op)
         return ()
 
     # --- managed-memory hints --------------------------------------------------------------------

@@ -79,12 +79,12 @@ class StreamCalls:
         """Queue ``op`` on ``stream`` (blocking streams after the device's legacy stream)."""
         return self.scheduler.enqueue(stream, op, self._legacy[stream.device], inherited)
 
-    def sync_stream(self, stream: SimStream, upto: int | None = None) -> None:
-        """Block the host until ``stream`` ran its first ``upto`` ops (default: all queued)."""
-        target = stream.queued if upto is None else upto
+    def sync_stream(self, stream: SimStream, upto: Op | None = None) -> None:
+        """Block the host until ``stream`` ran every queued op (or up to the op ``upto``)."""
+        target = stream.queued if upto is None else upto.seq
         if not self.scheduler.run_until(lambda: stream.done >= target):
             raise Failure(cudaError_t.cudaErrorNotReady)  # held: would hang on a GPU
-        self.scheduler.seen(stream, target)
+        self.scheduler.seen(stream, target, None if upto is None else upto.clock)
         self._check_sticky(stream.device)
 
     def sync_device(self, device: int) -> None:
