@@ -69,6 +69,17 @@ def _give_event(runtime: CudaRuntime, device: int, handle: int) -> None:
     _destroy(runtime, "event_destroy", handle)
 
 
+def _recorded(runtime: CudaRuntime, device: int, stream: int) -> int:
+    """A pooled (or new) event of ``device`` (current) recorded on ``stream``."""
+    handle = _take_event(runtime, device)
+    try:
+        runtime.event_record(handle, stream)
+    except BaseException:
+        _destroy(runtime, "event_destroy", handle)  # its state is unknown
+        raise
+    return handle
+
+
 def idle_events(runtime: CudaRuntime, device: int) -> int:
     """How many pooled events ``device`` has for ``runtime`` (for tests and reports)."""
     with _pool_lock:
@@ -82,14 +93,12 @@ class CudaEvent:
 
     def __init__(self, runtime: CudaRuntime, stream: int, device: int | None = None) -> None:
         self._runtime = runtime
-        device = runtime.get_device() if device is None else device
-        with runtime.on_device(device):
-            self._handle = _take_event(runtime, device)
-            try:
-                runtime.event_record(self._handle, stream)
-            except BaseException:
-                _destroy(runtime, "event_destroy", self._handle)  # its state is unknown
-                raise
+        if device is None:  # the current device: no switching
+            device = runtime.get_device()
+            self._handle = _recorded(runtime, device, stream)
+        else:
+            with runtime.on_device(device):
+                self._handle = _recorded(runtime, device, stream)
         weakref.finalize(self, _give_event, runtime, device, self._handle)
         self._stream = stream
         self._device = device
