@@ -291,3 +291,21 @@ def test_a_synchronous_copy_makes_what_it_waited_for_seen_by_the_host(sim: Simul
     sim.launch(s2, fill(3), writes=[(b, 64)])  # queued after the copy: not yet seen
     sim.write(a, b"\2" * 64)  # s1's kernel finished before the copy the host waited for
     assert sim.races == []
+
+
+def test_launch_takes_any_stream_a_framework_hands_out(sim: Simulator) -> None:
+    runtime = sim.runtime
+    a = runtime.malloc(16)
+    handle = runtime.stream_create()
+
+    class TorchLike:
+        cuda_stream = handle
+
+    sim.launch(TorchLike(), fill(4), writes=[(a, 16)])
+    sim.launch(None, fill(5), writes=[(a, 16)])  # the legacy stream: a race with the other
+    with pytest.raises(CudaError, match="InvalidResourceHandle"):
+        sim.launch(0x999, fill(6), writes=[(a, 16)])
+    with pytest.raises(InvalidArgumentError):
+        sim.launch(-3, fill(6))
+    runtime.device_synchronize()
+    assert sim.read(a, 16) in (b"\4" * 16, b"\5" * 16) and len(sim.races) == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.memory.cuda.handles import stream_handle
 from tensorarena.testing.cuda._errors import Failure, cudaError_t, cudaMemLocation
 from tensorarena.testing.cuda._memory import Allocation, Memory
 from tensorarena.testing.cuda._streams import Op, SimStream
@@ -205,7 +206,7 @@ class MemoryCalls:
             ctypes.memset(address, int(value), count)
 
         op = self.enqueue(stream, Op(f"memset of {count} bytes", run, writes=((address, count),)))
-        if owner.kind != "device" and int(getattr(handle, "handle", handle)) == 0:
+        if owner.kind != "device" and stream_handle(handle) == 0:
             self.sync_stream(stream, op)
         return ()
 
@@ -250,7 +251,7 @@ class MemoryCalls:
         stream = self.stream(handle)
         self.enqueue(stream, Op(f"prefetch of {count} bytes"))
         self.prefetches.append((int(address), int(count), target,
-                                int(getattr(handle, "handle", handle))))
+                                stream_handle(handle)))
         return ()
 
 

@@ -252,7 +252,7 @@ class Simulator(MemoryCalls, StreamCalls):
 
     def _launch(self, handle: Any, fn: Callable[..., None], reads: tuple[Range, ...],
                 writes: tuple[Range, ...]) -> tuple[()]:
-        stream = self.stream(0 if handle is None else handle)
+        stream = self.stream(handle)
         if stream.device != self._current():
             raise Failure(cudaError_t.cudaErrorInvalidResourceHandle)
         memory = self.memory

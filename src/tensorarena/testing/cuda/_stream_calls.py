@@ -13,6 +13,7 @@ import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.memory.cuda.handles import stream_handle
 from tensorarena.testing.cuda._errors import Failure, cudaError_t
 from tensorarena.testing.cuda._streams import Op, Scheduler, SimEvent, SimStream
 
@@ -50,8 +51,9 @@ class StreamCalls:
     # --- lookup --------------------------------------------------------------------------------
 
     def stream(self, handle: Any) -> SimStream:
-        """The stream a handle names for the calling thread (0/1 legacy, 2 per-thread)."""
-        handle = int(getattr(handle, "handle", handle))
+        """The stream a handle (or a stream object: ours, PyTorch's, CuPy's) names for the
+        calling thread (0/1 legacy, 2 per-thread)."""
+        handle = stream_handle(handle)
         device = self._current()
         if handle in (0, 1):
             return self._legacy[device]
