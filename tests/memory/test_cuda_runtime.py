@@ -276,3 +276,19 @@ def test_block_device_switches_around_a_free_only_where_there_is_cuda() -> None:
             pass
     finally:
         set_cuda_runtime(previous)
+
+
+def test_has_context_reads_the_driver_and_assumes_one_where_it_cannot_say() -> None:
+    class Driver:
+        def __init__(self, answer: tuple[int, ...]) -> None:
+            self.answer = answer
+
+        def cuDevicePrimaryCtxGetState(self, device: int) -> tuple[int, ...]:
+            return self.answer
+
+    sim = Simulator(devices=2)
+    assert not CudaRuntime(sim, Driver((0, 0, 0))).has_context(0)
+    assert CudaRuntime(sim, Driver((0, 0, 1))).has_context(0)
+    assert not CudaRuntime(sim, Driver((3,))).has_context(0), "not initialised: no context"
+    assert CudaRuntime(sim, Driver((999,))).has_context(0), "another error: assume one"
+    assert CudaRuntime(sim, object()).has_context(0), "no driver call: assume one"

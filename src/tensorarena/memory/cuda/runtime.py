@@ -54,6 +54,8 @@ OUT_OF_MEMORY = 2
 NO_DEVICE = 100
 #: ``cudaErrorNotReady``: what ``cudaEventQuery`` says of an event not yet reached.
 NOT_READY = 600
+#: ``CUDA_ERROR_NOT_INITIALIZED``: the driver answers this before any context exists.
+_DRIVER_NOT_INITIALIZED = 3
 #: ``cudaCpuDeviceId``: the host as a prefetch or advice target.
 CPU_DEVICE = -1
 
@@ -148,13 +150,17 @@ class CudaRuntime:
         self.call("cudaSetDevice", device)
 
     def has_context(self, device: int) -> bool:
-        """True when ``device``'s primary context exists (or the driver cannot say)."""
+        """True when ``device``'s primary context exists (or the driver cannot say); False
+        too while the driver is not initialised (``CUDA_ERROR_NOT_INITIALIZED``: no context)."""
         query = getattr(self._driver, "cuDevicePrimaryCtxGetState", None)
         if query is None:
             return True
         try:
             result = query(getattr(self._driver, "CUdevice", int)(device))
-            return int(result[0]) != 0 or bool(result[2])
+            status = int(result[0])
+            if status == _DRIVER_NOT_INITIALIZED:
+                return False
+            return status != 0 or bool(result[2])
         except Exception:
             return True
 
@@ -166,12 +172,11 @@ class CudaRuntime:
         if previous == device:
             yield
             return
-        restore = self.has_context(previous)
         self.set_device(device)
         try:
             yield
         finally:
-            if restore:
+            if self.has_context(previous):
                 self.set_device(previous)
 
     def mem_get_info(self) -> tuple[int, int]:
