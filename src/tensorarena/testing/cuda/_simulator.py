@@ -242,7 +242,9 @@ class Simulator(MemoryCalls, StreamCalls):
         with one writable ``memoryview`` per range, ``reads`` first, then ``writes``.
 
         A range that is NULL or not live when the kernel runs poisons the device instead.
-        Raises :class:`~tensorarena.errors.CudaError` when the launch itself fails.
+        Raises :class:`~tensorarena.errors.CudaError` when the launch itself fails. ``fn`` runs
+        with the simulator's lock held (any thread's call may run it): it may call the
+        simulator, but must not wait for another thread that does.
         """
         read_ranges, write_ranges = _ranges(reads), _ranges(writes)
         status = self._call("cudaLaunchKernel", self._launch, stream, fn, read_ranges,
