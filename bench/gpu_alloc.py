@@ -9,9 +9,9 @@ size (default 4 KiB, 1 MiB, 64 MiB):
 - ``cudaMalloc``         ``CudaMemory`` itself: cudaMalloc + cudaFree through our checked wrapper
 - ``torch_empty``        ``torch.empty(n, uint8, device="cuda")`` + ``del``: the caching allocator
 - ``cupy_pool``          ``cupy.get_default_memory_pool().malloc(n)`` + ``del``
-- ``torch_pluggable``    ``torch.empty`` + ``del`` with PyTorch's allocator replaced by ours
-                         (``TorchAllocator().install()``, in a child process: it must be set
-                         before CUDA starts): what routing PyTorch through Python costs
+- ``torch_pluggable``    ``torch.empty`` + ``del`` inside ``torch.cuda.use_mem_pool`` over our
+                         allocator (``TorchAllocator().mem_pool()``, in a child process):
+                         what routing PyTorch through Python costs
 
 A benchmark, not a test: it asserts nothing. Usage: python bench/gpu_alloc.py [--json]
 """
@@ -90,9 +90,9 @@ def pluggable(sizes: tuple[int, ...]) -> dict[str, float]:
         "from gpu_common import per_call_us\n"
         "from tensorarena.interop.torch_allocator import TorchAllocator, build_shim, find_shim\n"
         "allocator = TorchAllocator(shim=find_shim() or build_shim())\n"
-        "allocator.install()\n"
-        f"sizes = {list(sizes)}\n"
-        "print(json.dumps({str(n): per_call_us(lambda n=n: torch.empty(n, dtype=torch.uint8, "
+        "with torch.cuda.use_mem_pool(allocator.mem_pool()):\n"
+        f"    sizes = {list(sizes)}\n"
+        "    print(json.dumps({str(n): per_call_us(lambda n=n: torch.empty(n, dtype=torch.uint8, "
         "device='cuda'), calls=2000) for n in sizes}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

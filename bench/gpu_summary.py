@@ -1,7 +1,8 @@
 """The short table ``scripts/gpu_check.sh`` prints last: the headline figure of each GPU run.
 
-Reads the JSON records the GPU benchmarks wrote into a folder (``gpu_alloc.json``,
-``gpu_transfer.json``, ``gpu_managed.json``, ``gpu_replay.json``) and the test summary line, and
+Reads the ``step:`` lines the script wrote into ``env.txt`` (one per step, with that step's own
+pass/fail counts) and the JSON records the GPU benchmarks wrote into a folder
+(``gpu_alloc.json``, ``gpu_transfer.json``, ``gpu_managed.json``, ``gpu_replay.json``), and
 prints one line per claim, with the file to look in for the rest. A missing or failed run is a
 line saying so, never a traceback. Usage: python bench/gpu_summary.py OUT_DIR
 """
@@ -34,12 +35,22 @@ def _missing(folder: Path, name: str) -> str:
     return first[0][:100] if first else f"no result ({name})"
 
 
+def _steps(folder: Path) -> list[str]:
+    """The ``step:`` lines ``gpu_check.sh`` wrote into env.txt: one per step, its own counts."""
+    try:
+        lines = (folder / "env.txt").read_text().splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if line.startswith("step: ")]
+
+
 def _lines(folder: Path) -> list[str]:
-    out: list[str] = []
-    tests = folder / "pytest.txt"
-    summary = [ln for ln in tests.read_text().splitlines() if " in " in ln and (
-        "passed" in ln or "failed" in ln or "error" in ln)] if tests.exists() else []
-    out.append(f"gpu tests          {summary[-1].strip('= ') if summary else 'no result'}")
+    out: list[str] = _steps(folder)
+    if not out:  # a folder written by hand, without the script's step lines
+        tests = folder / "pytest.txt"
+        summary = [ln for ln in tests.read_text().splitlines() if " in " in ln and (
+            "passed" in ln or "failed" in ln or "error" in ln)] if tests.exists() else []
+        out.append(f"gpu tests          {summary[-1].strip('= ') if summary else 'no result'}")
 
     alloc = _load(folder, "gpu_alloc.json")
     if alloc:

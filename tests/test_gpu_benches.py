@@ -63,3 +63,25 @@ def test_the_summary_reads_what_the_runs_wrote_and_names_what_is_missing(
     assert "10 passed, 1 skipped" in out and "ta_pool=1.50  torch_empty=3.25" in out
     assert "no result (gpu_transfer.json)" in out and "skipped: no CUDA device" in out
     assert sys.modules["gpu_summary"] is summary
+
+
+def test_the_summary_prints_each_steps_own_counts_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It printed the last pytest line of pytest.txt, which was the executor step's, as the
+    # count of every test step.
+    summary = importlib.import_module("gpu_summary")
+    (tmp_path / "env.txt").write_text(
+        "Wed Dec  2\nstep: build  compiled (build_ext: 0)  (40 s)\n"
+        "step: tests  120 passed, 3 skipped  (exit 0, 50 s)\n"
+        "step: planned executor on the GPU  1 failed, 4 passed  (exit 1, 20 s)\n"
+    )
+    (tmp_path / "pytest.txt").write_text("120 passed, 3 skipped in 3s\n1 failed, 4 passed in 2s\n")
+    assert summary.main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:4] == [
+        "step: build  compiled (build_ext: 0)  (40 s)",
+        "step: tests  120 passed, 3 skipped  (exit 0, 50 s)",
+        "step: planned executor on the GPU  1 failed, 4 passed  (exit 1, 20 s)",
+    ]
+    assert not any(line.startswith("gpu tests") for line in lines)

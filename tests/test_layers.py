@@ -28,6 +28,7 @@ LAYERS = [
     ("runtime", {"runtime"}),
     ("trace", {"trace"}),
     ("report", {"report"}),
+    ("testing", {"testing"}),
     ("front", {"cli", "bench", "__init__", "__main__"}),
 ]
 

@@ -28,6 +28,8 @@ NAMESPACES = [
     "tensorarena.debug",
     "tensorarena.sizes",
     "tensorarena.streams",
+    "tensorarena.testing",
+    "tensorarena.testing.cuda",
 ]
 
 

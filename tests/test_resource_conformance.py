@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _fake_cuda import FakeCudart
 from _upstreams import BufferMemory
 from tensorarena import Arena, MemoryKind
 from tensorarena.adaptors import (
@@ -48,6 +47,7 @@ from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.memory.virtual import VirtualMemory
 from tensorarena.streams import CpuStream
+from tensorarena.testing.cuda import Simulator
 from tensorarena.trace import PyTorchLike
 
 # --- the resources under test: one line each --------------------------------------------------
@@ -90,11 +90,11 @@ RESOURCES = [
     ),
     pytest.param(lambda: Logging(Pool(HostMemory())), id="logging-pool"),
     pytest.param(lambda: PyTorchLike(HostMemory()), id="pytorch-like-host"),
-    pytest.param(lambda: CudaMemory(runtime=CudaRuntime(FakeCudart())), id="cuda-fake"),
-    pytest.param(lambda: ManagedMemory(runtime=CudaRuntime(FakeCudart())), id="managed-fake"),
-    pytest.param(lambda: Pool(CudaMemory(1, runtime=CudaRuntime(FakeCudart()))), id="pool-cuda"),
+    pytest.param(lambda: CudaMemory(runtime=CudaRuntime(Simulator())), id="cuda-fake"),
+    pytest.param(lambda: ManagedMemory(runtime=CudaRuntime(Simulator())), id="managed-fake"),
+    pytest.param(lambda: Pool(CudaMemory(1, runtime=CudaRuntime(Simulator()))), id="pool-cuda"),
     pytest.param(
-        lambda: PinnedHostMemory(CudaHostAllocBackend(runtime=CudaRuntime(FakeCudart()))),
+        lambda: PinnedHostMemory(CudaHostAllocBackend(runtime=CudaRuntime(Simulator()))),
         id="pinned-cuda-host-alloc-fake",
     ),
     pytest.param(lambda: StreamOrdered(Pool(HostMemory())), id="stream-ordered-sync"),

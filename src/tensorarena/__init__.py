@@ -64,6 +64,7 @@ from tensorarena.errors import (
     UnknownPlannerError,
     UnknownStrategyError,
     UnsafePickleError,
+    UnsupportedError,
     UseAfterFreeError,
 )
 from tensorarena.interop import (
@@ -173,6 +174,7 @@ __all__ = [
     "UnknownPlannerError",
     "UnknownStrategyError",
     "UnsafePickleError",
+    "UnsupportedError",
     "UseAfterFreeError",
     "VirtualMemory",
     "__version__",

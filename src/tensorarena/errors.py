@@ -42,6 +42,7 @@ raised *before* any state changes: an allocator that raised is exactly as it was
     ├── NumaBindError             (also OSError)      the kernel refused to bind memory to a node
     ├── MissingDependencyError    (also ImportError)  an optional extra is not installed
     ├── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
+    ├── UnsupportedError                              a route refused because it cannot be safe
     ├── ExportFailedError                             torch.export could not capture a model
     │   └── DataDependentError                        a branch or a size depends on input values
     └── PlanVerificationError                         a planned program's outputs differ from eager
@@ -100,6 +101,7 @@ __all__ = [
     "UnknownPlannerError",
     "UnknownStrategyError",
     "UnsafePickleError",
+    "UnsupportedError",
     "UseAfterFreeError",
 ]
 
@@ -433,6 +435,10 @@ class MissingDependencyError(TensorArenaError, ImportError):
 class ShimUnavailableError(TensorArenaError, ImportError):
     """PyTorch's pluggable allocator needs a shared library, and the small shim tensorarena
     compiles for it (with a C compiler, at install or with ``build_shim()``) is not built here."""
+
+
+class UnsupportedError(TensorArenaError):
+    """A route tensorarena refuses because it cannot be made safe (say why and what to use)."""
 
 
 class UnknownBackendError(TensorArenaError, ValueError):

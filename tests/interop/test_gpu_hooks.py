@@ -81,9 +81,9 @@ class Recording:
 
 
 def test_cupy_gets_blocks_that_come_back_when_its_memory_dies() -> None:
-    from _fake_cuda import FakeCudart
+    from tensorarena.testing.cuda import Simulator
 
-    fake = FakeCudart()
+    fake = Simulator()
     resource = Recording(Pool(CudaMemory(1, runtime=CudaRuntime(fake))))
     allocator = CupyAllocator(resource, cupy=fake_cupy())
     pointer = allocator(1000)
@@ -102,8 +102,8 @@ def test_cupy_allocations_do_not_walk_the_resource_stack_each_time(
 ) -> None:
     """The device of a given resource is found once, when the allocator is made: its layers
     cannot change, and walking them cost every CuPy allocation."""
-    from _fake_cuda import FakeCudart
     from tensorarena.interop import cupy_allocator
+    from tensorarena.testing.cuda import Simulator
 
     walks: list[object] = []
 
@@ -112,7 +112,7 @@ def test_cupy_allocations_do_not_walk_the_resource_stack_each_time(
         return device_of(resource)
 
     monkeypatch.setattr(cupy_allocator, "device_of", counted)
-    fake = FakeCudart()
+    fake = Simulator()
     resource = Recording(Pool(CudaMemory(1, runtime=CudaRuntime(fake))))
     allocator = CupyAllocator(resource, cupy=fake_cupy())
     pointers = [allocator(256) for _ in range(3)]
@@ -200,9 +200,9 @@ def test_a_numba_factory_that_cannot_make_a_resource_is_refused() -> None:
 
 
 def test_numba_plugin_allocates_per_device_and_frees_through_the_finalizer() -> None:
-    from _fake_cuda import FakeCudart
+    from tensorarena.testing.cuda import Simulator
 
-    fake = FakeCudart(capacity=1 << 26)
+    fake = Simulator(memory=1 << 26)
     runtime = CudaRuntime(fake)
     made: dict[int, Any] = {}
 
@@ -232,10 +232,10 @@ def test_numba_plugin_allocates_per_device_and_frees_through_the_finalizer() -> 
 
 
 def test_numba_plugin_over_a_resource_without_memory_info_asks_the_runtime() -> None:
-    from _fake_cuda import FakeCudart
     from tensorarena.memory.cuda import set_cuda_runtime
+    from tensorarena.testing.cuda import Simulator
 
-    fake = FakeCudart()
+    fake = Simulator()
     previous = set_cuda_runtime(CudaRuntime(fake))
     try:
         manager = memory_manager_class(

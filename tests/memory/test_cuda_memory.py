@@ -1,4 +1,4 @@
-"""CudaMemory, ManagedMemory and the driver-pinning backends over a fake CUDA runtime: the
+"""CudaMemory, ManagedMemory and the driver-pinning backends over the simulated CUDA runtime: the
 bookkeeping, the device each call runs on, and the state left when the driver says no."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import tensorarena as ta
-from _fake_cuda import FakeCudart, MiB, cudaError_t
 from tensorarena.errors import (
     CudaError,
     InvalidAddressError,
@@ -26,31 +25,35 @@ from tensorarena.memory.cuda import (
     ManagedMemory,
     register,
 )
+from tensorarena.testing.cuda import Simulator, cudaError_t
+
+MiB = 1 << 20
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeCudart]:
-    module = FakeCudart(capacity=16 * MiB)
+def fake() -> Iterator[Simulator]:
+    module = Simulator(memory=16 * MiB)
     yield module
     module.close()
 
 
 @pytest.fixture
-def runtime(fake: FakeCudart) -> CudaRuntime:
+def runtime(fake: Simulator) -> CudaRuntime:
     return CudaRuntime(fake)
 
 
 def test_cuda_memory_allocates_on_its_own_device_and_restores_the_current_one(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
+    runtime.free(0)  # this thread works on device 0 (its context exists), so it is restored
     memory = CudaMemory(1, runtime=runtime)
     assert memory.device == 1 and memory.memory_kind is ta.MemoryKind.DEVICE
     address = memory.allocate(1000)
-    assert fake.buffers[address][3] == 1, "allocated on device 1"
+    assert fake.live()[address].device == 1, "allocated on device 1"
     assert runtime.get_device() == 0, "the current device is restored"
-    assert fake.used == [0, 1000]
+    assert fake.used == [0, 1024], "whole 256-byte granules, as cudaMalloc"
     assert memory.statistics().allocated_bytes.current == 1000
-    assert memory.mem_info() == (16 * MiB - 1000, 16 * MiB)
+    assert memory.mem_info() == (16 * MiB - 1024, 16 * MiB)
     memory.deallocate(address, 1000)
     assert fake.used == [0, 0] and memory.live_blocks() == {}
     assert "device=1" in repr(memory)
@@ -58,18 +61,18 @@ def test_cuda_memory_allocates_on_its_own_device_and_restores_the_current_one(
 
 
 def test_large_alignments_are_honoured_inside_a_larger_block(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     memory = CudaMemory(runtime=runtime)
     address = memory.allocate(100, alignment=1 << 16)
     assert address % (1 << 16) == 0
     assert memory.statistics().allocated_bytes.current == 100 + (1 << 16) - 256
     memory.deallocate(address, 100)
-    assert not fake.buffers
+    assert not fake.live()
 
 
 def test_out_of_device_memory_is_out_of_memory_with_the_devices_numbers(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     memory = CudaMemory(runtime=runtime)
     keep = memory.allocate(10 * MiB)
@@ -83,7 +86,7 @@ def test_out_of_device_memory_is_out_of_memory_with_the_devices_numbers(
 
 
 def test_driver_failures_leave_the_ledger_unchanged(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     memory = CudaMemory(runtime=runtime)
     fake.fail["cudaMalloc"] = cudaError_t.cudaErrorInvalidValue
@@ -103,21 +106,21 @@ def test_devices_are_checked(runtime: CudaRuntime) -> None:
         with pytest.raises(InvalidArgumentError, match="device"):
             CudaMemory(bad, runtime=runtime)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="none is visible"):
-        CudaMemory(0, runtime=CudaRuntime(FakeCudart(devices=0)))
+        CudaMemory(0, runtime=CudaRuntime(Simulator(devices=0)))
 
 
-def test_a_pool_over_device_memory_carves_arenas(fake: FakeCudart, runtime: CudaRuntime) -> None:
+def test_a_pool_over_device_memory_carves_arenas(fake: Simulator, runtime: CudaRuntime) -> None:
     pool = Pool(CudaMemory(runtime=runtime), initial_size="1MiB")
     blocks = [pool.allocate(1000) for _ in range(100)]
     assert fake.names().count("cudaMalloc") == 1, "one cudaMalloc for a hundred blocks"
     for block in blocks:
         pool.deallocate(block, 1000)
     pool.trim()
-    assert not fake.buffers
+    assert not fake.live()
 
 
 def test_managed_memory_refuses_more_than_the_device_has_free_before_asking(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     managed = ManagedMemory(runtime=runtime)
     assert managed.memory_kind is ta.MemoryKind.MANAGED
@@ -141,7 +144,7 @@ def test_managed_memory_is_host_accessible(runtime: CudaRuntime) -> None:
 
 
 def test_advice_and_prefetch_check_the_range_first(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     managed = ManagedMemory(1, runtime=runtime)
     address = managed.allocate(MiB)
@@ -149,11 +152,12 @@ def test_advice_and_prefetch_check_the_range_first(
     managed.advise(address + 4096, 4096, "preferred_location", "cpu")
     managed.advise(address, 4096, "accessed_by", 0)
     managed.prefetch(address, MiB)
-    managed.prefetch(address, 4096, "cpu", stream=0x30)
+    stream = runtime.stream_create()
+    managed.prefetch(address, 4096, "cpu", stream=stream)
     assert fake.advice == [
         (address, MiB, 1, 1), (address + 4096, 4096, 3, -1), (address, 4096, 5, 0)
     ]
-    assert fake.prefetches == [(address, MiB, 1, 0), (address, 4096, -1, 0x30)]
+    assert fake.prefetches == [(address, MiB, 1, 0), (address, 4096, -1, stream)]
     calls = len(fake.calls)
     for start, size in ((address + MiB - 10, 20), (address - 1, 10), (1 << 40, 1)):
         with pytest.raises(InvalidAddressError, match="not inside a live block"):
@@ -167,7 +171,7 @@ def test_advice_and_prefetch_check_the_range_first(
 
 
 def test_pinned_host_memory_through_cuda_host_alloc(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     pinned = PinnedHostMemory(CudaHostAllocBackend(runtime=runtime))
     assert pinned.limit is None and pinned.dma_registered
@@ -177,7 +181,7 @@ def test_pinned_host_memory_through_cuda_host_alloc(
     array[:] = 7
     del array
     pinned.deallocate(address, 5000)
-    assert not fake.buffers
+    assert not fake.live()
     fake.fail["cudaHostAlloc"] = cudaError_t.cudaErrorMemoryAllocation
     with pytest.raises(OutOfMemoryError, match="could not pin"):
         pinned.allocate(4096)
@@ -189,7 +193,7 @@ def test_pinned_host_memory_through_cuda_host_alloc(
 
 
 def test_pinned_host_memory_through_cuda_host_register(
-    fake: FakeCudart, runtime: CudaRuntime
+    fake: Simulator, runtime: CudaRuntime
 ) -> None:
     pinned = PinnedHostMemory(CudaRegisterBackend(runtime=runtime))
     address = pinned.allocate(10_000)
@@ -204,7 +208,7 @@ def test_pinned_host_memory_through_cuda_host_register(
         pinned.allocate(4096)
 
 
-def test_register_existing_host_memory_while_open(fake: FakeCudart, runtime: CudaRuntime) -> None:
+def test_register_existing_host_memory_while_open(fake: Simulator, runtime: CudaRuntime) -> None:
     array = np.zeros(1000, np.float64)
     with register(array, runtime=runtime) as registration:
         assert fake.registered == {array.ctypes.data: 8000}

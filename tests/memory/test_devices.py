@@ -1,4 +1,4 @@
-"""The device registry over simulated devices (host memory) and over the fake CUDA runtime:
+"""The device registry over simulated devices (host memory) and over the simulated CUDA runtime:
 one pool per device, the current device by default, and a free into the wrong pool refused."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from _fake_cuda import FakeCudart
 from tensorarena.errors import DeviceMismatchError, InvalidAddressError, InvalidArgumentError
 from tensorarena.memory import (
     DeviceRegistry,
@@ -18,6 +17,7 @@ from tensorarena.memory import (
     use_device,
 )
 from tensorarena.memory.cuda import CudaRuntime
+from tensorarena.testing.cuda import Simulator
 
 
 class SimulatedDevices:
@@ -99,11 +99,12 @@ def test_the_current_device_resource_allocates_where_it_is_called(
 
 
 def test_the_default_factory_makes_cuda_pools_on_their_device() -> None:
-    fake = FakeCudart()
+    fake = Simulator()
     registry = DeviceRegistry(runtime=CudaRuntime(fake))
+    fake.cudaFree(0)  # this thread works on device 0: it is made current again after
     block = registry.pool(1).allocate(4096)
-    arena = next(iter(fake.buffers.values()))
-    assert arena[3] == 1, "the arena came from device 1"
+    arena = next(iter(fake.live().values()))
+    assert arena.device == 1, "the arena came from device 1"
     assert registry.current_device() == 0
     registry.pool(1).deallocate(block, 4096)
     fake.close()

@@ -6,19 +6,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from _fake_cuda import FakeCudart
 from tensorarena.errors import MissingDependencyError, UnknownBackendError
 from tensorarena.memory import LockedHostMemory, MlockBackend, PinnedHostMemory
 from tensorarena.memory.cuda import CudaHostAllocBackend, CudaRuntime, set_cuda_runtime
+from tensorarena.testing.cuda import Simulator
 
 
 @pytest.fixture
 def cuda_runtime_is() -> Iterator[object]:
     """Set the process's CUDA runtime for one test, and put the previous one back."""
     previous = set_cuda_runtime(None)
-    fakes: list[FakeCudart] = []
+    fakes: list[Simulator] = []
 
-    def use(fake: FakeCudart) -> None:
+    def use(fake: Simulator) -> None:
         fakes.append(fake)
         set_cuda_runtime(CudaRuntime(fake))
 
@@ -40,19 +40,19 @@ def test_the_mlock_variant_is_named_for_what_it_is() -> None:
 
 
 def test_auto_pins_through_the_driver_where_cuda_is_present(cuda_runtime_is) -> None:  # type: ignore[no-untyped-def]
-    fake = FakeCudart()
+    fake = Simulator()
     cuda_runtime_is(fake)
     pinned = PinnedHostMemory()
     assert isinstance(pinned.backend, CudaHostAllocBackend) and pinned.dma_registered
     assert "(DMA-registered)" in repr(pinned)
     address = pinned.allocate(4096)
-    assert address in fake.buffers
+    assert address in fake.live()
     pinned.deallocate(address, 4096)
     assert PinnedHostMemory("cuda").dma_registered
 
 
 def test_auto_falls_back_to_mlock_without_a_gpu(cuda_runtime_is) -> None:  # type: ignore[no-untyped-def]
-    cuda_runtime_is(FakeCudart(devices=0))
+    cuda_runtime_is(Simulator(devices=0))
     assert isinstance(PinnedHostMemory().backend, MlockBackend)
     with pytest.raises(UnknownBackendError, match="needs a CUDA device"):
         PinnedHostMemory("cuda")

@@ -1,5 +1,5 @@
 """The arena on the graph's device, decided on the CPU: fake CUDA tensors (a graph traced with
-``make_fx`` over fake ``cuda:0`` inputs) and the fake CUDA runtime (its "device" memory is host
+``make_fx`` over fake ``cuda:0`` inputs) and the simulated CUDA runtime (its "device" memory is host
 memory). Only the last step, torch wrapping device memory as a CUDA tensor, is replaced here by
 a CPU tensor over the same bytes; ``tests/gpu/test_runtime_gpu.py`` runs it for real."""
 
@@ -17,31 +17,27 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from _fake_cuda import FakeCudart  # noqa: E402
 from tensorarena.errors import (  # noqa: E402
     InvalidArgumentError,
     InvalidResourceError,
     ShapeNotCoveredError,
 )
+from tensorarena.interop.stream_pools import stream_ordered_pool  # noqa: E402
 from tensorarena.memory import (  # noqa: E402
-    DeviceRegistry,
     HostMemory,
     device_pool,
-    set_device_registry,
 )
-from tensorarena.memory.cuda import CudaRuntime  # noqa: E402
 from tensorarena.runtime import PlannedProgram, Workspace, device  # noqa: E402
 from tensorarena.runtime.materialize import block  # noqa: E402
+from tensorarena.testing.cuda import Simulator, simulated  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudart]:
-    """Two fake devices as the process's device registry; CUDA tensors become CPU tensors
-    over the same (host) bytes, keeping the device array alive as torch would."""
-    fake = FakeCudart(devices=2)
-    previous = set_device_registry(DeviceRegistry(runtime=CudaRuntime(fake)))
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulator]:
+    """Two simulated devices as the process's runtime and registry; CUDA tensors become CPU
+    tensors over the same (host) bytes, keeping the device array alive as torch would."""
 
     def host_view(array: Any, where: str) -> torch.Tensor:
         assert where == f"cuda:{array.device}"
@@ -50,8 +46,8 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudart]:
         return torch.frombuffer(buffer, dtype=torch.uint8)
 
     monkeypatch.setattr(device, "_as_cuda_tensor", host_view)
-    yield fake
-    set_device_registry(previous)
+    with simulated(devices=2, memory="64MiB") as sim:
+        yield sim
 
 
 def cuda_graph() -> torch.fx.GraphModule:
@@ -76,7 +72,7 @@ def test_the_arena_device_is_the_graphs() -> None:
         device.common_device(spread)
 
 
-def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: FakeCudart) -> None:
+def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: Simulator) -> None:
     pool = device_pool(0)
     memory = block(1000, device="cuda:0")
     stats = pool.statistics()
@@ -89,11 +85,14 @@ def test_a_device_block_comes_from_the_devices_pool_and_goes_back(fake_gpu: Fake
     assert pool.statistics().allocated_bytes.current >= 1000
     del view
     gc.collect()
+    ordered = stream_ordered_pool(0)
+    assert ordered.live_blocks() == {}, "freed, waiting for the legacy stream's event"
+    ordered.synchronize()
     assert pool.statistics().allocated_bytes.current == 0
 
 
 def test_a_resource_the_device_cannot_use_is_refused_before_allocating(
-    fake_gpu: FakeCudart,
+    fake_gpu: Simulator,
 ) -> None:
     with pytest.raises(InvalidResourceError, match=r"cuda:0 but HostMemory holds host memory"):
         block(64, HostMemory(), device="cuda:0")
@@ -107,7 +106,7 @@ def test_a_resource_the_device_cannot_use_is_refused_before_allocating(
 
 
 def test_a_program_of_a_cuda_graph_lays_its_slots_over_device_memory(
-    fake_gpu: FakeCudart,
+    fake_gpu: Simulator,
 ) -> None:
     gm = cuda_graph()
     with pytest.raises(InvalidArgumentError, match="runs on cuda:0 but the workspace"):
@@ -129,7 +128,7 @@ def test_a_program_of_a_cuda_graph_lays_its_slots_over_device_memory(
 
 
 def test_a_program_of_a_cuda_graph_refuses_host_tensors_naming_them(
-    fake_gpu: FakeCudart,
+    fake_gpu: Simulator,
 ) -> None:
     program = PlannedProgram.from_graph_module(cuda_graph())
     with pytest.raises(ShapeNotCoveredError, match=r"'x_1' is on cpu; .* built for cuda:0") as err:

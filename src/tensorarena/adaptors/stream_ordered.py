@@ -197,7 +197,11 @@ class StreamOrdered(ResourceAdaptor):
 
     def record_stream(self, address: int, stream: Stream) -> None:
         """Declare that work on ``stream`` also uses the live block at ``address``: when it is
-        freed, it also waits for that stream's work (``Tensor.record_stream`` in PyTorch)."""
+        freed, it also waits for that stream's work (``Tensor.record_stream`` in PyTorch).
+
+        PyTorch's pluggable-allocator route (``TorchAllocator``) cannot call this for you: the
+        interface has no ``record_stream`` hook, so a tensor used on a second stream must be
+        declared here by the program, or synchronised before it dies."""
         address = check_address(address)
         with self._lock:
             if address not in self._live:

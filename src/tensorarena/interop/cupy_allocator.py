@@ -2,10 +2,13 @@
 
 CuPy asks its current allocator for ``size`` bytes and expects a ``cupy.cuda.MemoryPointer``
 back; the pointer's memory object lives as long as any array over it. :class:`CupyAllocator`
-takes the bytes from a tensorarena resource (default: the current device's pool) and wraps them
+takes the bytes from a tensorarena resource (default: the current device's stream-ordered pool,
+:func:`~tensorarena.interop.stream_pools.stream_ordered_pool`, as CuPy's own pool is
+stream-ordered) and wraps them
 in ``cupy.cuda.UnownedMemory`` whose *owner* is a small block object: when CuPy drops the last
 array, the owner dies and gives the block back, ordered on the CuPy stream that was current when
-the block was allocated (a stream-ordered pool then holds it until that stream's work is done).
+the block was allocated (a stream-ordered pool then holds it until that stream's work is done),
+with the block's device current (the garbage collector may run on any device).
 :class:`CupyPinnedAllocator` does the same for ``cupy.cuda.set_pinned_memory_allocator`` with
 the process's pinned pool.
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from tensorarena._optional import require
 from tensorarena.interop.device_arrays import device_of
+from tensorarena.memory.cuda.current import block_device
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, Stream, check_resource
 
 __all__ = ["CupyAllocator", "CupyPinnedAllocator", "use_with_cupy"]
@@ -36,9 +40,11 @@ def _cupy(module: Any) -> Any:
 class _Block:
     """One block handed to CuPy; gives it back when CuPy's memory object lets go of it."""
 
-    __slots__ = ("nbytes", "ptr", "resource", "size", "stream")
+    __slots__ = ("device", "nbytes", "ptr", "resource", "size", "stream")
 
-    def __init__(self, resource: MemoryResource, address: int, nbytes: int, stream: Stream):
+    def __init__(self, resource: MemoryResource, address: int, nbytes: int, stream: Stream,
+                 device: int | None = None):
+        self.device = device
         self.resource = resource
         self.ptr = address  # the attribute names CuPy's pinned pointer reads
         self.size = nbytes
@@ -46,7 +52,8 @@ class _Block:
         self.stream = stream
 
     def __del__(self) -> None:
-        self.resource.deallocate(self.ptr, self.nbytes, self.stream)
+        with block_device(self.device):
+            self.resource.deallocate(self.ptr, self.nbytes, self.stream)
 
 
 class _Hook:
@@ -71,7 +78,7 @@ class _Hook:
 
 class CupyAllocator(_Hook):
     """A ``cupy.cuda.set_allocator`` allocator over a tensorarena resource (default: the
-    current device's pool)."""
+    current device's stream-ordered pool)."""
 
     def __init__(self, resource: MemoryResource | None = None, *, cupy: Any = None) -> None:
         super().__init__(resource, cupy=cupy)
@@ -81,9 +88,9 @@ class CupyAllocator(_Hook):
         self._device = None if self._resource is None else device_of(self._resource)
 
     def _default(self) -> MemoryResource:
-        from tensorarena.memory.devices import device_pool
+        from tensorarena.interop.stream_pools import stream_ordered_pool
 
-        return device_pool()
+        return stream_ordered_pool()
 
     def __call__(self, size: int) -> Any:
         """``size`` bytes as a ``cupy.cuda.MemoryPointer``."""
@@ -96,9 +103,9 @@ class CupyAllocator(_Hook):
         nbytes = max(int(size), 1)
         stream = cuda.get_current_stream().ptr
         address = resource.allocate(nbytes, DEFAULT_ALIGNMENT, stream)
-        owner = _Block(resource, address, nbytes, stream)
         if device is None:
             device = cuda.Device().id
+        owner = _Block(resource, address, nbytes, stream, device)
         memory = cuda.UnownedMemory(address, nbytes, owner, device)
         return cuda.MemoryPointer(memory, 0)
 

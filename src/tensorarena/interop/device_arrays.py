@@ -9,7 +9,15 @@ view of it are gone (the same ownership rule as :func:`tensorarena.empty` on the
 
 The interface's ``stream`` entry carries the stream the bytes were last written on (a transfer's
 copy stream, say): a consumer synchronises with it before reading, as version 3 of the protocol
-asks. DLPack is left to the consumers: each of those libraries converts to it from here.
+asks: 1 for the legacy default stream (``None`` or handle 0 here), 2 for the per-thread default
+stream, the handle otherwise, and ``None`` only when no synchronisation is needed (a fresh array
+nothing has written, or bytes written by a CPU stream). DLPack is left to the consumers: each of
+those libraries converts to it from here.
+
+The default resource is the current device's stream-ordered pool
+(:func:`~tensorarena.interop.stream_pools.stream_ordered_pool`), so an array dropped while its
+stream's kernels still use it is not handed to another stream before they finish; the free runs
+with the array's device current.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from tensorarena.errors import (
     InvalidResourceError,
     InvalidSizeError,
 )
+from tensorarena.memory.cuda.current import block_device
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -39,7 +48,8 @@ from tensorarena.sizes import format_size
 
 __all__ = ["DeviceArray", "check_device_accessible", "device_empty", "device_of"]
 
-#: CUDA array interface stream values (version 3): 1 is the legacy default stream.
+#: CUDA array interface stream values (version 3): 1 is the legacy default stream, 2 the
+#: per-thread one (the runtime's handles for them are 0 or 1, and 2).
 _LEGACY_DEFAULT = 1
 
 
@@ -67,8 +77,9 @@ def device_of(resource: object) -> int | None:
 
 
 def _interface_stream(stream: Stream) -> int | None:
+    """What ``stream`` (the stream that wrote the bytes) is in the interface's ``stream``."""
     if stream is None:
-        return None
+        return _LEGACY_DEFAULT  # None is the legacy default stream, as in stream_handle()
     for attribute in ("handle", "cuda_stream", "ptr"):
         value = getattr(stream, attribute, None)
         if value is not None:
@@ -152,7 +163,7 @@ class DeviceArray:
             "data": (self.address, False),
             "strides": None,
             "version": 3,
-            "stream": _interface_stream(stream),
+            "stream": None if stream is None else _interface_stream(stream),  # nothing written
         }
         self._owns_block = True
 
@@ -197,7 +208,13 @@ class DeviceArray:
         # on the stream that last wrote them. A half-built array (its constructor raised, or
         # it was made by __new__ alone) never took a block and gives none back.
         if getattr(self, "_owns_block", False):
-            self.resource.deallocate(self.address, self.nbytes, self.stream)
+            with block_device(self.device):
+                try:
+                    self.resource.deallocate(self.address, self.nbytes, self.stream)
+                except InvalidArgumentError:
+                    # A stream the resource cannot order on (a CPU stream given to a CUDA
+                    # stream-ordered pool): order on its default stream rather than lose it.
+                    self.resource.deallocate(self.address, self.nbytes, None)
 
     def __repr__(self) -> str:
         where = "" if self.device is None else f", device={self.device}"
@@ -216,13 +233,14 @@ def device_empty(
     alignment: int = DEFAULT_ALIGNMENT,
 ) -> DeviceArray:
     """A C-contiguous :class:`DeviceArray` of fresh, uninitialised bytes from ``resource``
-    (default: the current device's pool, ``device_pool()``), allocated for ``stream``."""
+    (default: the current device's stream-ordered pool, ``stream_ordered_pool()``), allocated
+    for ``stream``."""
     dims = _checked_shape(shape)
     resolved = _checked_dtype(dtype)
     if resource is None:
-        from tensorarena.memory.devices import device_pool
+        from tensorarena.interop.stream_pools import stream_ordered_pool
 
-        resource = device_pool()
+        resource = stream_ordered_pool()
     check_device_accessible(resource)
     nbytes = max(math.prod(dims) * resolved.itemsize, 1)
     address = resource.allocate(nbytes, alignment, stream)

@@ -4,16 +4,20 @@ Numba's EMM interface (NBEP 7) lets one class take over every device allocation 
 ``numba.cuda``: ``memalloc(size)`` returns a ``MemoryPointer`` with a *finalizer* that Numba
 calls when the last array over it dies. :func:`memory_manager_class` builds that class on
 ``numba.cuda.HostOnlyCUDAMemoryManager`` (Numba keeps managing host and mapped memory; we take
-device memory), with each block from a tensorarena resource (default: the context's device
-pool) and the finalizer giving it back. Install it with ``use_with_numba()`` before Numba makes
-its first context, or for a whole run with the environment variable::
+device memory), with each block from a tensorarena resource (default: the context's device's
+stream-ordered pool, :func:`~tensorarena.interop.stream_pools.stream_ordered_pool`) and the
+finalizer giving it back, with the block's device current. EMM passes no stream: blocks are
+allocated and freed on the legacy default stream, where Numba runs unless told otherwise; the
+legacy stream also orders after Numba's own (blocking) streams, so a block freed while a kernel
+on one of them still uses it waits for that kernel. Install it with ``use_with_numba()`` before
+Numba makes its first context, or for a whole run with the environment variable::
 
     NUMBA_CUDA_MEMORY_MANAGER=tensorarena.interop.numba_emm
 
 which makes Numba read this module's ``_numba_memory_manager`` (made on first access).
 
-``defer_cleanup`` is the host-only manager's: a pool gives blocks back at once and keeps its
-arenas, so there is no expensive cleanup to defer. IPC handles are not supported (a pool's
+``defer_cleanup`` is the host-only manager's: a pool keeps its arenas, so there is no expensive
+cleanup to defer. IPC handles are not supported (a pool's
 blocks are not separate driver allocations).
 """
 
@@ -26,6 +30,7 @@ from typing import Any
 
 from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError, TensorArenaError
+from tensorarena.memory.cuda.current import block_device
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryResource,
@@ -39,9 +44,9 @@ ResourceFactory = Callable[[int], MemoryResource]
 
 
 def _default_factory(device: int) -> MemoryResource:
-    from tensorarena.memory.devices import device_pool
+    from tensorarena.interop.stream_pools import stream_ordered_pool
 
-    return device_pool(device)
+    return stream_ordered_pool(device)
 
 
 def _device_pointer(numba_cuda: Any, address: int) -> Any:
@@ -56,9 +61,11 @@ def _device_pointer(numba_cuda: Any, address: int) -> Any:
     return ctypes.c_uint64(address)
 
 
-def _finalizer(resource: MemoryResource, address: int, nbytes: int) -> Callable[[], None]:
+def _finalizer(resource: MemoryResource, address: int, nbytes: int, device: int
+               ) -> Callable[[], None]:
     def free() -> None:
-        resource.deallocate(address, nbytes)
+        with block_device(device):
+            resource.deallocate(address, nbytes)
 
     return free
 
@@ -67,7 +74,7 @@ def memory_manager_class(
     factory: ResourceFactory | None = None, *, numba_cuda: Any = None
 ) -> type:
     """An EMM plugin class whose device blocks come from ``factory(device)`` (default: the
-    device's pool from ``device_pool``). ``numba_cuda`` defaults to ``numba.cuda``."""
+    device's stream-ordered pool). ``numba_cuda`` defaults to ``numba.cuda``."""
     cuda = numba_cuda if numba_cuda is not None else require(
         "numba.cuda", extra="numba", feature="the Numba memory manager plugin"
     )
@@ -98,7 +105,7 @@ def memory_manager_class(
                 self.context,
                 _device_pointer(cuda, address),
                 nbytes,
-                finalizer=_finalizer(resource, address, nbytes),
+                finalizer=_finalizer(resource, address, nbytes, self._device_id()),
             )
 
         def get_memory_info(self) -> Any:

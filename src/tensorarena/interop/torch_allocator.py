@@ -14,11 +14,20 @@ block from a tensorarena resource. It is compiled with any C compiler:
 * or wherever ``$TENSORARENA_TORCH_SHIM`` points.
 
 Without it, :class:`TorchAllocator` raises :class:`~tensorarena.errors.ShimUnavailableError`
-saying how to build it. The default resource per device is a
-:class:`~tensorarena.adaptors.StreamOrdered` pool over the device's pool with CUDA events, since
-PyTorch frees a tensor's block as soon as Python drops it, while kernels using it may still run:
-stream order makes reuse safe. A failing allocation returns NULL, which PyTorch reports as its
-own out-of-memory error (the cause is kept in :attr:`TorchAllocator.last_error`).
+saying how to build it. The default resource per device is the device's stream-ordered pool
+(:func:`~tensorarena.interop.stream_pools.stream_ordered_pool`), since PyTorch frees a tensor's
+block as soon as Python drops it, while kernels using it may still run: stream order makes reuse
+safe. PyTorch frees a block with the device and stream it was allocated on, without switching
+device: the free runs with that device current (CUDA records an event only on its own device's
+streams). What this route cannot see: PyTorch's pluggable-allocator interface has no
+``record_stream`` hook, so a tensor used on a second stream (``tensor.record_stream(s)``) is
+reused after its *allocation* stream's work only; call
+:meth:`~tensorarena.adaptors.StreamOrdered.record_stream` on the resource yourself for those.
+
+A failing allocation returns NULL. Inside :meth:`TorchAllocator.mem_pool` PyTorch turns it into
+its own ``torch.OutOfMemoryError`` (the cause is kept in :attr:`TorchAllocator.last_error`); the
+process-wide replacement (``change_current_allocator``) does not check, and would hand out a
+tensor at address 0, so :meth:`TorchAllocator.install` is refused.
 
 Only one TorchAllocator can be installed in a process at a time (the shim has one pair of
 callbacks); at interpreter exit the callbacks are cleared, so frees PyTorch makes during its own
@@ -38,7 +47,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from tensorarena._optional import require
-from tensorarena.errors import InvalidArgumentError, ShimUnavailableError
+from tensorarena.errors import InvalidArgumentError, ShimUnavailableError, UnsupportedError
+from tensorarena.memory.cuda.current import block_device
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource, check_resource
 
 __all__ = [
@@ -128,7 +138,7 @@ class TorchAllocator:
     """Serves PyTorch's CUDA allocations from tensorarena resources through the shim.
 
     ``resource``: one resource for every device, a callable ``device -> resource``, or ``None``
-    for a stream-ordered pool per device (``StreamOrdered(device_pool(d), events=CudaEvents())``).
+    for each device's stream-ordered pool (``stream_ordered_pool(d)``).
     ``shim``: the library to load (default: :func:`find_shim`).
     """
 
@@ -194,10 +204,15 @@ class TorchAllocator:
         return torch.cuda.MemPool(self.pluggable().allocator())
 
     def install(self) -> None:
-        """Replace PyTorch's CUDA allocator for the whole process
-        (``change_current_allocator``): only before PyTorch has allocated any CUDA memory."""
-        torch = require("torch", extra="torch", feature="the PyTorch allocator hook")
-        torch.cuda.memory.change_current_allocator(self.pluggable())
+        """Refused: PyTorch's process-wide pluggable allocator does not check the pointer it
+        gets, so an exhausted pool would give a tensor at address 0. Use :meth:`mem_pool`
+        (``with torch.cuda.use_mem_pool(allocator.mem_pool()):``), where a refusal is
+        PyTorch's own ``torch.OutOfMemoryError``."""
+        raise UnsupportedError(
+            "TorchAllocator.install() is refused: torch's change_current_allocator route does "
+            "not check for NULL, so an exhausted pool would hand out a tensor at address 0; "
+            "use `with torch.cuda.use_mem_pool(allocator.mem_pool()):` instead"
+        )
 
     # --- the callbacks -------------------------------------------------------------------------
 
@@ -216,11 +231,9 @@ class TorchAllocator:
     def _make(self, device: int) -> MemoryResource:
         spec = self._spec
         if spec is None:
-            from tensorarena.adaptors import StreamOrdered
-            from tensorarena.memory.cuda import CudaEvents
-            from tensorarena.memory.devices import device_pool
+            from tensorarena.interop.stream_pools import stream_ordered_pool
 
-            return StreamOrdered(device_pool(device), events=CudaEvents())
+            return stream_ordered_pool(device)
         if callable(getattr(spec, "allocate", None)) and not isinstance(spec, type):
             return check_resource(spec, name="resource")
         factory = cast(Callable[[int], MemoryResource], spec)
@@ -240,7 +253,8 @@ class TorchAllocator:
         if not address:
             return
         try:
-            self.resource(device).deallocate(address, max(size, 1), stream or 0)
+            with block_device(device):
+                self.resource(device).deallocate(address, max(size, 1), stream or 0)
             self.frees += 1
         except BaseException as exc:  # nowhere to raise to: kept for the caller to inspect
             self.last_error = exc

@@ -3,9 +3,11 @@
 A graph whose tensors are on the CPU gets its arena in host memory (:func:`tensorarena.empty`
 over the resource; default: tensorarena's default resource). A graph whose tensors are on
 ``cuda:N`` gets it on that device: a :class:`~tensorarena.interop.DeviceArray` from the resource
-(default: ``device_pool(N)``, the device's best-fit pool over ``cudaMalloc``) that torch wraps as
-a CUDA ``uint8`` tensor through ``__cuda_array_interface__`` (no copy; torch holds the array, so
-the bytes go back to the pool when the last slot over them is gone). The same planned code then
+(default: ``stream_ordered_pool(N)``, the device's best-fit pool over ``cudaMalloc`` reused in
+stream order) that torch wraps as a CUDA ``uint8`` tensor through ``__cuda_array_interface__``
+(no copy; torch holds the array, so the bytes go back when the last slot over them is gone, and
+reach another stream only after the legacy default stream, which orders after torch's blocking
+streams, has passed the free). The same planned code then
 runs over device memory: slots are views of that tensor and ``out=`` kernels write into them.
 
 The device is read from the graph once (:func:`graph_device`: every tensor value's device; one
@@ -15,7 +17,7 @@ Tensors of a CUDA graph that stay on the CPU (a scalar made on the host) are lef
 plan (:func:`off_device`): an ``out=`` kernel cannot write them into a device slot.
 
 Only :func:`_as_cuda_tensor` needs a real GPU; the tests on the CPU replace it, so every
-decision above runs there against the fake CUDA runtime.
+decision above runs there against the simulated CUDA runtime (tensorarena.testing.cuda).
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def _as_cuda_tensor(array: Any, device: str) -> torch.Tensor:
 
 def device_block(nbytes: int, resource: MemoryResource | None, device: str) -> torch.Tensor:
     """A ``uint8`` tensor of ``nbytes`` bytes on ``device`` from ``resource`` (default: the
-    default resource on the CPU, ``device_pool(N)`` on ``cuda:N``); see the module docstring."""
+    default resource on the CPU, ``stream_ordered_pool(N)`` on ``cuda:N``); see the module
+    docstring."""
     if device == CPU:
         from tensorarena.interop import empty
 
@@ -149,9 +152,9 @@ def device_block(nbytes: int, resource: MemoryResource | None, device: str) -> t
 
     index = _index(device)
     if resource is None:
-        from tensorarena.memory.devices import device_pool
+        from tensorarena.interop.stream_pools import stream_ordered_pool
 
-        resource = device_pool(index)
+        resource = stream_ordered_pool(index)
     _check_resource(resource, device)
     array = device_empty(nbytes, np.uint8, resource=resource, alignment=BLOCK_ALIGNMENT)
     return _as_cuda_tensor(array, device)

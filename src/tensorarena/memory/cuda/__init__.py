@@ -26,6 +26,7 @@ from tensorarena.memory.cuda.runtime import (
     CudaRuntime,
     cuda_available,
     cuda_runtime,
+    handle_value,
     set_cuda_runtime,
     stream_handle,
 )
@@ -35,6 +36,7 @@ from tensorarena.memory.cuda.streams import (
     CudaEvent,
     CudaEvents,
     CudaStream,
+    idle_events,
 )
 
 __all__ = [
@@ -55,6 +57,8 @@ __all__ = [
     "ManagedMemory",
     "cuda_available",
     "cuda_runtime",
+    "handle_value",
+    "idle_events",
     "register",
     "set_cuda_runtime",
     "stream_handle",

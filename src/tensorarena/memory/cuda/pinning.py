@@ -23,8 +23,10 @@ bounded, as the source document asks of scarce pinned memory.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import threading
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -128,9 +130,16 @@ class CudaRegisterBackend:
         return f"CudaRegisterBackend(portable={self._portable})"
 
 
+def _unregister(runtime: CudaRuntime, address: int) -> None:
+    with contextlib.suppress(CudaError):  # nobody to report to from a finalizer
+        runtime.host_unregister(address)
+
+
 class HostRegistration:
     """Existing host memory registered with the driver until :meth:`close` (or the end of a
-    ``with`` block). Keeps the registered object alive while it is registered."""
+    ``with`` block, or this object's collection). Keeps the registered object alive while it is
+    registered: a registration dropped without ``close()`` unregisters first, while the memory
+    is still there, so the range is never left registered to whatever is mapped there next."""
 
     def __init__(
         self, runtime: CudaRuntime, address: int, nbytes: int, keep: Any = None
@@ -140,6 +149,7 @@ class HostRegistration:
         self._nbytes = nbytes
         self._keep = keep
         self._open = True
+        self._finalizer = weakref.finalize(self, _unregister, runtime, address)
 
     @property
     def address(self) -> int:
@@ -160,6 +170,7 @@ class HostRegistration:
         """``cudaHostUnregister`` (once; closing again is harmless)."""
         if self._open:
             self._runtime.host_unregister(self._address)
+            self._finalizer.detach()
             self._open = False
             self._keep = None
 
@@ -185,10 +196,13 @@ def register(
     *,
     runtime: CudaRuntime | None = None,
     portable: bool = True,
+    read_only: bool = False,
 ) -> HostRegistration:
     """Register existing host memory with the driver (``cudaHostRegister``), so copies from and
     to it run by DMA: an address and ``nbytes``, or an object exposing
-    ``__array_interface__`` (a C-contiguous NumPy array), which is kept alive meanwhile."""
+    ``__array_interface__`` (a C-contiguous NumPy array), which is kept alive meanwhile.
+    ``read_only`` (``cudaHostRegisterReadOnly``): the device only reads the range, which is what
+    registering a read-only memory-mapped file needs (a writable registration is refused)."""
     runtime = cuda_runtime() if runtime is None else runtime
     keep = None
     interface = getattr(memory, "__array_interface__", None)
@@ -207,5 +221,5 @@ def register(
         size = check_nbytes(nbytes)
     if size <= 0:
         raise InvalidArgumentError("register() needs at least one byte")
-    runtime.host_register(address, size, portable=portable)
+    runtime.host_register(address, size, portable=portable, read_only=read_only)
     return HostRegistration(runtime, address, size, keep)

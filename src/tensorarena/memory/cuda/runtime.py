@@ -13,6 +13,12 @@ bookkeeping path on the CPU against a fake module with the same conventions, and
 above it never import CUDA themselves. The bindings are imported lazily
 (:func:`cuda_runtime`), with the ``cuda`` extra named when they are missing.
 
+Switching devices (:meth:`CudaRuntime.on_device`) restores the previous device only where that
+device's primary context exists (``cuDevicePrimaryCtxGetState``, as PyTorch's ``MaybeSetDevice``
+does): since CUDA 12 ``cudaSetDevice`` creates the context, and a thread that only ever used
+device 1 must not pay for (or be seen holding) one on device 0. Handles are read with
+cuda-bindings 13's ``getPtr()`` where it exists (``int()`` of a handle is deprecated there).
+
 Signatures that moved between CUDA 12 and 13 (``cudaMemAdvise``, ``cudaMemPrefetchAsync`` take
 a ``cudaMemLocation`` from 12.2 as ``*_v2`` and from 13 under the plain name) are tried newest
 first, once, and the form that works is kept.
@@ -28,6 +34,7 @@ from typing import Any
 
 from tensorarena._optional import require
 from tensorarena.errors import CudaError, InvalidArgumentError, MissingDependencyError
+from tensorarena.memory.cuda.handles import handle_value, stream_handle
 
 __all__ = [
     "CPU_DEVICE",
@@ -36,6 +43,7 @@ __all__ = [
     "CudaRuntime",
     "cuda_available",
     "cuda_runtime",
+    "handle_value",
     "set_cuda_runtime",
     "stream_handle",
 ]
@@ -46,11 +54,14 @@ OUT_OF_MEMORY = 2
 NO_DEVICE = 100
 #: ``cudaErrorNotReady``: what ``cudaEventQuery`` says of an event not yet reached.
 NOT_READY = 600
+#: ``CUDA_ERROR_NOT_INITIALIZED``: the driver answers this before any context exists.
+_DRIVER_NOT_INITIALIZED = 3
 #: ``cudaCpuDeviceId``: the host as a prefetch or advice target.
 CPU_DEVICE = -1
 
 _HOST_ALLOC_PORTABLE = 1
 _HOST_REGISTER_PORTABLE = 1
+_HOST_REGISTER_READ_ONLY = 8
 _MEM_ATTACH_GLOBAL = 1
 _EVENT_DISABLE_TIMING = 2
 _STREAM_NON_BLOCKING = 1
@@ -58,37 +69,14 @@ _MEMCPY_DEFAULT = 4
 _LOCATION_DEVICE, _LOCATION_HOST = 1, 2
 
 
-def stream_handle(stream: Any) -> int:
-    """A stream as the runtime's integer handle: ``None`` is the legacy default stream (0); a
-    ``CudaStream`` (``.handle``), a PyTorch stream (``.cuda_stream``), a CuPy stream (``.ptr``)
-    or an int-like gives its own."""
-    if stream is None:
-        return 0
-    for attribute in ("handle", "cuda_stream", "ptr"):
-        value = getattr(stream, attribute, None)
-        if value is not None:
-            stream = value
-            break
-    if isinstance(stream, bool | float | str | bytes):  # int() would make a handle of them
-        raise InvalidArgumentError(
-            f"stream must be None, a stream object or an int handle, not {stream!r}"
-        )
-    try:
-        handle = int(stream)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(
-            f"stream must be None, a stream object or an int handle, not {stream!r}"
-        ) from None
-    if handle < 0:
-        raise InvalidArgumentError(f"a stream handle is non-negative, not {handle}")
-    return handle
-
-
 class CudaRuntime:
-    """Checked calls into a CUDA runtime bindings module (``cuda.bindings.runtime``)."""
+    """Checked calls into a CUDA runtime bindings module (``cuda.bindings.runtime``); ``driver``
+    (``cuda.bindings.driver``) answers whether a device's context exists (default: the runtime
+    module itself, where it has ``cuDevicePrimaryCtxGetState``)."""
 
-    def __init__(self, cudart: Any) -> None:
+    def __init__(self, cudart: Any, driver: Any = None) -> None:
         self._cudart = cudart
+        self._driver = cudart if driver is None else driver
         self._location_api: bool | None = None  # None: not tried yet
         self._available: bool | None = None
 
@@ -161,9 +149,25 @@ class CudaRuntime:
         """``cudaSetDevice``."""
         self.call("cudaSetDevice", device)
 
+    def has_context(self, device: int) -> bool:
+        """True when ``device``'s primary context exists (or the driver cannot say); False
+        too while the driver is not initialised (``CUDA_ERROR_NOT_INITIALIZED``: no context)."""
+        query = getattr(self._driver, "cuDevicePrimaryCtxGetState", None)
+        if query is None:
+            return True
+        try:
+            result = query(getattr(self._driver, "CUdevice", int)(device))
+            status = int(result[0])
+            if status == _DRIVER_NOT_INITIALIZED:
+                return False
+            return status != 0 or bool(result[2])
+        except Exception:
+            return True
+
     @contextlib.contextmanager
     def on_device(self, device: int) -> Iterator[None]:
-        """Make ``device`` current for the block, and the previous one current again after."""
+        """Make ``device`` current for the block, and the previous one current again after
+        (unless it has no context yet: restoring would create one)."""
         previous = self.get_device()
         if previous == device:
             yield
@@ -172,7 +176,8 @@ class CudaRuntime:
         try:
             yield
         finally:
-            self.set_device(previous)
+            if self.has_context(previous):
+                self.set_device(previous)
 
     def mem_get_info(self) -> tuple[int, int]:
         """``cudaMemGetInfo``: ``(free, total)`` bytes of the current device."""
@@ -201,9 +206,13 @@ class CudaRuntime:
         """``cudaFreeHost``."""
         self.call("cudaFreeHost", address)
 
-    def host_register(self, address: int, nbytes: int, *, portable: bool = True) -> None:
-        """``cudaHostRegister``: page-lock existing host memory and register it for DMA."""
-        self.call("cudaHostRegister", address, nbytes, _HOST_REGISTER_PORTABLE if portable else 0)
+    def host_register(self, address: int, nbytes: int, *, portable: bool = True,
+                      read_only: bool = False) -> None:
+        """``cudaHostRegister``: page-lock existing host memory and register it for DMA
+        (``read_only``: the device only reads it, as a read-only mapped file needs)."""
+        flags = (_HOST_REGISTER_PORTABLE if portable else 0) | (
+            _HOST_REGISTER_READ_ONLY if read_only else 0)
+        self.call("cudaHostRegister", address, nbytes, flags)
 
     def host_unregister(self, address: int) -> None:
         """``cudaHostUnregister``."""
@@ -288,7 +297,7 @@ class CudaRuntime:
     def stream_create(self) -> int:
         """``cudaStreamCreateWithFlags(cudaStreamNonBlocking)``: a stream that does not
         synchronise with the legacy default stream."""
-        return int(self.call("cudaStreamCreateWithFlags", _STREAM_NON_BLOCKING))
+        return handle_value(self.call("cudaStreamCreateWithFlags", _STREAM_NON_BLOCKING))
 
     def stream_destroy(self, stream: int) -> None:
         """``cudaStreamDestroy``."""
@@ -298,13 +307,26 @@ class CudaRuntime:
         """``cudaStreamSynchronize``."""
         self.call("cudaStreamSynchronize", stream)
 
+    def _ready(self, function: str, handle: int) -> bool:
+        try:
+            self.call(function, handle)
+        except CudaError as exc:
+            if exc.status == NOT_READY:
+                return False
+            raise
+        return True
+
+    def stream_query(self, stream: int) -> bool:
+        """``cudaStreamQuery``: True when the stream is idle, False while work is pending."""
+        return self._ready("cudaStreamQuery", stream)
+
     def stream_wait_event(self, stream: int, event: int) -> None:
         """``cudaStreamWaitEvent``: later work on ``stream`` waits for ``event``."""
         self.call("cudaStreamWaitEvent", stream, event, 0)
 
     def event_create(self) -> int:
         """``cudaEventCreateWithFlags(cudaEventDisableTiming)``: the cheapest kind of event."""
-        return int(self.call("cudaEventCreateWithFlags", _EVENT_DISABLE_TIMING))
+        return handle_value(self.call("cudaEventCreateWithFlags", _EVENT_DISABLE_TIMING))
 
     def event_record(self, event: int, stream: int) -> None:
         """``cudaEventRecord``."""
@@ -312,13 +334,7 @@ class CudaRuntime:
 
     def event_query(self, event: int) -> bool:
         """``cudaEventQuery``: True once reached, False while not ready; errors raise."""
-        try:
-            self.call("cudaEventQuery", event)
-        except CudaError as exc:
-            if exc.status == NOT_READY:
-                return False
-            raise
-        return True
+        return self._ready("cudaEventQuery", event)
 
     def event_synchronize(self, event: int) -> None:
         """``cudaEventSynchronize``."""
@@ -356,7 +372,12 @@ def cuda_runtime() -> CudaRuntime:
     global _runtime
     with _lock:
         if _runtime is None:
-            _runtime = CudaRuntime(_import_bindings())
+            bindings = _import_bindings()
+            try:
+                driver = importlib.import_module("cuda.bindings.driver")
+            except ImportError:
+                driver = None
+            _runtime = CudaRuntime(bindings, driver)
         return _runtime
 
 
