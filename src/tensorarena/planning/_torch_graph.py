@@ -11,7 +11,7 @@ import operator
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tensorarena._optional import require
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidProblemError
 from tensorarena.planning.graph_problem import TensorSpec
 
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 _VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
 # Ops that reuse their input's storage without saying so in their schema.
 _UNANNOTATED_ALIASES = frozenset({"_unsafe_view"})
-
-
-def _torch() -> Any:
-    return require("torch", extra="torch", feature="planning from PyTorch graphs")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -46,14 +42,14 @@ def _meta_value(node: torch.fx.Node) -> Any:
 
 
 def _is_tensor_like(value: Any) -> bool:
-    torch = _torch()
+    torch = load_torch()
     from torch.fx.passes.shape_prop import TensorMetadata
 
     return isinstance(value, (torch.Tensor, TensorMetadata))
 
 
 def _storage_key(value: Any) -> int | None:
-    torch = _torch()
+    torch = load_torch()
     if not isinstance(value, torch.Tensor):
         return None
     try:
@@ -90,7 +86,7 @@ Bindings = Mapping[Any, int]
 def _spec(value: Any, tensor: str, bindings: Bindings | None = None) -> TensorSpec:
     """The concrete layout of a tensor value (fake tensor or ShapeProp's ``TensorMetadata``);
     symbolic sizes are evaluated with ``bindings``."""
-    torch = _torch()
+    torch = load_torch()
     if isinstance(value, torch.Tensor):
         shape, stride, offset = value.shape, value.stride(), value.storage_offset()
     else:  # ShapeProp's TensorMetadata has no storage offset: the tensor starts its storage
@@ -139,7 +135,7 @@ def evaluate(expr: Any, bindings: Bindings) -> int | None:
 
 def _free_symbols(value: Any) -> frozenset[Any]:
     """The size symbols a tensor value's shape, strides or offset depend on (none if static)."""
-    torch = _torch()
+    torch = load_torch()
     if not isinstance(value, torch.Tensor):
         return frozenset()
     symbols: set[Any] = set()
@@ -151,7 +147,7 @@ def _free_symbols(value: Any) -> frozenset[Any]:
 
 
 def _is_contiguous(value: Any) -> bool:
-    torch = _torch()
+    torch = load_torch()
     if isinstance(value, torch.Tensor):
         return bool(value.is_contiguous())
     expected = 1
@@ -177,7 +173,7 @@ def _op_name(node: torch.fx.Node) -> str:
 def _schemas(node: torch.fx.Node) -> list[Any]:
     """The aten schemas that may describe ``node``: its own, or those of the aten op of the same
     name for ``call_method`` nodes and ``torch.*`` functions."""
-    torch = _torch()
+    torch = load_torch()
     schema = getattr(node.target, "_schema", None)
     if schema is not None:
         return [schema]
@@ -194,7 +190,7 @@ def _schemas(node: torch.fx.Node) -> list[Any]:
 
 
 def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
-    torch = _torch()
+    torch = load_torch()
     if node.target is operator.getitem:  # tensor indexing: basic indices view, tensors copy
         index = node.args[1] if len(node.args) > 1 else None
         indices = index if isinstance(index, tuple) else (index,)

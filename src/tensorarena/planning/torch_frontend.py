@@ -38,6 +38,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidProblemError
 from tensorarena.planning._torch_graph import (
     _MISSING,
@@ -55,7 +56,6 @@ from tensorarena.planning._torch_graph import (
     _spec,
     _storage_key,
     _storages_comparable,
-    _torch,
 )
 from tensorarena.planning.graph_problem import GraphProblem, Liveness
 
@@ -100,7 +100,7 @@ def problem_from_exported(
     (``s0``, a sympy symbol) its value. ``graph`` walks a rewritten copy of ``ep.graph`` (same
     placeholders, same signature) instead of the program's own.
     """
-    _torch()
+    load_torch()
     from torch.export.graph_signature import InputKind
 
     kinds = {
@@ -158,7 +158,7 @@ def problem_from_fx(
     buffers or constants. ``bindings`` gives values to size symbols, as for
     :func:`problem_from_exported`.
     """
-    th = _torch()
+    th = load_torch()
     params = {id(p) for p in gm.parameters()}
     buffers = {id(b) for b in gm.buffers()}
 
@@ -204,7 +204,7 @@ def trace_training(
     tensors, which run every kernel once; ``gm.meta[TRACING_MODE_KEY]`` says which mode made it.
     A step that neither can trace is an :class:`InvalidProblemError`.
     """
-    th = _torch()
+    th = load_torch()
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils import _pytree as pytree
 
@@ -274,7 +274,7 @@ def _data_dependent_errors() -> tuple[type[BaseException], ...]:
 
 
 def _default_loss(out: Any) -> torch.Tensor:
-    th = _torch()
+    th = load_torch()
     from torch.utils import _pytree as pytree
 
     loss = getattr(out, "loss", None)
@@ -307,7 +307,7 @@ def _walk(
     name: str,
     bindings: Bindings | None = None,
 ) -> GraphProblem:
-    torch = _torch()
+    torch = load_torch()
     nodes = list(graph.nodes)
     steps = len(nodes)
     live = Liveness()

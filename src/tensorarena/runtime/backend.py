@@ -24,9 +24,9 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.runtime.device import common_device
-from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.options import check_options, concurrency_for
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.workspace import Workspace
@@ -60,7 +60,7 @@ class Backend:
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ) -> Callable[..., Any]:
-        _torch()
+        load_torch()
         from torch._dynamo.backends.common import aot_autograd
 
         workspace = self.workspace or Workspace(
@@ -125,7 +125,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable
 
 def register_backend() -> None:
     """Make ``torch.compile(model, backend="tensorarena")`` work in this process (idempotent)."""
-    _torch()
+    load_torch()
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
     if _COMPILER_FNS.get(BACKEND_NAME) is not backend:

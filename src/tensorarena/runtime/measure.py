@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tensorarena.runtime.materialize import _torch
+from tensorarena._optional import load_torch
 from tensorarena.trace.profiler_allocations import profiler_allocations
 
 __all__ = ["AllocatorTrace", "Profiled", "profile", "trace_allocations"]
@@ -71,7 +71,7 @@ class Profiled:
 def profile(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Profiled]:
     """Call ``fn(*args, **kwargs)`` under the profiler with memory profiling; return its result
     and the allocator events and node ranges (:class:`Profiled`)."""
-    torch = _torch()
+    torch = load_torch()
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         result = fn(*args, **kwargs)
