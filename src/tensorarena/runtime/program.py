@@ -49,7 +49,12 @@ from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
 from tensorarena.runtime.lowering import Lowering, Unplaceable
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
-from tensorarena.runtime.options import check_example, check_options, workspace_for
+from tensorarena.runtime.options import (
+    DEFAULT_TIME_LIMIT,
+    check_example,
+    check_options,
+    workspace_for,
+)
 from tensorarena.runtime.output_placement import OutputPlacement
 from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
@@ -68,10 +73,6 @@ if TYPE_CHECKING:
     from tensorarena.memory.resource import MemoryResource
 
 __all__ = ["ExportFailedError", "OutputPlacement", "PlanVerificationError", "PlannedProgram"]
-
-#: Seconds the exact search may spend on one shape's plan by default.
-DEFAULT_TIME_LIMIT = 2.0
-
 
 class PlannedProgram:
     """A graph run in one planned arena; call it like the program it was built from.
