@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
 from tensorarena.memory.resource import check_resource
-from tensorarena.planning._options import check_time_limit
+from tensorarena.planning.options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
 
 if TYPE_CHECKING:
