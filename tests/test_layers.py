@@ -25,8 +25,10 @@ LAYERS = [
     ("adaptors", {"adaptors"}),
     ("interop", {"interop"}),
     ("planning", {"planning"}),
-    ("runtime", {"runtime"}),
+    # trace uses only the layers up to adaptors; it sits below runtime so that the runtime can
+    # take its snapshots and its profiler walk from trace instead of keeping copies.
     ("trace", {"trace"}),
+    ("runtime", {"runtime"}),
     ("report", {"report"}),
     ("testing", {"testing"}),
     ("front", {"cli", "bench", "__init__", "__main__"}),

@@ -7,7 +7,7 @@ from types import ModuleType
 
 from tensorarena.errors import MissingDependencyError
 
-__all__ = ["require"]
+__all__ = ["load_torch", "require"]
 
 
 def require(module: str, *, extra: str, feature: str) -> ModuleType:
@@ -16,3 +16,8 @@ def require(module: str, *, extra: str, feature: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(module, extra, feature) from exc
+
+
+def load_torch() -> ModuleType:
+    """PyTorch, imported at first use: the one loader of the PyTorch front ends and the runtime."""
+    return require("torch", extra="torch", feature="planning and running PyTorch graphs")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorarena.memory import _libc
+from tensorarena.memory import libc
 from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
 from tensorarena.memory.numa import (
     NumaBindError,
@@ -105,8 +105,8 @@ def test_current_cpu_falls_back_to_proc(monkeypatch: pytest.MonkeyPatch) -> None
         def sched_getcpu(self) -> int:
             raise AttributeError("sched_getcpu")
 
-    monkeypatch.setattr(_libc, "_libc", lambda: NoSchedGetcpu())
-    assert _libc.sched_getcpu() in os.sched_getaffinity(0)
+    monkeypatch.setattr(libc, "_libc", lambda: NoSchedGetcpu())
+    assert libc.sched_getcpu() in os.sched_getaffinity(0)
 
 
 def test_bind_to_node_zero_for_real() -> None:

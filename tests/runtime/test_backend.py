@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import pytest
 from _resources import CountingMemory
 
 torch = pytest.importorskip("torch")
 
 from tensorarena.errors import InvalidArgumentError, UnknownPlannerError  # noqa: E402
-from tensorarena.runtime import Backend, Workspace  # noqa: E402
+from tensorarena.runtime import Backend, PlannedProgram, Workspace  # noqa: E402
+from tensorarena.runtime.options import ProgramOptions  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -29,3 +33,14 @@ def test_a_backend_refuses_a_bad_option_when_made_not_inside_dynamo() -> None:
         Backend(concurrency="sometimes")
     Backend(workspace=Workspace(concurrency="refuse"), concurrency="refuse")
     Backend(poison=True, unplaceable="dynamic", resource=CountingMemory())
+
+
+def test_the_options_record_is_the_programs_keyword_options_with_their_defaults() -> None:
+    # The backend learns the options from ProgramOptions: an option added to PlannedProgram
+    # and not there would be refused by the backend.
+    parameters = inspect.signature(PlannedProgram.__init__).parameters
+    program = {name: p.default for name, p in parameters.items()
+               if p.kind is p.KEYWORD_ONLY and name not in ("name", "reference", "ranges",
+                                                              "workspace")}
+    record = {f.name: f.default for f in dataclasses.fields(ProgramOptions)}
+    assert record == program

@@ -7,7 +7,7 @@ and compares it with a cached ``bytes`` of the pattern, which is a ``memcmp``: 0
 slower at 3 KiB). Only a range found damaged is looked at closely (:func:`differences`: how many
 bytes differ and where the first is, still with C-speed ``bytes`` methods, never a Python loop).
 
-``mprotect`` is bound here rather than in :mod:`tensorarena.memory._libc` (the module that
+``mprotect`` is bound here rather than in :mod:`tensorarena.memory.libc` (the module that
 otherwise owns every libc call) because the guard-page mode of ``Guarded`` is its only user and
 that module belongs to the memory layer's owners; it follows the same conventions (``OSError``
 with the real errno).

@@ -44,7 +44,7 @@ from tensorarena.adaptors._bytes import (
     intact,
     require_host_memory,
 )
-from tensorarena.adaptors._sites import Stack, capture, format_site, format_stack
+from tensorarena.adaptors.sites import Stack, capture, format_site, format_stack
 from tensorarena.adaptors.tracking import check_stack_depth
 from tensorarena.errors import (
     DoubleFreeError,

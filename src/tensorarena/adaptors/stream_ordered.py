@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorarena.errors import InvalidAddressError, InvalidArgumentError
-from tensorarena.memory._live import LiveBlocks
+from tensorarena.memory.live_blocks import LiveBlocks
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryResource,

@@ -77,7 +77,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from tensorarena.adaptors._thread_cache import ThreadCachedCore, ThreadCacheStatistics
-from tensorarena.core._docstrings import restore_class_docstrings
+from tensorarena.core.docstrings import restore_class_docstrings
 from tensorarena.memory.resource import ResourceAdaptor
 
 restore_class_docstrings("tensorarena.adaptors._thread_cache")  # mypyc drops class docstrings

@@ -8,7 +8,7 @@ allocate and emptied on free. What is left in it is what the program still holds
 clean program reports nothing: the report is empty and no warning is issued.
 
 Stacks are off by default (``stack_depth=0``): capturing 8 frames costs about 1.5 µs a call
-(see :mod:`tensorarena.adaptors._sites`), half of what a pool's allocate+free pair costs, so a
+(see :mod:`tensorarena.adaptors.sites`), half of what a pool's allocate+free pair costs, so a
 leak hunt turns it on: ``Tracking(pool, stack_depth=8)``. Without stacks the report groups by
 size instead of site.
 :meth:`mark` and ``since=`` restrict a report to the allocations made after a point, the usual
@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tensorarena.adaptors._sites import Stack, capture, format_site, format_stack
+from tensorarena.adaptors.sites import Stack, capture, format_site, format_stack
 from tensorarena.errors import InvalidArgumentError, LeakWarning, OutOfMemoryError
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,

@@ -235,9 +235,9 @@ def _unit_slip(text: str | None, capacity: int, bound: int, named: int | None) -
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; return the exit status (0 fits, 1 no fit found, 2 bad input)."""
-    from tensorarena.planning._options import check_gap, check_time_limit
     from tensorarena.planning.csv_io import capacity_from_name, write_solution
     from tensorarena.planning.graph_problem import GraphProblem
+    from tensorarena.planning.options import check_gap, check_time_limit
     from tensorarena.planning.planners import PlanDoesNotFitError, plan
     from tensorarena.planning.sources import load_problem, parse_input_shape
     from tensorarena.planning.validate import validate

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "record":
-            from tensorarena.trace._atomic import check_writable
+            from tensorarena.trace.atomic import check_writable
             from tensorarena.trace.torch_recorder import record_script
 
             program = _program(list(args.program))

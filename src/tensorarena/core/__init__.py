@@ -5,10 +5,10 @@ Pure Python, and compiled by mypyc from the same source where a C compiler was p
 """
 
 from tensorarena._version import COMPILED_MODULES as _COMPILED_MODULES
-from tensorarena.core._docstrings import restore_class_docstrings as _restore_class_docstrings
 from tensorarena.core.arena import DEFAULT_ALIGNMENT, DEFAULT_STRATEGY, Arena, fresh_arena_fits
 from tensorarena.core.best_fit import BestFit
 from tensorarena.core.buddy import Buddy
+from tensorarena.core.docstrings import restore_class_docstrings as _restore_class_docstrings
 from tensorarena.core.first_fit import FirstFit
 from tensorarena.core.next_fit import NextFit
 from tensorarena.core.registry import STRATEGIES, StrategySpec, strategy_factory

@@ -2,9 +2,9 @@
 address.
 
 Freed addresses are remembered in a ring of the last ``recent_frees`` (as the upstream resources
-do, ``memory/_live.py``): the k-th free writes slot ``k % recent_frees``, so the count of frees is
-the ring's index and the good path pays one list store (the ring grows to its size as frees
-come: a pool may hold many arenas that free little). Its length is the arena's own,
+do, ``memory/live_blocks.py``): the k-th free writes slot ``k % recent_frees``, so the count of
+frees is the ring's index and the good path pays one list store (the ring grows to its size as
+frees come: a pool may hold many arenas that free little). Its length is the arena's own,
 :func:`recent_frees_length` of its capacity: the power of two covering the blocks of the default
 alignment the arena can hold (``capacity // 256``), 16 at least, :data:`RECENT_FREES` at most. A
 ring of 4096 in every arena cost a pool grown to eight small arenas (4–264 KiB) 1.0 MB over a

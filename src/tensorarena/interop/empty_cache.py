@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 
 from tensorarena.interop.default import default_resource
-from tensorarena.memory import _libc
+from tensorarena.memory import libc
 from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
 
 __all__ = ["empty_cache", "trim_c_heap", "trim_pools"]
@@ -50,7 +50,7 @@ def trim_c_heap() -> bool:
     tensors live there); return whether any went. False off Linux or without glibc. What a
     planned program calls after the call that recorded its kernels' allocations, an eager-like
     run whose temporaries glibc would otherwise keep resident beside the arena."""
-    return _libc.available() and _libc.malloc_trim()
+    return libc.available() and libc.malloc_trim()
 
 
 def trim_pools(resource: MemoryResource | None = None) -> int:

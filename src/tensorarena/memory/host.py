@@ -24,8 +24,8 @@ import threading
 from typing import Literal
 
 from tensorarena.errors import OutOfMemoryError
-from tensorarena.memory import _libc
-from tensorarena.memory._live import LiveBlocks
+from tensorarena.memory import libc
+from tensorarena.memory.live_blocks import LiveBlocks
 from tensorarena.memory.numa import (
     DEFAULT_SYSFS_ROOT,
     NumaTopology,
@@ -37,7 +37,7 @@ from tensorarena.stats import MemoryStatistics
 
 __all__ = ["HUGE_PAGE_SIZE", "PAGE_SIZE", "HostMemory", "map_region", "unmap_region"]
 
-PAGE_SIZE = _libc.PAGE_SIZE
+PAGE_SIZE = libc.PAGE_SIZE
 #: Size of a transparent huge page on x86_64 and (4 KiB-page) aarch64.
 HUGE_PAGE_SIZE = 2 * 1024 * 1024
 
@@ -62,7 +62,7 @@ def map_region(length: int, alignment: int) -> int:
     """
     span = length if alignment <= PAGE_SIZE else length + alignment - PAGE_SIZE
     try:
-        base = _libc.mmap_anonymous(span)
+        base = libc.mmap_anonymous(span)
     except OSError as exc:
         available = _available_memory()
         raise OutOfMemoryError(
@@ -78,15 +78,15 @@ def map_region(length: int, alignment: int) -> int:
     head = address - base
     tail = span - head - length
     if head:
-        _libc.munmap(base, head)
+        libc.munmap(base, head)
     if tail:
-        _libc.munmap(address + length, tail)
+        libc.munmap(address + length, tail)
     return address
 
 
 def unmap_region(address: int, length: int) -> None:
     """Unmap a region made by :func:`map_region`; its pages leave the resident set at once."""
-    _libc.munmap(address, length)
+    libc.munmap(address, length)
 
 
 class HostMemory:
@@ -102,7 +102,7 @@ class HostMemory:
         numa_node: NumaPolicy = None,
         numa_root: str = DEFAULT_SYSFS_ROOT,
     ) -> None:
-        if not _libc.available():
+        if not libc.available():
             raise OSError("HostMemory needs Linux (anonymous mmap through libc)")
         self._huge_pages = bool(huge_pages)
         self._topology: NumaTopology | None = None
@@ -134,7 +134,7 @@ class HostMemory:
             if self._huge_pages and length >= HUGE_PAGE_SIZE:
                 # Advice only: a kernel without THP still gives correct memory.
                 with contextlib.suppress(OSError):
-                    _libc.madvise(address, length, _libc.MADV_HUGEPAGE)
+                    libc.madvise(address, length, libc.MADV_HUGEPAGE)
             if self._numa_node is not None:
                 bind_to_node(address, length, self._resolve_node())
         except BaseException:

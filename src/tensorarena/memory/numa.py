@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tensorarena.errors import NumaBindError, UnknownNumaNodeError
-from tensorarena.memory import _libc
+from tensorarena.memory import libc
 
 __all__ = [
     "DEFAULT_SYSFS_ROOT",
@@ -158,7 +158,7 @@ class NumaTopology:
 
 def current_cpu() -> int:
     """The CPU the calling thread runs on now (it may migrate right after: a hint, not a pin)."""
-    return _libc.sched_getcpu()
+    return libc.sched_getcpu()
 
 
 def bind_to_node(address: int, nbytes: int, node: int, *, preferred: bool = False) -> None:
@@ -167,9 +167,9 @@ def bind_to_node(address: int, nbytes: int, node: int, *, preferred: bool = Fals
     ``preferred=False`` is ``MPOL_BIND`` (pages only from that node; allocation fails rather than
     spill), ``preferred=True`` is ``MPOL_PREFERRED`` (that node first, others when it is full).
     """
-    mode = _libc.MPOL_PREFERRED if preferred else _libc.MPOL_BIND
+    mode = libc.MPOL_PREFERRED if preferred else libc.MPOL_BIND
     try:
-        _libc.mbind(address, nbytes, mode, [node])
+        libc.mbind(address, nbytes, mode, [node])
     except OSError as exc:
         message = f"cannot bind memory to NUMA node {node}: {exc}"
         raise NumaBindError(exc.errno or 0, message) from exc
@@ -177,11 +177,11 @@ def bind_to_node(address: int, nbytes: int, node: int, *, preferred: bool = Fals
 
 def memory_policy(address: int) -> tuple[str, frozenset[int]]:
     """The policy of the mapping holding ``address``: ``("bind" | "preferred" | ..., nodes)``."""
-    mode, nodes = _libc.get_mempolicy(address)
+    mode, nodes = libc.get_mempolicy(address)
     names = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local"}
     return names.get(mode, f"mode {mode}"), nodes
 
 
 def node_of_page(address: int) -> int:
     """The node that holds the page at ``address`` (faulting it in if it is not yet present)."""
-    return _libc.page_node(address)
+    return libc.page_node(address)

@@ -32,9 +32,9 @@ import threading
 from typing import Literal, Protocol
 
 from tensorarena.errors import OutOfMemoryError, UnknownBackendError
-from tensorarena.memory import _libc
-from tensorarena.memory._live import LiveBlocks
+from tensorarena.memory import libc
 from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
+from tensorarena.memory.live_blocks import LiveBlocks
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.sizes import Size, align_up, check_request, format_size, parse_size
 from tensorarena.stats import MemoryStatistics
@@ -106,7 +106,7 @@ class MlockBackend:
         """Map ``length`` bytes and lock them (``mlock`` faults every page in)."""
         address = map_region(length, alignment)
         try:
-            _libc.mlock(address, length)
+            libc.mlock(address, length)
         except OSError:
             unmap_region(address, length)
             raise
@@ -114,7 +114,7 @@ class MlockBackend:
 
     def unpin(self, address: int, length: int) -> None:
         """Unlock and unmap (``munmap`` alone would unlock too; being explicit costs nothing)."""
-        _libc.munlock(address, length)
+        libc.munlock(address, length)
         unmap_region(address, length)
 
     def limit(self) -> int | None:
@@ -179,7 +179,7 @@ class PinnedHostMemory:
         *,
         limit: Size | None = None,
     ) -> None:
-        if not _libc.available():
+        if not libc.available():
             raise OSError("PinnedHostMemory needs Linux")
         self._backend = _backend(backend)
         self._limit = None if limit is None else parse_size(limit, name="limit")

@@ -13,7 +13,7 @@ import dataclasses
 import threading
 
 from tensorarena.errors import InvalidAddressError, OutOfMemoryError
-from tensorarena.memory._live import LiveBlocks
+from tensorarena.memory.live_blocks import LiveBlocks
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.sizes import Size, align_up, check_address, check_request, format_size, parse_size
 from tensorarena.stats import Count, MemoryStatistics

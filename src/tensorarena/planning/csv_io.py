@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from tensorarena.errors import InvalidArgumentError, InvalidProblemError
-from tensorarena.planning._options import check_capacity, check_problem
+from tensorarena.planning.options import check_capacity, check_problem
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.sizes import Size
 

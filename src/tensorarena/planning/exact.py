@@ -25,7 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorarena.errors import InvalidArgumentError, InvalidPlanError
-from tensorarena.planning._options import (
+from tensorarena.planning.bounds import aligned_lower_bound, good_enough
+from tensorarena.planning.exact_params import SolverParams
+from tensorarena.planning.exact_search import EXHAUSTED, FOUND, Solver
+from tensorarena.planning.exact_sections import Sections, build_sections
+from tensorarena.planning.options import (
     check_capacity,
     check_gap,
     check_int64,
@@ -34,10 +38,6 @@ from tensorarena.planning._options import (
     check_progress,
     check_time_limit,
 )
-from tensorarena.planning.bounds import aligned_lower_bound, good_enough
-from tensorarena.planning.exact_params import SolverParams
-from tensorarena.planning.exact_search import EXHAUSTED, FOUND, Solver
-from tensorarena.planning.exact_sections import Sections, build_sections
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem
 from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.planning.validate import validate

@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from tensorarena.planning._options import check_capacity, check_gap, check_int64, check_problem
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
+from tensorarena.planning.options import check_capacity, check_gap, check_int64, check_problem
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.sizes import Size, check_alignment
 

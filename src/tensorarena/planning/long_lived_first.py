@@ -32,9 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.planning._options import check_capacity, check_gap, check_time_limit
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.heuristics import _Arrays, place
+from tensorarena.planning.options import check_capacity, check_gap, check_time_limit
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.sizes import Size
 

@@ -41,17 +41,17 @@ import numpy as np
 
 from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownPlannerError
 from tensorarena.planning import heuristics
-from tensorarena.planning._options import (
+from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
+from tensorarena.planning.exact import solve_exact
+from tensorarena.planning.exact_params import SolverParams
+from tensorarena.planning.long_lived_first import long_lived_first
+from tensorarena.planning.options import (
     check_capacity,
     check_gap,
     check_problem,
     check_progress,
     check_time_limit,
 )
-from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
-from tensorarena.planning.exact import solve_exact
-from tensorarena.planning.exact_params import SolverParams
-from tensorarena.planning.long_lived_first import long_lived_first
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.sizes import Size, check_alignment

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import schedules
-from tensorarena.planning._options import check_time_limit
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.op_graph import OpGraph, check_order, op_graph_from_fx, reordered_graph
+from tensorarena.planning.options import check_time_limit
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.sizes import check_alignment
 

@@ -38,26 +38,26 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidProblemError
-from tensorarena.planning._torch_graph import (
-    _MISSING,
-    _VIEW_IF_CONTIGUOUS,
-    Bindings,
-    _flat_nodes,
-    _is_contiguous,
-    _is_tensor_like,
-    _meta_value,
-    _nbytes,
-    _op_name,
-    _remember_storage,
-    _returns_nothing,
-    _schema_alias_arg,
-    _spec,
-    _storage_key,
-    _storages_comparable,
-    _torch,
-)
 from tensorarena.planning.graph_problem import GraphProblem, Liveness
+from tensorarena.planning.torch_graph import (
+    MISSING,
+    VIEW_IF_CONTIGUOUS,
+    Bindings,
+    flat_nodes,
+    is_contiguous,
+    is_tensor_like,
+    meta_value,
+    op_name,
+    remember_storage,
+    returns_nothing,
+    schema_alias_arg,
+    storage_key,
+    storages_comparable,
+    tensor_nbytes,
+    tensor_spec,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -100,7 +100,7 @@ def problem_from_exported(
     (``s0``, a sympy symbol) its value. ``graph`` walks a rewritten copy of ``ep.graph`` (same
     placeholders, same signature) instead of the program's own.
     """
-    _torch()
+    load_torch()
     from torch.export.graph_signature import InputKind
 
     kinds = {
@@ -122,7 +122,7 @@ def problem_from_exported(
     tied: dict[str, str] = {}
     for spec in ep.graph_signature.input_specs:
         value = tensors.get(spec.target) if spec.target is not None else None
-        key = _storage_key(value)
+        key = storage_key(value)
         if key is not None and hasattr(spec.arg, "name"):
             tied_to = first_of.setdefault(key, spec.arg.name)
             if tied_to != spec.arg.name:
@@ -158,7 +158,7 @@ def problem_from_fx(
     buffers or constants. ``bindings`` gives values to size symbols, as for
     :func:`problem_from_exported`.
     """
-    th = _torch()
+    th = load_torch()
     params = {id(p) for p in gm.parameters()}
     buffers = {id(b) for b in gm.buffers()}
 
@@ -166,7 +166,7 @@ def problem_from_fx(
         if KIND_KEY in node.meta:
             return str(node.meta[KIND_KEY])
         # Dynamo lifts parameters to placeholders whose example value is still a Parameter.
-        return "parameter" if isinstance(_meta_value(node), th.nn.Parameter) else "input"
+        return "parameter" if isinstance(meta_value(node), th.nn.Parameter) else "input"
 
     def attr_of(node: torch.fx.Node) -> tuple[Any, str] | None:
         value: Any = gm
@@ -204,7 +204,7 @@ def trace_training(
     tensors, which run every kernel once; ``gm.meta[TRACING_MODE_KEY]`` says which mode made it.
     A step that neither can trace is an :class:`InvalidProblemError`.
     """
-    th = _torch()
+    th = load_torch()
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils import _pytree as pytree
 
@@ -274,7 +274,7 @@ def _data_dependent_errors() -> tuple[type[BaseException], ...]:
 
 
 def _default_loss(out: Any) -> torch.Tensor:
-    th = _torch()
+    th = load_torch()
     from torch.utils import _pytree as pytree
 
     loss = getattr(out, "loss", None)
@@ -307,37 +307,37 @@ def _walk(
     name: str,
     bindings: Bindings | None = None,
 ) -> GraphProblem:
-    torch = _torch()
+    torch = load_torch()
     nodes = list(graph.nodes)
     steps = len(nodes)
     live = Liveness()
     # Storage identity -> the tensor name that owns it; None when the storages of different
     # nodes cannot be compared (make_fx in real mode fakes every value in its own fake mode).
-    by_storage: dict[int, str] | None = {} if _storages_comparable(nodes) else None
+    by_storage: dict[int, str] | None = {} if storages_comparable(nodes) else None
     elements: dict[str, list[str | None]] = {}  # multi-output node -> tensor name per output
     for step, node in enumerate(nodes):
         if node.op == "output":
-            outs = [n for n in _flat_nodes(node.args) if isinstance(n, torch.fx.Node)]
+            outs = [n for n in flat_nodes(node.args) if isinstance(n, torch.fx.Node)]
             live.output((t for n in outs for t in _names(n, live, elements)), steps)
             continue
         if node.op == "placeholder":
-            value = _meta_value(node)
+            value = meta_value(node)
             if tied and node.name in tied and tied[node.name] in live:
                 live.alias(node.name, tied[node.name], step)
-            elif _is_tensor_like(value):
-                live.external(node.name, _nbytes(value, node.name, bindings), kind_of(node))
-                _remember_storage(value, node.name, by_storage)
+            elif is_tensor_like(value):
+                live.external(node.name, tensor_nbytes(value, node.name, bindings), kind_of(node))
+                remember_storage(value, node.name, by_storage)
             continue
         if node.op == "get_attr":
             attr = attr_of(node)
             value = node.meta.get("val", attr[0] if attr else None)
-            if _is_tensor_like(value):
-                nbytes = _nbytes(value, node.name, bindings)
+            if is_tensor_like(value):
+                nbytes = tensor_nbytes(value, node.name, bindings)
                 live.external(node.name, nbytes, attr[1] if attr else "constant")
-                _remember_storage(value, node.name, by_storage)
+                remember_storage(value, node.name, by_storage)
             continue
         selector = _selected_output(node, elements)
-        metadata_only = _op_name(node) in _METADATA_ONLY
+        metadata_only = op_name(node) in _METADATA_ONLY
         for arg in () if metadata_only else node.all_input_nodes:
             if selector is None or arg is not node.args[0]:  # picking an output is no use
                 for tensor in _names(arg, live, elements):
@@ -347,24 +347,24 @@ def _walk(
             if picked is not None and picked != node.name:
                 live.alias(node.name, picked, step)
             continue
-        value = _meta_value(node)
-        if value is _MISSING:
-            if _returns_nothing(node):
+        value = meta_value(node)
+        if value is MISSING:
+            if returns_nothing(node):
                 continue
             raise InvalidProblemError(
                 f"node {node.name!r} ({node.target}) has no shape metadata: trace with "
                 "torch.export or make_fx, or run torch.fx.passes.shape_prop.ShapeProp first",
                 column=node.name,
             )
-        if _is_tensor_like(value):
+        if is_tensor_like(value):
             _place(node, 0, node.name, value, step, live, by_storage, elements, bindings)
         elif isinstance(value, (list, tuple)):
             names = _element_names(node, len(value))
             elements[node.name] = [
-                n if _is_tensor_like(v) else None for n, v in zip(names, value, strict=True)
+                n if is_tensor_like(v) else None for n, v in zip(names, value, strict=True)
             ]
             for k, (tensor, v) in enumerate(zip(names, value, strict=True)):
-                if _is_tensor_like(v):
+                if is_tensor_like(v):
                     _place(node, k, tensor, v, step, live, by_storage, elements, bindings)
     return live.build(steps=steps, name=name, alignment=alignment)
 
@@ -381,7 +381,7 @@ def _place(
     bindings: Bindings | None,
 ) -> None:
     """Record output ``k`` of ``node`` (named ``tensor``): an alias of a known root, or new."""
-    key = _storage_key(value) if by_storage is not None else None
+    key = storage_key(value) if by_storage is not None else None
     base = _identity_base(node, live, elements)
     if base is None and _writes_in_place(node, k):
         # An in-place or out= op returns the argument it wrote, whatever the fake storages
@@ -396,11 +396,11 @@ def _place(
     if base is not None:
         live.alias(tensor, base, step)
         # A fake storage that stands for the base's bytes (an inactive dropout's) leads there too.
-        _remember_storage(value, base, by_storage)
+        remember_storage(value, base, by_storage)
     else:
-        spec = _spec(value, tensor, bindings)
+        spec = tensor_spec(value, tensor, bindings)
         live.produce(tensor, step, spec.nbytes, spec)
-        _remember_storage(value, tensor, by_storage)
+        remember_storage(value, tensor, by_storage)
 
 
 def _writes_in_place(node: torch.fx.Node, k: int) -> bool:
@@ -417,7 +417,7 @@ def _identity_base(
 ) -> str | None:
     """The input that an inactive dropout returns as is (ATen returns ``input`` itself when
     ``train`` is false or ``p`` is 0, though fake tensors show a fresh storage)."""
-    if _op_name(node) not in _DROPOUTS or not node.args:
+    if op_name(node) not in _DROPOUTS or not node.args:
         return None
     p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p", 0.5)
     train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
@@ -469,12 +469,12 @@ def _schema_alias_base(
     node: torch.fx.Node, k: int, live: Liveness, elements: dict[str, list[str | None]]
 ) -> str | None:
     """The tensor that output ``k`` of ``node`` aliases according to its schema, if any."""
-    base = _schema_alias_arg(node, k)
+    base = schema_alias_arg(node, k)
     if base is None or not hasattr(base, "name"):
         return None
-    if _op_name(node) in _VIEW_IF_CONTIGUOUS:
-        value = _meta_value(base)
-        if not _is_tensor_like(value) or not _is_contiguous(value):
+    if op_name(node) in VIEW_IF_CONTIGUOUS:
+        value = meta_value(base)
+        if not is_tensor_like(value) or not is_contiguous(value):
             return None  # a reshape of a non-contiguous tensor copies
     names = _names(base, live, elements)
     return names[0] if len(names) == 1 else None

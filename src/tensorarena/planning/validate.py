@@ -20,7 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 
 from tensorarena.errors import InvalidArgumentError, InvalidPlanError
-from tensorarena.planning._options import check_capacity, check_problem
+from tensorarena.planning.options import check_capacity, check_problem
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.sizes import Size
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensorarena.adaptors._sites import Stack, as_frames, format_site
+from tensorarena.adaptors.sites import Stack, as_frames, format_site
 from tensorarena.core import Arena
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.memory.resource import check_resource, resource_stack

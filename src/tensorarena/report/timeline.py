@@ -38,8 +38,8 @@ from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.memory.virtual import VirtualMemory
 from tensorarena.trace import ALLOC, FREE, Event, MalformedTraceError, detect_format, iter_events
-from tensorarena.trace._pickle import load_plain
 from tensorarena.trace.model import check_events
+from tensorarena.trace.plain_pickle import load_plain
 
 __all__ = ["Timeline", "load_timeline", "timeline_from_events", "timeline_from_snapshot"]
 

@@ -25,7 +25,7 @@ from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.report.timeline import Timeline
 from tensorarena.report.views import Views, check_view_options, views
-from tensorarena.trace._atomic import atomic_binary
+from tensorarena.trace.atomic import atomic_binary
 
 __all__ = ["render_html", "write_html", "write_png"]
 

@@ -19,15 +19,15 @@ registers nothing, as it must not import torch); a ``torch_dynamo_backends`` ent
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.runtime.device import common_device
-from tensorarena.runtime.materialize import _torch
-from tensorarena.runtime.options import check_options, concurrency_for
+from tensorarena.runtime.options import ProgramOptions, concurrency_for
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.workspace import Workspace
 
@@ -60,7 +60,7 @@ class Backend:
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ) -> Callable[..., Any]:
-        _torch()
+        load_torch()
         from torch._dynamo.backends.common import aot_autograd
 
         workspace = self.workspace or Workspace(
@@ -98,9 +98,7 @@ def _check(workspace: Workspace | None, options: dict[str, Any]) -> None:
     """Refuse here what the first compiled graph would refuse inside dynamo (as a
     BackendCompilerFailed): an option programs do not take, a bad value, a workspace that is
     not one or that comes with a resource it would ignore."""
-    parameters = inspect.signature(PlannedProgram.__init__).parameters
-    taken = {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
-    unknown = sorted(set(options) - (taken - {"name", "workspace", "reference", "ranges"}))
+    unknown = sorted(set(options) - {option.name for option in fields(ProgramOptions)})
     if unknown:
         raise InvalidArgumentError(f"Backend takes no option {unknown}")
     if workspace is not None and not isinstance(workspace, Workspace):
@@ -110,8 +108,7 @@ def _check(workspace: Workspace | None, options: dict[str, Any]) -> None:
             "give resource or workspace, not both: the programs take their memory from the "
             "workspace's resource (Workspace(resource))"
         )
-    checked = inspect.signature(check_options).parameters
-    check_options(**{name: options.get(name, parameters[name].default) for name in checked})
+    ProgramOptions(**options)
     concurrency_for(options.get("concurrency"), workspace)
 
 
@@ -125,7 +122,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable
 
 def register_backend() -> None:
     """Make ``torch.compile(model, backend="tensorarena")`` work in this process (idempotent)."""
-    _torch()
+    load_torch()
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
     if _COMPILER_FNS.get(BACKEND_NAME) is not backend:

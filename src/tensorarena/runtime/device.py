@@ -30,7 +30,7 @@ import numpy as np
 from tensorarena.errors import InvalidArgumentError, InvalidResourceError
 from tensorarena.memory.resource import check_resource
 from tensorarena.memory_kind import MemoryKind, memory_kind_of
-from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
+from tensorarena.planning.torch_graph import is_tensor_like, meta_value
 
 if TYPE_CHECKING:
     import torch
@@ -58,9 +58,9 @@ def _device_name(value: Any) -> str | None:
 
 def _values(graph: torch.fx.Graph) -> Iterable[Any]:
     for node in graph.nodes:
-        value = _meta_value(node)
+        value = meta_value(node)
         for v in value if isinstance(value, (list, tuple)) else (value,):
-            if _is_tensor_like(v):
+            if is_tensor_like(v):
                 yield v
 
 

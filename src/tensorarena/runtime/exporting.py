@@ -39,8 +39,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import DataDependentError, ExportFailedError, InvalidArgumentError
-from tensorarena.runtime.materialize import _torch
 
 if TYPE_CHECKING:
     import torch
@@ -64,7 +64,7 @@ def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[s
                   *, dynamic_shapes: Any, strict: bool) -> torch.export.ExportedProgram:
     """``torch.export.export`` under ``no_grad`` (see the module docstring); its failure
     raises :class:`ExportFailedError` carrying torch's error and what to try."""
-    th = _torch()
+    th = load_torch()
     check_has_data(model, args, kwargs)
     try:
         with th.no_grad(), _caches_exportable(model, kwargs):
@@ -100,7 +100,7 @@ def _forget_trace() -> None:
 def check_has_data(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Raise :class:`InvalidArgumentError` when an example input, parameter or buffer is a
     tensor on the ``meta`` device (a shape without values: the program could not run)."""
-    th = _torch()
+    th = load_torch()
     from torch.utils import _pytree as pytree
 
     for label, tree in (("args", tuple(args)), ("kwargs", dict(kwargs))):
@@ -188,7 +188,7 @@ def _register_caches(model: torch.nn.Module) -> bool:
 def check_sizes_follow_shapes(graph: torch.fx.Graph, name: str) -> None:
     """Raise :class:`DataDependentError` when a tensor of ``graph`` has a size that depends on
     the values of the inputs (an unbacked symbol, ``u0``), naming the first such node."""
-    th = _torch()
+    th = load_torch()
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     for node in graph.nodes:
@@ -271,7 +271,7 @@ def _export_error(model: str, exc: Exception) -> ExportFailedError:
 def _torch_dir() -> str:
     global _TORCH_DIR
     if _TORCH_DIR is None:
-        _TORCH_DIR = os.path.dirname(str(_torch().__file__)) + os.sep
+        _TORCH_DIR = os.path.dirname(str(load_torch().__file__)) + os.sep
     return _TORCH_DIR
 
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.runtime.exporting import check_sizes_follow_shapes, export_module
-from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.reordering import with_graph
 from tensorarena.runtime.run_graph import ProblemOf
 from tensorarena.runtime.shapes import ranges_of
@@ -46,7 +46,7 @@ def from_exported(ep: torch.export.ExportedProgram, name: str) -> GraphSource:
     """The source of an ``ExportedProgram`` (called as ``ep.module()`` is)."""
     from tensorarena.planning.torch_frontend import problem_from_exported
 
-    if not isinstance(ep, _torch().export.ExportedProgram):
+    if not isinstance(ep, load_torch().export.ExportedProgram):
         raise InvalidArgumentError(
             f"from_exported takes a torch.export.ExportedProgram, got {type(ep).__name__} "
             "(for a module: PlannedProgram.from_module(model, (x,)))"
@@ -83,7 +83,7 @@ def from_graph_module(gm: torch.fx.GraphModule, name: str, *,
     placeholders in order unless ``signature`` says otherwise."""
     from tensorarena.planning.torch_frontend import problem_from_fx
 
-    if not isinstance(gm, _torch().fx.GraphModule):
+    if not isinstance(gm, load_torch().fx.GraphModule):
         raise InvalidArgumentError(
             f"from_graph_module takes a torch.fx.GraphModule, got {type(gm).__name__} "
             "(for a module: PlannedProgram.from_module(model, (x,)))"

@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tensorarena._optional import load_torch
 from tensorarena.interop.empty_cache import trim_pools
 from tensorarena.runtime.device import CPU
-from tensorarena.runtime.materialize import _torch, block
+from tensorarena.runtime.materialize import block
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +45,7 @@ __all__ = ["HeldArenas", "storage_uses"]
 def storage_uses(memory: torch.Tensor) -> int:
     """How many references the storage under ``memory`` has now: its use count (tensors, and the
     storage object) plus the Python references to its storage object (module docstring)."""
-    torch = _torch()
+    torch = load_torch()
     storage = memory.untyped_storage()
     return int(torch._C._storage_Use_Count(storage._cdata)) + sys.getrefcount(storage)
 
@@ -147,7 +148,7 @@ class HeldArenas:
     def hand_over(self, outputs: Any, memory: torch.Tensor) -> Any:
         """``outputs`` (a pytree) with every tensor over ``memory`` replaced by a new view of
         it, so that the caller's tensors count as holding the block."""
-        th = _torch()
+        th = load_torch()
         from torch.utils import _pytree as pytree
 
         address = memory.untyped_storage().data_ptr()

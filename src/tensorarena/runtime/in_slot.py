@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
+from tensorarena.planning.torch_graph import is_tensor_like, meta_value
 
 if TYPE_CHECKING:
     import torch
@@ -98,8 +98,8 @@ def embedding_backward_in_slot(node: torch.fx.Node) -> bool:
     if len(node.args) != 5 or node.kwargs or node.args[4] is not False:
         return False  # scale_grad_by_freq, or arguments given by name: ATen's own
     grad = node.args[0]
-    value: Any = _meta_value(grad) if isinstance(grad, type(node)) else None
-    return (_is_tensor_like(value) and value.device.type == "cpu"
+    value: Any = meta_value(grad) if isinstance(grad, type(node)) else None
+    return (is_tensor_like(value) and value.device.type == "cpu"
             and value.dtype in (torch.float32, torch.float64)
             and isinstance(node.args[3], int))
 

@@ -30,8 +30,8 @@ import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
 from tensorarena.planning.graph_problem import GraphProblem
+from tensorarena.planning.torch_graph import is_tensor_like, meta_value
 
 if TYPE_CHECKING:
     import torch.fx
@@ -102,8 +102,8 @@ def rewrite_inplace(graph: torch.fx.Graph, gp: GraphProblem) -> list[str]:
         first = node.args[0]
         if inplace is None or not isinstance(first, torch.fx.Node):
             continue
-        value, source = _meta_value(node), _meta_value(first)
-        if not (_is_tensor_like(value) and isinstance(source, torch.Tensor)):
+        value, source = meta_value(node), meta_value(first)
+        if not (is_tensor_like(value) and isinstance(source, torch.Tensor)):
             continue
         if first.target is operator.getitem or node.name not in planned:
             continue  # results of multi-output nodes are named apart; keep it simple
@@ -165,7 +165,7 @@ def hints(graph: torch.fx.Graph) -> Mapping[Any, int]:
     for node in graph.nodes:
         if node.op != "placeholder":
             continue
-        value = _meta_value(node)
+        value = meta_value(node)
         sizes = (value,) if isinstance(value, torch.SymInt) else (
             (*value.shape, *value.stride()) if isinstance(value, torch.Tensor) else ())
         for size in sizes:

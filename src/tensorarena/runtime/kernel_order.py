@@ -40,20 +40,10 @@ if TYPE_CHECKING:
     from tensorarena.runtime.program import PlannedProgram
     from tensorarena.runtime.specialization import Specialization
 
-__all__ = ["choose_order", "estimated_peak", "live_peak", "scratch_by_node"]
+__all__ = ["choose_order", "estimated_peak", "scratch_by_node"]
 
 #: Orders of the new search compared besides the known ones (lowest peaks first).
 SEARCHED = 2
-
-
-def live_peak(buffers: Iterable[Buffer]) -> int:
-    """The most bytes of ``buffers`` live at once."""
-    events = sorted(e for b in buffers for e in ((b.start, b.nbytes), (b.end, -b.nbytes)))
-    live = peak = 0
-    for _, delta in events:
-        live += delta
-        peak = max(peak, live)
-    return peak
 
 
 def scratch_by_node(recording: KernelRecording, in_slots: Mapping[str, str]) -> dict[str, int]:
@@ -64,7 +54,7 @@ def scratch_by_node(recording: KernelRecording, in_slots: Mapping[str, str]) -> 
         held = [Buffer(f"{node}{KERNEL_TAG}{k}", made, freed, nbytes)
                 for k, (nbytes, made, freed, _) in enumerate(log)
                 if freed is not None and nbytes > 0 and f"{node}{KERNEL_TAG}{k}" not in in_slots]
-        peak = live_peak(held)
+        peak = lower_bound(held)
         if peak:
             found[node] = peak
     return found
@@ -86,8 +76,8 @@ def estimated_peak(program: PlannedProgram, run: RunGraph, bindings: Mapping[Any
     problem, ticks = temporaries(logs, steps, planned, slots)
     peak = lower_bound(problem)
     if program.outputs == "fresh":
-        peak += live_peak(Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
-                          for b in graph.problem.buffers if b.id in lowering.dynamic)
+        peak += lower_bound([Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
+                             for b in graph.problem.buffers if b.id in lowering.dynamic])
     return peak
 
 

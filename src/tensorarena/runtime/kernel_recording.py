@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
-from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
 from tensorarena.runtime.device import CPU
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import (
@@ -23,7 +23,7 @@ from tensorarena.runtime.kernel_arena import (
     KernelScripts,
     temporaries,
 )
-from tensorarena.runtime.kernel_order import choose_order, live_peak
+from tensorarena.runtime.kernel_order import choose_order
 from tensorarena.runtime.specialization import release_code, reserve
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def _plan(program: PlannedProgram, planned: Problem, before: Plan,
         return idle, "idle"
     kept = {b.id for b in idle.problem.buffers}
     left = [b for b in planned.buffers if KERNEL_TAG in b.id and b.id not in kept]
-    if every.height + live_peak(fresh) <= idle.height + live_peak(fresh + left):
+    if every.height + lower_bound(fresh) <= idle.height + lower_bound(fresh + left):
         return every, "lower peak: all"
     return idle, "lower peak: idle"
 

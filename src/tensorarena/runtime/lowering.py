@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value, _op_name
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.torch_frontend import _element_names
+from tensorarena.planning.torch_graph import is_tensor_like, meta_value, op_name
 from tensorarena.runtime.generated_code import Generated as Generated
 from tensorarena.runtime.generated_code import generate
 from tensorarena.runtime.in_slot import (
@@ -121,12 +121,12 @@ def classify(
         if node.op not in ("call_function", "call_method", "call_module"):
             continue
         op = _op_label(node)
-        value = _meta_value(node)
-        if _is_tensor_like(value):
+        value = meta_value(node)
+        if is_tensor_like(value):
             names: list[str | None] = [node.name]
         elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
             names = [
-                name if _is_tensor_like(v) else None
+                name if is_tensor_like(v) else None
                 for name, v in zip(_element_names(node, len(value)), value, strict=True)
             ]
         else:
@@ -242,5 +242,5 @@ def _mutates(node: torch.fx.Node) -> bool:
     schema = getattr(node.target, "_schema", None)
     if schema is not None:
         return bool(schema.is_mutable)
-    return _op_name(node).endswith("_") and not _op_name(node).endswith("__")
+    return op_name(node).endswith("_") and not op_name(node).endswith("__")
 

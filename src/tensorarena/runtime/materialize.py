@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from tensorarena._optional import require
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.planning.problem import Plan
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOCK_ALIGNMENT", "Materialized", "block", "materialize", "slot", "torch_dtype"]
 
-
-
-def _torch() -> Any:
-    return require("torch", extra="torch", feature="tensorarena.runtime")
 
 
 @dataclass(frozen=True)
@@ -59,7 +55,7 @@ class Materialized:
 
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype named ``name`` (``"float32"``), as :class:`TensorSpec` stores it."""
-    th = _torch()
+    th = load_torch()
     dtype = getattr(th, name, None)
     if not isinstance(dtype, th.dtype):
         raise InvalidArgumentError(f"unknown torch dtype {name!r}")

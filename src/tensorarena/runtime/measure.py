@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tensorarena.runtime.materialize import _torch
+from tensorarena._optional import load_torch
+from tensorarena.trace.profiler_allocations import profiler_allocations
 
 __all__ = ["AllocatorTrace", "Profiled", "profile", "trace_allocations"]
 
@@ -70,32 +71,24 @@ class Profiled:
 def profile(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Profiled]:
     """Call ``fn(*args, **kwargs)`` under the profiler with memory profiling; return its result
     and the allocator events and node ranges (:class:`Profiled`)."""
-    torch = _torch()
-    from torch._C._profiler import _EventType
-
+    torch = load_torch()
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         result = fn(*args, **kwargs)
-    events: list[tuple[int, int, int, str, str, int]] = []
-    nodes: dict[str, tuple[int, int]] = {}
-
-    def walk(event: Any, path: str, node: str) -> None:
-        if event.tag == _EventType.Allocation:
-            fields = event.extra_fields
-            events.append((event.start_time_ns, int(fields.alloc_size),
-                           int(fields.total_allocated), path, node, int(fields.ptr)))
-            return
-        name = str(event.name)
-        if name.startswith(ANNOTATION_PREFIX):
-            _, path, node = name.split(":", 2)
-            nodes[node] = (event.start_time_ns, event.end_time_ns)
-        for child in event.children:
-            walk(child, path, node)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root, "outside", "")
-    events.sort()
+    seen = profiler_allocations(prof, scope_prefix=ANNOTATION_PREFIX)
+    nodes = {_node_of(name)[1]: (start, end) for name, start, end in seen.scopes}
+    events = sorted((a.time_ns, a.nbytes, a.total_bytes, *_node_of(a.scope), a.address)
+                    for a in seen.allocations)
     return result, Profiled(events, nodes)
+
+
+def _node_of(scope: str) -> tuple[str, str]:
+    """``(path, node)`` of an annotation ``tensorarena:<path>:<node>``; ``("outside", "")``
+    for no scope."""
+    if not scope:
+        return "outside", ""
+    _, path, node = scope.split(":", 2)
+    return path, node
 
 
 def trace_allocations(

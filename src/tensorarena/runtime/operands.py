@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.planning._torch_graph import _meta_value
+from tensorarena.planning.torch_graph import meta_value
 
 if TYPE_CHECKING:
     import torch.fx
@@ -47,12 +47,12 @@ def contiguous_operands(graph: torch.fx.Graph) -> list[str]:
         args = list(node.args)
         for k in positions:
             operand = args[k] if k < len(args) else None
-            if not isinstance(operand, torch.fx.Node) or not _broadcast(_meta_value(operand)):
+            if not isinstance(operand, torch.fx.Node) or not _broadcast(meta_value(operand)):
                 continue
             with graph.inserting_before(node):
                 copy = graph.call_function(aten.clone.default, (operand,),
                                            {"memory_format": torch.contiguous_format})
-            copy.meta["val"] = _meta_value(operand).clone(memory_format=torch.contiguous_format)
+            copy.meta["val"] = meta_value(operand).clone(memory_format=torch.contiguous_format)
             args[k] = copy
         if args != list(node.args):
             node.args = tuple(args)

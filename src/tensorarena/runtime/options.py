@@ -2,24 +2,42 @@
 
 A wrong option must fail where it is written, before anything is planned, not at the first
 call (a planner name, a time limit, a resource) or never (``reorder="sometimes"`` and
-``inplace="no"`` are truthy).
+``inplace="no"`` are truthy). :class:`ProgramOptions` lists the options of how a program plans
+and runs, with their defaults, for those that pass them on (the ``torch.compile`` backend).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
 from tensorarena.memory.resource import check_resource
-from tensorarena.planning._options import check_time_limit
+from tensorarena.planning.options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
 
 if TYPE_CHECKING:
     from tensorarena.memory.resource import MemoryResource
+    from tensorarena.runtime.lowering import Unplaceable
     from tensorarena.runtime.workspace import Concurrency, Workspace
 
-__all__ = ["check_example", "check_options", "concurrency_for", "workspace_for"]
+__all__ = [
+    "DEFAULT_TIME_LIMIT",
+    "OutputPlacement",
+    "ProgramOptions",
+    "check_example",
+    "check_options",
+    "concurrency_for",
+    "workspace_for",
+]
+
+#: Seconds the exact search may spend on one shape's plan by default.
+DEFAULT_TIME_LIMIT = 2.0
+
+#: Where a program's outputs live: made by torch at each call, planned in the arena, or planned
+#: in a tail of the arena handed over at each call (:mod:`~tensorarena.runtime.output_tail`).
+OutputPlacement = Literal["fresh", "arena", "handover"]
 
 
 def check_options(
@@ -69,6 +87,37 @@ def check_options(
     if concurrency not in (None, "serialize", "refuse"):
         raise InvalidArgumentError(
             f"concurrency must be 'serialize' or 'refuse', got {concurrency!r}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProgramOptions:
+    """How a :class:`~tensorarena.runtime.PlannedProgram` plans and runs: its keyword options
+    but those that name it and its graph (``name``, ``reference``, ``ranges``) and its
+    ``workspace``, with the same defaults (a test holds the two lists equal). Checked when
+    made, as the program checks them."""
+
+    resource: MemoryResource | None = None
+    pool: MemoryResource | None = None
+    planner: str = "auto"
+    time_limit: float = DEFAULT_TIME_LIMIT
+    unplaceable: Unplaceable = "copy"
+    reorder: bool | Literal["always"] = False
+    outputs: OutputPlacement = "handover"
+    inplace: bool = True
+    poison: bool = False
+    max_plans: int = 8
+    max_shapes: Mapping[str, Sequence[int]] | None = None
+    growing: Iterable[str] = ()
+    concurrency: Concurrency | None = None
+    kernel_arena: bool | Literal["all", "idle"] = True
+
+    def __post_init__(self) -> None:
+        check_options(
+            unplaceable=self.unplaceable, outputs=self.outputs, reorder=self.reorder,
+            inplace=self.inplace, poison=self.poison, max_plans=self.max_plans,
+            planner=self.planner, time_limit=self.time_limit, resource=self.resource,
+            pool=self.pool, concurrency=self.concurrency, kernel_arena=self.kernel_arena,
         )
 
 

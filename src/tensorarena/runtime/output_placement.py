@@ -25,11 +25,12 @@ and the arena of a one-off call (:func:`call_memory`). The program's ``_make_pla
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from tensorarena.planning.planners import plan as make_plan
 from tensorarena.planning.problem import Plan, Problem
 from tensorarena.runtime.materialize import block
+from tensorarena.runtime.options import OutputPlacement
 from tensorarena.runtime.output_tail import kernel_patches, split_plan, tail_start, with_tail
 
 if TYPE_CHECKING:
@@ -41,11 +42,6 @@ if TYPE_CHECKING:
     from tensorarena.runtime.specialization import Specialization
 
 __all__ = ["OutputPlacement", "call_memory", "persistent_bytes", "placed_code", "plan_buffers"]
-
-#: Where a program's outputs live: made by torch at each call, planned in the arena, or planned
-#: in a tail of the arena handed over at each call (:mod:`~tensorarena.runtime.output_tail`).
-OutputPlacement = Literal["fresh", "arena", "handover"]
-
 
 def plan_buffers(program: PlannedProgram, planned: Problem, outputs: Sequence[str]) -> Plan:
     """Plan ``planned``; with ``outputs="handover"``, its ``outputs`` in the tail."""

@@ -45,12 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import PlanVerificationError
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.runtime.held_arenas import storage_uses
 from tensorarena.runtime.kernel_arena import FORWARD, KERNEL_TAG, KernelHooks
 from tensorarena.runtime.lowering import Generated
-from tensorarena.runtime.materialize import _torch, block
+from tensorarena.runtime.materialize import block
 
 if TYPE_CHECKING:
     import torch
@@ -249,7 +250,7 @@ class _TailRun:
     def __init__(self, first: torch.Tensor, code: Generated, nbytes: int,
                  resource: MemoryResource | None, device: str, persistent: torch.Tensor,
                  patches: Sequence[Patch]) -> None:
-        th = _torch()
+        th = load_torch()
         address = first.untyped_storage().data_ptr()
         #: every tensor of the code over the tail and the bases they keep, with their places
         self.views = [(t, t.storage_offset(), tuple(t.shape), t.stride())
@@ -267,7 +268,7 @@ class _TailRun:
         """Count the code's own references to the current tail. Every reference to it must be
         a view the code re-points: one made elsewhere would keep writing into a tail handed
         over."""
-        th = _torch()
+        th = load_torch()
         tensors = {id(t) for t, *_ in self.views} | {id(self.current)}
         uses = int(th._C._storage_Use_Count(self.current.untyped_storage()._cdata))
         if uses != len(tensors) + 1:  # the views, the block, the storage object just made
@@ -322,14 +323,14 @@ def _over(tensors: list[torch.Tensor], address: int) -> list[torch.Tensor]:
 
 
 def _tensors(namespace: dict[str, Any]) -> list[torch.Tensor]:
-    torch = _torch()
+    torch = load_torch()
     return [v for v in namespace.values() if isinstance(v, torch.Tensor)]
 
 
 def _map_tensors(outputs: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """``outputs`` with ``fn`` applied to every tensor: the flat tuple or list a generated
     function returns without pytree's cost per call, anything else through pytree."""
-    torch = _torch()
+    torch = load_torch()
     if isinstance(outputs, torch.Tensor):
         return fn(outputs)
     if type(outputs) in (tuple, list) and not any(

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import (
     ExportFailedError,
     InvalidArgumentError,
@@ -47,9 +48,13 @@ from tensorarena.runtime.device import CPU, graph_device, off_device
 from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
 from tensorarena.runtime.lowering import Lowering, Unplaceable
-from tensorarena.runtime.materialize import _torch
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
-from tensorarena.runtime.options import check_example, check_options, workspace_for
+from tensorarena.runtime.options import (
+    DEFAULT_TIME_LIMIT,
+    check_example,
+    check_options,
+    workspace_for,
+)
 from tensorarena.runtime.output_placement import OutputPlacement
 from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.report import ExecutionReport, execution_report
@@ -68,10 +73,6 @@ if TYPE_CHECKING:
     from tensorarena.memory.resource import MemoryResource
 
 __all__ = ["ExportFailedError", "OutputPlacement", "PlanVerificationError", "PlannedProgram"]
-
-#: Seconds the exact search may spend on one shape's plan by default.
-DEFAULT_TIME_LIMIT = 2.0
-
 
 class PlannedProgram:
     """A graph run in one planned arena; call it like the program it was built from.
@@ -186,7 +187,7 @@ class PlannedProgram:
         concurrency: Concurrency | None = None,
         kernel_arena: bool | Literal["all", "idle"] = True,
     ) -> None:
-        torch = _torch()
+        torch = load_torch()
         check_options(
             unplaceable=unplaceable, outputs=outputs, reorder=reorder, inplace=inplace,
             poison=poison, max_plans=max_plans, planner=planner, time_limit=time_limit,

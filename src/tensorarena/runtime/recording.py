@@ -4,8 +4,9 @@
 (:func:`~tensorarena.runtime.measure.profile`, every node a named range) and writes what held
 memory during the call in the format of ``torch.cuda.memory._snapshot()`` (``segments`` and one
 device trace of ``alloc``/``free_completed``/``segment_alloc`` actions with ``time_us`` and
-``frames``), so that :func:`tensorarena.report.timeline_from_snapshot` (``tensorarena viz``,
-``tensorarena demo``) and PyTorch's own ``memory_viz`` can draw it:
+``frames``, built by :func:`tensorarena.trace.snapshot.build_snapshot`), so that
+:func:`tensorarena.report.timeline_from_snapshot` (``tensorarena viz``, ``tensorarena demo``)
+and PyTorch's own ``memory_viz`` can draw it:
 
 * the **arena** is one segment held for the whole call; every planned buffer is a block in it at
   ``arena + offset``, from the start of the node that writes it to the end of its last reader
@@ -27,10 +28,13 @@ the caller meanwhile) are left out.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.runtime.kernel_arena import KERNEL_TAG
 from tensorarena.runtime.measure import profile
+from tensorarena.trace.pytorch_like import BlockState, SegmentState
+from tensorarena.trace.snapshot import SnapshotAction, build_snapshot
 
 if TYPE_CHECKING:
     import torch
@@ -40,16 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["record_call"]
 
 _FREE_FIRST = {"free_completed": 0, "segment_alloc": 1, "alloc": 2}
-
-
-def _frames(site: str) -> list[dict[str, Any]]:
-    # PyTorch's snapshot frames; "<tag>" marks a name that is a label rather than a function.
-    return [{"filename": "<tag>", "line": 0, "name": site}]
-
-
-def _action(kind: str, address: int, nbytes: int, time_ns: int, site: str) -> dict[str, Any]:
-    return {"action": kind, "addr": address, "size": nbytes, "stream": 0, "time_us": time_ns,
-            "frames": _frames(site)}
 
 
 def record_call(program: PlannedProgram, args: Sequence[Any],
@@ -89,8 +83,12 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
     memory = program._annotated_memory
     assert memory is not None  # set by the annotated call above
     arena, arena_bytes = memory.data_ptr(), memory.numel()
-    actions: list[dict[str, Any]] = [_action("segment_alloc", arena, arena_bytes, origin,
-                                             "arena")]
+    stamped: list[tuple[int, SnapshotAction]] = []  # (profiler ns, action without its time)
+
+    def add(kind: str, address: int, nbytes: int, time_ns: int, site: str = "") -> None:
+        stamped.append((time_ns, SnapshotAction(kind, address, nbytes, tag=site)))
+
+    add("segment_alloc", arena, arena_bytes, origin, "arena")
     offsets = current.plan.as_dict()
     ticks = current.scripts.ticks if current.scripts is not None else 1
     # A slot a kernel's result is served in starts within its node (kernel_arena.temporaries).
@@ -106,9 +104,8 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
         site = f"{kind}: {op}"
         start, end = spans[buffer.start]
         made = start + (end - start) * later.get(buffer.id, 0) // ticks
-        actions.append(_action("alloc", address, buffer.nbytes, made, site))
-        actions.append(_action("free_completed", address, buffer.nbytes,
-                               spans[buffer.end - 1][1], site))
+        add("alloc", address, buffer.nbytes, made, site)
+        add("free_completed", address, buffer.nbytes, spans[buffer.end - 1][1], site)
     step_of = {name: i for i, name in enumerate(nodes)}
     for buffer in current.plan.problem.buffers:  # kernels' own allocations planned in the arena
         if KERNEL_TAG in buffer.id:
@@ -119,28 +116,25 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
             made = start + (end - start) * (buffer.start - first) // ticks
             freed = start + (end - start) * (buffer.end - first) // ticks
             address, site = arena + offsets[buffer.id], f"arena: inside {ops.get(node, node)}"
-            actions.append(_action("alloc", address, buffer.nbytes, made, site))
-            actions.append(_action("free_completed", address, buffer.nbytes, freed, site))
+            add("alloc", address, buffer.nbytes, made, site)
+            add("free_completed", address, buffer.nbytes, freed, site)
     live: dict[int, int] = {}  # torch's blocks allocated during the call: address -> nbytes
     for time_ns, nbytes, _, path, node, address in profiled.events:
         if nbytes > 0:
             site = f"{path}: {ops.get(node, node)}" if node else "torch, outside any node"
-            actions.append(_action("segment_alloc", address, nbytes, time_ns, site))
-            actions.append(_action("alloc", address, nbytes, time_ns, site))
+            add("segment_alloc", address, nbytes, time_ns, site)
+            add("alloc", address, nbytes, time_ns, site)
             live[address] = nbytes
         elif address in live:
             size = live.pop(address)
-            actions.append(_action("free_completed", address, size, time_ns, ""))
-            actions.append(_action("segment_free", address, size, time_ns, ""))
-    actions.sort(key=lambda a: (a["time_us"], _FREE_FIRST.get(a["action"], 0)))
-    for action in actions:
-        action["time_us"] = (action["time_us"] - origin) // 1000
-    segments = [{"device": 0, "address": arena, "total_size": arena_bytes, "stream": 0,
-                 "segment_type": "large", "blocks": []}]
-    segments += [{"device": 0, "address": address, "total_size": nbytes, "stream": 0,
-                  "segment_type": "small",
-                  "blocks": [{"address": address, "size": nbytes, "requested_size": nbytes,
-                              "state": "active_allocated", "frames": []}]}
+            add("free_completed", address, size, time_ns)
+            add("segment_free", address, size, time_ns)
+    stamped.sort(key=lambda s: (s[0], _FREE_FIRST.get(s[1].action, 0)))
+    history = [replace(action, time_us=(time_ns - origin) // 1000)
+               for time_ns, action in stamped]
+    # The arena's segment lists no blocks: every slot is free again when the call returns.
+    segments = [SegmentState(arena, arena_bytes, 0, False, ())]
+    segments += [SegmentState(address, nbytes, 0, True,
+                              (BlockState(address, nbytes, nbytes, True),))
                  for address, nbytes in live.items()]
-    snapshot = {"segments": segments, "device_traces": [actions]}
-    return signature.unflatten(flat, inputs), snapshot
+    return signature.unflatten(flat, inputs), build_snapshot(history, segments)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.planning._torch_graph import _meta_value
+from tensorarena.planning.torch_graph import meta_value
 from tensorarena.runtime.inplace import hints, rewrite_inplace
 from tensorarena.runtime.operands import contiguous_operands
 from tensorarena.runtime.reordering import copied
@@ -66,16 +66,16 @@ def result_values(graph: torch.fx.Graph) -> dict[str, Any]:
     """Tensor name → its (fake, possibly symbolic) value, as the front end names results."""
     import operator
 
-    from tensorarena.planning._torch_graph import _is_tensor_like
     from tensorarena.planning.torch_frontend import _element_names
+    from tensorarena.planning.torch_graph import is_tensor_like
 
     values: dict[str, Any] = {}
     for node in graph.nodes:
-        value = _meta_value(node)
-        if _is_tensor_like(value):
+        value = meta_value(node)
+        if is_tensor_like(value):
             values[node.name] = value
         elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
             for name, v in zip(_element_names(node, len(value)), value, strict=True):
-                if _is_tensor_like(v):
+                if is_tensor_like(v):
                     values[name] = v
     return values

@@ -32,7 +32,7 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.planning._torch_graph import _is_tensor_like, _meta_value
+from tensorarena.planning.torch_graph import is_tensor_like, meta_value
 
 if TYPE_CHECKING:
     import torch.fx
@@ -79,7 +79,7 @@ def hoisted(node: torch.fx.Node, make: Any) -> tuple[Any, tuple[Any, ...], dict[
     schema = getattr(op, "_schema", None)
     if schema is None or node.op != "call_function":
         return None
-    tensors = [_meta_value(a) for a in node.all_input_nodes if _is_tensor_like(_meta_value(a))]
+    tensors = [meta_value(a) for a in node.all_input_nodes if is_tensor_like(meta_value(a))]
     if not tensors:
         return None
     # The operand the number combines with: the first that is not a mask (where's condition).
@@ -116,8 +116,8 @@ def mean_as_sum(node: torch.fx.Node) -> tuple[Any, int] | None:
     if node.target is not torch.ops.aten.mean.dim or node.kwargs.get("dtype") is not None:
         return None
     source = node.args[0]
-    value: Any = _meta_value(source) if isinstance(source, type(node)) else None
-    if not _is_tensor_like(value) or value.device.type != "cpu":
+    value: Any = meta_value(source) if isinstance(source, type(node)) else None
+    if not is_tensor_like(value) or value.device.type != "cpu":
         return None
     if value.dtype not in (torch.float32, torch.float64):
         return None

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.interop.empty_cache import trim_c_heap
-from tensorarena.planning._torch_graph import _spec
+from tensorarena.planning.torch_graph import tensor_spec
 from tensorarena.runtime.device import CPU
 from tensorarena.runtime.generated_code import Generated, generate
 from tensorarena.runtime.held_arenas import HeldArenas
@@ -121,7 +121,7 @@ def pool_allocator(program: PlannedProgram, name: str) -> Callable[[], torch.Ten
     value = program._values[name]
 
     def allocate() -> torch.Tensor:
-        spec = _spec(value, name, program._bindings)
+        spec = tensor_spec(value, name, program._bindings)
         return slot(block(spec.nbytes, program._pool, device=program.device), 0, spec)
 
     return allocate

@@ -24,8 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.planning._torch_graph import _free_symbols
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.planning.torch_graph import free_symbols
 from tensorarena.runtime.lowering import Lowering, classify
 from tensorarena.runtime.output_placement import persistent_bytes, plan_buffers
 from tensorarena.runtime.shape_code import arenas_for, generate_code, regenerate
@@ -101,7 +101,7 @@ def _pooled(program: PlannedProgram) -> set[str]:
     if not program._growing:
         return set()
     return {name for name, value in program._values.items()
-            if _free_symbols(value) & program._growing}
+            if free_symbols(value) & program._growing}
 
 
 def _plan_for(program: PlannedProgram, planned: Problem, bindings: Mapping[Any, int],

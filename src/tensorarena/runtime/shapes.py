@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.errors import InvalidArgumentError, NoGradWarning, ShapeNotCoveredError
-from tensorarena.planning._torch_graph import _meta_value, evaluate
+from tensorarena.planning.torch_graph import evaluate, meta_value
 
 if TYPE_CHECKING:
     import torch.fx
@@ -68,7 +68,7 @@ class ShapeBinder:
         self.labels: dict[Any, str] = {}  # symbol -> the first dimension that shows it
         self._where: dict[Any, tuple[int, int | None]] = {}  # symbol -> (input, dim or None)
         for position, name in checked:
-            value = _meta_value(placeholders[position])
+            value = meta_value(placeholders[position])
             if isinstance(value, torch.SymInt):
                 expr = value.node.expr
                 if expr.is_symbol and expr not in self._where:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError, PlanVerificationError
 from tensorarena.runtime.kernel_recording import serving
-from tensorarena.runtime.materialize import _torch
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +27,7 @@ __all__ = ["verify_call"]
 def verify_call(program: PlannedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run ``program(*args, **kwargs)`` poisoned and compare with its reference (module
     docstring); return the planned outputs or raise :class:`PlanVerificationError`."""
-    torch = _torch()
+    torch = load_torch()
     if program._reference is None:
         raise InvalidArgumentError("this program has no reference to compare with")
     # Inputs the program refuses are refused before the reference sees them, with the

@@ -18,7 +18,6 @@ and :func:`recommend` ranks them on a trace.
 ``import tensorarena.trace`` needs only NumPy; the torch recorder imports torch when used.
 """
 
-from tensorarena.trace._pickle import UnsafePickleError
 from tensorarena.trace.csv_format import CsvWriter, iter_csv, write_csv
 from tensorarena.trace.formats import (
     FORMATS,
@@ -37,6 +36,7 @@ from tensorarena.trace.model import (
     TraceSummary,
     summarize,
 )
+from tensorarena.trace.plain_pickle import UnsafePickleError
 from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
 from tensorarena.trace.recommend import Recommendation, recommend
 from tensorarena.trace.recorder import EventRecorder, trace_from_log

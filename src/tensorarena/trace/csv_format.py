@@ -18,7 +18,7 @@ silently ignored, so a misspelt ``time_us`` is not lost.
 
 Reading streams (:func:`iter_csv`); every fault is a
 :class:`~tensorarena.trace.model.MalformedTraceError` with its line and column. Writing is atomic
-(:mod:`tensorarena.trace._atomic`), either all at once (:func:`write_csv`) or event by event
+(:mod:`tensorarena.trace.atomic`), either all at once (:func:`write_csv`) or event by event
 (:class:`CsvWriter`, the sink a long recording writes through).
 """
 
@@ -32,8 +32,8 @@ from contextlib import ExitStack
 from types import TracebackType
 from typing import IO
 
-from tensorarena.trace._atomic import atomic_text
 from tensorarena.trace._text import Source, int_cell, open_lines, source_name
+from tensorarena.trace.atomic import atomic_text
 from tensorarena.trace.model import (
     ALLOC,
     FREE,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorarena.errors import DoubleFreeError, InvalidAddressError, SizeMismatchError
-from tensorarena.memory._live import RECENT_FREES
+from tensorarena.memory.live_blocks import RECENT_FREES
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryResource,

@@ -28,8 +28,8 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from tensorarena.trace._atomic import atomic_text
 from tensorarena.trace._text import Source, int_cell, open_lines, source_name
+from tensorarena.trace.atomic import atomic_text
 from tensorarena.trace.model import (
     ALLOC,
     FREE,

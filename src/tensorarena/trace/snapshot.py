@@ -6,7 +6,7 @@ actions — ``alloc``, ``free_requested``, ``free_completed``, ``segment_alloc``
 ``oom``, ... — each with ``addr``, ``size``, ``stream``, ``time_us`` and ``frames``).
 
 Reading (:func:`read_snapshot`) goes through the restricted unpickler of
-:mod:`tensorarena.trace._pickle` (a crafted file cannot run code) and keeps the workload:
+:mod:`tensorarena.trace.plain_pickle` (a crafted file cannot run code) and keeps the workload:
 each ``alloc`` opens an allocation, each ``free_completed`` (the moment its bytes could be reused;
 ``free`` in older files) closes the one at that address; ``free_requested`` marks only the
 caller's intent and is skipped. The allocator's own decisions (``segment_*``), ``oom`` and
@@ -38,9 +38,8 @@ from typing import IO, Any
 
 from tensorarena.adaptors.logging import LogRecord
 from tensorarena.memory.pool import Pool
-from tensorarena.trace._atomic import atomic_binary
-from tensorarena.trace._pickle import load_plain
 from tensorarena.trace._text import is_path
+from tensorarena.trace.atomic import atomic_binary
 from tensorarena.trace.model import (
     ALLOC,
     FREE,
@@ -49,6 +48,7 @@ from tensorarena.trace.model import (
     Trace,
     check_events,
 )
+from tensorarena.trace.plain_pickle import load_plain
 from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
 
 __all__ = [

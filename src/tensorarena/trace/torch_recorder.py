@@ -31,6 +31,7 @@ from typing import Any
 from tensorarena._optional import require
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.trace.model import ALLOC, FREE, Event, Trace
+from tensorarena.trace.profiler_allocations import profiler_allocations
 
 __all__ = ["TorchRecording", "record_script", "record_torch"]
 
@@ -82,22 +83,11 @@ class TorchRecording:
 
 
 def _reports(profile: Any, device: str) -> list[tuple[int, int, int, str]]:
-    """``(time_ns, ptr, signed size, op name)`` of every allocator report on ``device``."""
-    from torch._C._profiler import _EventType
-
-    reports: list[tuple[int, int, int, str]] = []
-    stack = list(profile.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.tag == _EventType.Allocation:
-            fields = node.extra_fields
-            if fields.device.type == device and fields.alloc_size:
-                parent = node.parent
-                reports.append((node.start_time_ns, int(fields.ptr), int(fields.alloc_size),
-                                str(parent.name) if parent is not None else ""))
-            continue
-        stack.extend(node.children)
-    return reports
+    """``(time_ns, ptr, signed size, op name)`` of every allocator report on ``device``, latest
+    in the tree first: the order that reports of one nanosecond have always kept."""
+    return [(a.time_ns, a.address, a.nbytes, a.op)
+            for a in reversed(profiler_allocations(profile).allocations)
+            if a.device == device and a.nbytes]
 
 
 @contextlib.contextmanager

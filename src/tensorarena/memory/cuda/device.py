@@ -19,8 +19,8 @@ from __future__ import annotations
 import threading
 
 from tensorarena.errors import CudaError, InvalidArgumentError, OutOfMemoryError
-from tensorarena.memory._live import LiveBlocks
 from tensorarena.memory.cuda.runtime import OUT_OF_MEMORY, CudaRuntime, cuda_runtime
+from tensorarena.memory.live_blocks import LiveBlocks
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.sizes import align_up, check_request, format_size
 from tensorarena.stats import MemoryStatistics

@@ -1,8 +1,9 @@
-"""Tensor metadata and op schemas of ``torch.fx`` nodes, for the PyTorch planning front end.
+"""Tensor metadata and op schemas of ``torch.fx`` nodes: the toolkit of planning and runtime.
 
 The questions :mod:`~tensorarena.planning.torch_frontend` asks of each node: how many bytes does
 its value span, which storage is it in, and, where the metadata has no storages, which argument
-does the op's schema say it aliases. torch is never imported at module level.
+does the op's schema say it aliases. The runtime asks the same of the graphs it runs (a node's
+value, its layout, the size symbols it depends on). torch is never imported at module level.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import operator
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tensorarena._optional import require
+from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidProblemError
 from tensorarena.planning.graph_problem import TensorSpec
 
@@ -19,41 +20,62 @@ if TYPE_CHECKING:
     import torch
     import torch.fx
 
-# Ops whose schema says "alias" but which copy when the input is not contiguous.
-_VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
+__all__ = [
+    "MISSING",
+    "VIEW_IF_CONTIGUOUS",
+    "Bindings",
+    "evaluate",
+    "flat_nodes",
+    "free_symbols",
+    "is_contiguous",
+    "is_tensor_like",
+    "meta_value",
+    "op_name",
+    "remember_storage",
+    "returns_nothing",
+    "schema_alias_arg",
+    "storage_key",
+    "storages_comparable",
+    "tensor_nbytes",
+    "tensor_spec",
+]
+
+#: Ops whose schema says "alias" but which copy when the input is not contiguous.
+VIEW_IF_CONTIGUOUS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
 # Ops that reuse their input's storage without saying so in their schema.
 _UNANNOTATED_ALIASES = frozenset({"_unsafe_view"})
-
-
-def _torch() -> Any:
-    return require("torch", extra="torch", feature="planning from PyTorch graphs")
 
 
 # ----------------------------------------------------------------------------------------------
 # Tensor metadata: sizes and storages
 # ----------------------------------------------------------------------------------------------
 
-_MISSING = object()
+#: What :func:`meta_value` returns for a node without a recorded value.
+MISSING = object()
 
 
-def _meta_value(node: torch.fx.Node) -> Any:
+def meta_value(node: torch.fx.Node) -> Any:
+    """The node's recorded value: a fake tensor (export, make_fx, dynamo), ShapeProp's
+    ``TensorMetadata``, or :data:`MISSING`."""
     for key in ("val", "example_value"):  # export/make_fx, dynamo
         if key in node.meta:
             return node.meta[key]
     if "tensor_meta" in node.meta:
         return node.meta["tensor_meta"]
-    return _MISSING
+    return MISSING
 
 
-def _is_tensor_like(value: Any) -> bool:
-    torch = _torch()
+def is_tensor_like(value: Any) -> bool:
+    """Whether a recorded value is a tensor (fake or real) or ShapeProp's metadata of one."""
+    torch = load_torch()
     from torch.fx.passes.shape_prop import TensorMetadata
 
     return isinstance(value, (torch.Tensor, TensorMetadata))
 
 
-def _storage_key(value: Any) -> int | None:
-    torch = _torch()
+def storage_key(value: Any) -> int | None:
+    """An id of the tensor's storage, equal for tensors that share one; None if it has none."""
+    torch = load_torch()
     if not isinstance(value, torch.Tensor):
         return None
     try:
@@ -62,13 +84,13 @@ def _storage_key(value: Any) -> int | None:
         return None  # sparse, nested and other storage-less tensors
 
 
-def _storages_comparable(nodes: list[torch.fx.Node]) -> bool:
+def storages_comparable(nodes: list[torch.fx.Node]) -> bool:
     """True if all fake values come from one fake mode, so equal storages mean shared bytes."""
     from torch.utils import _pytree as pytree
 
     modes = set()
     for node in nodes:
-        for value in pytree.tree_leaves(_meta_value(node)):
+        for value in pytree.tree_leaves(meta_value(node)):
             mode = getattr(value, "fake_mode", None)
             if mode is not None:
                 modes.add(id(mode))
@@ -77,8 +99,9 @@ def _storages_comparable(nodes: list[torch.fx.Node]) -> bool:
     return True
 
 
-def _remember_storage(value: Any, tensor: str, by_storage: dict[int, str] | None) -> None:
-    key = _storage_key(value) if by_storage is not None else None
+def remember_storage(value: Any, tensor: str, by_storage: dict[int, str] | None) -> None:
+    """Record ``tensor`` as the first owner of its value's storage in ``by_storage``."""
+    key = storage_key(value) if by_storage is not None else None
     if by_storage is not None and key is not None:
         by_storage.setdefault(key, tensor)
 
@@ -87,10 +110,10 @@ def _remember_storage(value: Any, tensor: str, by_storage: dict[int, str] | None
 Bindings = Mapping[Any, int]
 
 
-def _spec(value: Any, tensor: str, bindings: Bindings | None = None) -> TensorSpec:
+def tensor_spec(value: Any, tensor: str, bindings: Bindings | None = None) -> TensorSpec:
     """The concrete layout of a tensor value (fake tensor or ShapeProp's ``TensorMetadata``);
     symbolic sizes are evaluated with ``bindings``."""
-    torch = _torch()
+    torch = load_torch()
     if isinstance(value, torch.Tensor):
         shape, stride, offset = value.shape, value.stride(), value.storage_offset()
     else:  # ShapeProp's TensorMetadata has no storage offset: the tensor starts its storage
@@ -104,9 +127,9 @@ def _spec(value: Any, tensor: str, bindings: Bindings | None = None) -> TensorSp
     )
 
 
-def _nbytes(value: Any, tensor: str, bindings: Bindings | None = None) -> int:
+def tensor_nbytes(value: Any, tensor: str, bindings: Bindings | None = None) -> int:
     """Bytes of storage the tensor spans: ``(offset + 1 + Σ (size - 1) × stride) × itemsize``."""
-    return _spec(value, tensor, bindings).nbytes
+    return tensor_spec(value, tensor, bindings).nbytes
 
 
 def _concrete(value: Any, tensor: str, bindings: Bindings | None = None) -> int:
@@ -137,9 +160,9 @@ def evaluate(expr: Any, bindings: Bindings) -> int | None:
     return int(bound) if bound.is_number else None
 
 
-def _free_symbols(value: Any) -> frozenset[Any]:
+def free_symbols(value: Any) -> frozenset[Any]:
     """The size symbols a tensor value's shape, strides or offset depend on (none if static)."""
-    torch = _torch()
+    torch = load_torch()
     if not isinstance(value, torch.Tensor):
         return frozenset()
     symbols: set[Any] = set()
@@ -150,8 +173,9 @@ def _free_symbols(value: Any) -> frozenset[Any]:
     return frozenset(symbols)
 
 
-def _is_contiguous(value: Any) -> bool:
-    torch = _torch()
+def is_contiguous(value: Any) -> bool:
+    """Whether a tensor value (or its ShapeProp metadata) is laid out contiguously."""
+    torch = load_torch()
     if isinstance(value, torch.Tensor):
         return bool(value.is_contiguous())
     expected = 1
@@ -167,7 +191,7 @@ def _is_contiguous(value: Any) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def _op_name(node: torch.fx.Node) -> str:
+def op_name(node: torch.fx.Node) -> str:
     """The op's base name: ``reshape`` for ``aten.reshape.default``, a method or a function."""
     if node.op == "call_method":
         return str(node.target)
@@ -177,7 +201,7 @@ def _op_name(node: torch.fx.Node) -> str:
 def _schemas(node: torch.fx.Node) -> list[Any]:
     """The aten schemas that may describe ``node``: its own, or those of the aten op of the same
     name for ``call_method`` nodes and ``torch.*`` functions."""
-    torch = _torch()
+    torch = load_torch()
     schema = getattr(node.target, "_schema", None)
     if schema is not None:
         return [schema]
@@ -193,8 +217,9 @@ def _schemas(node: torch.fx.Node) -> list[Any]:
         return []
 
 
-def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
-    torch = _torch()
+def schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
+    """The argument the node's ``k``-th result aliases by its schema (or by indexing), or None."""
+    torch = load_torch()
     if node.target is operator.getitem:  # tensor indexing: basic indices view, tensors copy
         index = node.args[1] if len(node.args) > 1 else None
         indices = index if isinstance(index, tuple) else (index,)
@@ -204,7 +229,7 @@ def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
             if not isinstance(i, torch.fx.Node)
         ) and not any(isinstance(i, torch.fx.Node) for i in indices)
         return node.args[0] if basic else None
-    if _op_name(node) in _UNANNOTATED_ALIASES and node.args:
+    if op_name(node) in _UNANNOTATED_ALIASES and node.args:
         return node.args[0]
     for schema in _schemas(node):
         returns = schema.returns
@@ -230,17 +255,19 @@ def _schema_alias_arg(node: torch.fx.Node, k: int) -> Any:
     return None
 
 
-def _returns_nothing(node: torch.fx.Node) -> bool:
+def returns_nothing(node: torch.fx.Node) -> bool:
+    """Whether every schema of the node's op returns nothing (an op called for its effect)."""
     schemas = _schemas(node)
     return bool(schemas) and all(len(s.returns) == 0 for s in schemas)
 
 
-def _flat_nodes(args: Any) -> Iterator[Any]:
+def flat_nodes(args: Any) -> Iterator[Any]:
+    """The leaves of nested lists, tuples and dicts of arguments, in order."""
     if isinstance(args, (list, tuple)):
         for arg in args:
-            yield from _flat_nodes(arg)
+            yield from flat_nodes(arg)
     elif isinstance(args, dict):
         for arg in args.values():
-            yield from _flat_nodes(arg)
+            yield from flat_nodes(arg)
     else:
         yield args
