@@ -283,3 +283,28 @@ def test_a_deleted_program_leaves_no_traced_graph_behind() -> None:
     gc.collect()
     # torch 2.13's export kept its last traced graph in a module-level map; it is cleared
     assert [ref for ref in made if ref() is not None] == []
+
+
+def test_the_export_leaves_no_source_lines_of_files_on_disk_in_linecache(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import linecache
+
+    (tmp_path / "lines_model.py").write_text(
+        "import torch\n\n\nclass Doubler(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return (x * 2).relu()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("lines_model")
+    source = module.__file__
+    x = torch.randn(3)
+    torch.export.export(module.Doubler(), (x,))  # torch's export reads the model's lines
+    assert source in linecache.cache
+    linecache.cache.pop(source)
+    fx_sources = {k for k, v in linecache.cache.items() if len(v) == 4 and v[1] is None}
+    exporting.export_module(module.Doubler(), (x,), {}, dynamic_shapes=None, strict=False)
+    assert source not in linecache.cache
+    # sources without a file on disk (FX's generated code) stay readable
+    assert fx_sources <= set(linecache.cache)
+    assert linecache.getline(source, 6).strip() == "return (x * 2).relu()"  # read again

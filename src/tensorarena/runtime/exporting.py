@@ -22,6 +22,11 @@
   its traceback trimmed to the frames outside torch (the model's own code, where it stopped)
   so that the part a user can act on is not buried under hundreds of tracing frames.
   ``torch.export.export(model, args)`` itself shows the whole of it.
+- **Less left behind.** torch 2.13 keeps a map from the last trace's fake tensors to its nodes
+  (the whole traced graph, :func:`_forget_trace`), and the stack traces export records read the
+  source of every file they pass through into :mod:`linecache` (the model's modules, torch's
+  own: a megabyte or more for a transformers model). Both go after the export; lines of files
+  on disk are read again when a traceback needs them.
 
 :func:`check_sizes_follow_shapes` refuses an exported program in which a tensor's size
 depends on the values of the inputs (``x[x > 0]``, ``torch.nonzero``): a plan is made before
@@ -31,6 +36,7 @@ built from, before planning.
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import sys
@@ -66,6 +72,7 @@ def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[s
     raises :class:`ExportFailedError` carrying torch's error and what to try."""
     th = load_torch()
     check_has_data(model, args, kwargs)
+    cached = set(linecache.cache)
     try:
         with th.no_grad(), _caches_exportable(model, kwargs):
             ep: torch.export.ExportedProgram = th.export.export(
@@ -76,6 +83,7 @@ def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[s
         raise error from exc.with_traceback(_outside_torch(exc.__traceback__))
     finally:
         _forget_trace()
+        _forget_source_lines(cached)
 
 
 def _forget_trace() -> None:
@@ -90,6 +98,15 @@ def _forget_trace() -> None:
     traced = getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", None)
     if isinstance(traced, dict):
         traced.clear()
+
+
+def _forget_source_lines(cached: set[str]) -> None:
+    """Drop the :mod:`linecache` entries made since ``cached`` for files on disk (those with a
+    modification time: read again on demand); sources registered without a file stay."""
+    for name in set(linecache.cache) - cached:
+        entry = linecache.cache.get(name)
+        if entry is not None and len(entry) == 4 and entry[1] is not None:
+            linecache.cache.pop(name, None)
 
 
 # ----------------------------------------------------------------------------------------------
