@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import pytest
 from instances import BUDGETED, aligned_instance
 
-from tensorarena.errors import InvalidArgumentError
-from tensorarena.planning import StopReason, plan, solve_exact
+from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError
+from tensorarena.planning import StopReason, exact, plan, planners, solve_exact
+from tensorarena.planning.exact_search import Solver
 from tensorarena.planning.problem import Buffer, Problem
 from tensorarena.planning.validate import validate
 
@@ -112,3 +114,79 @@ def test_a_bad_node_limit_is_refused_before_planning(bad: object) -> None:
         plan(PROBLEM, node_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="node_limit"):
         solve_exact(PROBLEM, node_limit=bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# auto never loses to its parts; the probes of a minimisation
+# ---------------------------------------------------------------------------------------------
+
+
+def _outcome(planner: str, capacity: int, node_limit: int) -> tuple[object, ...]:
+    try:
+        result = plan(BUDGETED, planner, capacity=capacity, node_limit=node_limit)
+    except PlanDoesNotFitError as missed:
+        statistics = missed.plan.statistics
+        assert statistics is not None
+        validate(BUDGETED, missed.plan)
+        return False, missed.proven, statistics.nodes, statistics.stopped_by
+    validate(BUDGETED, result)
+    assert result.statistics is not None
+    return True, result.height, result.statistics.nodes, result.statistics.stopped_by
+
+
+def test_auto_decides_as_exact_does_and_the_heuristics_spend_none_of_the_budget() -> None:
+    # 36 is proven infeasible in exactly 1193 nodes: the budget at that boundary and one less.
+    alone = solve_exact(BUDGETED, capacity=36, node_limit=None)
+    assert alone.proven and not alone.feasible and alone.nodes == 1193
+    assert _outcome("auto", 36, 1193) == _outcome("exact", 36, 1193) == (
+        False, True, 1193, StopReason.PROVEN)
+    assert _outcome("auto", 36, 1192) == _outcome("exact", 36, 1192) == (
+        False, False, 1192, StopReason.BUDGET)
+    fits = _outcome("auto", 37, 5000)
+    assert fits[:2] == (True, 37) and fits == _outcome("exact", 37, 5000)
+    assert fits[2] == solve_exact(BUDGETED, capacity=37).nodes
+
+
+def test_auto_asks_the_exact_search_before_the_sweep_on_a_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    real_search, real_sweep = planners.solve_exact, planners._long_lived_first
+
+    def search(*args: Any, **kwargs: Any) -> Any:
+        calls.append("exact")
+        return real_search(*args, **kwargs)
+
+    def sweep(*args: Any, **kwargs: Any) -> Any:
+        calls.append("sweep")
+        return real_sweep(*args, **kwargs)
+
+    monkeypatch.setattr(planners, "solve_exact", search)
+    monkeypatch.setattr(planners, "_long_lived_first", sweep)
+    plan(BUDGETED, capacity=37)
+    assert calls == ["exact"]  # it fits: nothing more to do
+    calls.clear()
+    with pytest.raises(PlanDoesNotFitError):
+        plan(BUDGETED, capacity=37, node_limit=5)  # undecided: the sweep may still find a fit
+    assert calls == ["exact", "sweep"]
+    calls.clear()
+    plan(BUDGETED, gap=0)  # a minimisation lowers the plan with the sweep first
+    assert calls == ["sweep", "exact"]
+
+
+def test_every_probe_but_the_last_gets_a_fixed_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    limits: list[int | None] = []
+    real = Solver.solve
+
+    def solve(self: Solver, *args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs["node_limit"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Solver, "solve", solve)
+    monkeypatch.setattr(exact, "PROBE_NODES", 100)
+    result = solve_exact(aligned_instance(1, 14), node_limit=None, gap=0)
+    assert result.proven and result.plan is not None and result.plan.height == 53
+    # Each probe below the last candidate capacity gets 100 nodes, not what is left: a probe
+    # that cannot settle its capacity in them gives up and the bisection goes on above it.
+    assert limits[0] == 100 and set(limits) == {100, None}
+    assert limits[-1] is None  # the last candidate capacity: all that is left
