@@ -1,9 +1,9 @@
-"""The exact planner: a branch and bound that proves a plan optimal or stops at a time limit.
+"""The exact planner: a branch and bound that proves a plan optimal or stops at its node budget.
 
 Two questions, one search (:mod:`tensorarena.planning.exact_search`):
 
 - the *decision* version, ``solve_exact(problem, capacity=C)``: is there a plan of height at most
-  ``C``? The answer is a plan, a proof that none exists, or "unknown" when time ran out;
+  ``C``? The answer is a plan, a proof that none exists, or "unknown" when the budget ran out;
 - the *optimisation* version, ``solve_exact(problem)``: the lowest height. It starts from
   ``initial`` (say a heuristic's plan; without one, a greedy plan of its own), then asks the
   decision question at lower capacities: first at the lower bound (the peak of live bytes; real
