@@ -118,3 +118,27 @@ def test_the_types_the_planning_entry_points_take_are_exported_with_them() -> No
         assert cls.__name__ in planning.__all__, cls
         assert getattr(planning, cls.__name__) is cls
     assert {"SolverParams", "Progress", "OpGraph", "check_order"} <= set(planning.__all__)
+
+
+def test_the_root_loads_names_on_first_use_and_plan_imports_only_the_planner() -> None:
+    """``tensorarena plan`` spent 1.1 s of its start-up importing pools, adaptors and reports
+    that it never used, before it read the CSV (issue 26)."""
+    data = __file__.replace("test_public_api.py", "planning/data/toy.12.csv")
+    code = (
+        "import sys, tensorarena; "
+        "assert {m for m in sys.modules if m.startswith('tensorarena')} == "
+        "{'tensorarena', 'tensorarena._version'}, sorted(sys.modules); "
+        "import tensorarena.cli.main as cli; "
+        f"assert cli.main(['plan', {data!r}, '--json', '--quiet']) == 0; "
+        "unused = {'tensorarena.memory', 'tensorarena.adaptors', 'tensorarena.report', "
+        "'tensorarena.interop', 'tensorarena.core', 'tensorarena.trace'} & set(sys.modules); "
+        "assert not unused, unused; "
+        "assert tensorarena.Pool is tensorarena.memory.Pool and 'Pool' in dir(tensorarena)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_root_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        tensorarena.nonexistent  # noqa: B018

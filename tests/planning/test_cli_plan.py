@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from instances import BUDGETED
 
 import tensorarena.cli.main as cli_main
-from tensorarena.planning.csv_io import read_problem, read_solution
+from tensorarena.planning.csv_io import read_problem, read_solution, write_problem
 from tensorarena.planning.validate import validate
 
 DATA = Path(__file__).parent / "data"
 KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds",
-        "validate_seconds", "bound", "impossible"}
+        "validate_seconds", "bound", "impossible", "stopped_by", "nodes", "node_limit",
+        "time_limit"}
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
@@ -37,6 +39,30 @@ def test_json_summary_for_an_optimal_plan(capsys: pytest.CaptureFixture[str]) ->
     assert summary["feasible"] is True
     assert str(summary["planner"]).startswith("auto")
     assert isinstance(summary["seconds"], float)
+
+
+def test_json_says_what_ended_the_search_and_what_it_used(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "aligned.csv"
+    write_problem(BUDGETED, path)  # optimum 37, proven in 3236 nodes
+    status, cut = run_json(capsys, str(path), "--gap", "0", "--node-limit", "100")
+    assert status == 0
+    assert (cut["stopped_by"], cut["nodes"], cut["node_limit"]) == ("budget", 100, 100)
+    assert cut["optimal"] is False
+    status, full = run_json(capsys, str(path), "--gap", "0", "--node-limit", "none",
+                            "--time-limit", "inf")
+    assert (full["stopped_by"], full["optimal"]) == ("proven", True)
+    assert int(full["nodes"]) > 100  # type: ignore[call-overload]
+    assert full["node_limit"] is None and full["time_limit"] is None
+    status, late = run_json(capsys, str(path), "--gap", "0", "--time-limit", "0")
+    assert late["stopped_by"] == "time_limit" and late["time_limit"] == 0.0
+
+
+@pytest.mark.parametrize("bad", ["-3", "1.5", "lots"])
+def test_a_bad_node_limit_exits_2(capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    assert cli_main.main(["plan", str(DATA / "toy.12.csv"), f"--node-limit={bad}"]) == 2
+    assert "--node-limit" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("planner", ["naive", "greedy_size", "greedy_size_first_fit",
@@ -344,7 +370,7 @@ def test_human_summary_reports_the_search(capsys: pytest.CaptureFixture[str],
     out = capsys.readouterr().out
     assert "height       5 (5 B), 1.0000 x lower bound, optimal" in out
     nodes = next(line for line in out.splitlines() if line.startswith("search"))
-    assert nodes.endswith(" nodes") and int(nodes.split()[1]) > 0
+    assert nodes.endswith(" of 250000 nodes, ended by proven") and int(nodes.split()[1]) > 0
 
 
 def test_header_only_problem_plans_to_nothing(

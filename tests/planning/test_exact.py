@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from instances import BUDGETED
 
 from tensorarena.errors import (
     InvalidArgumentError,
@@ -334,24 +335,10 @@ def test_zero_time_limit_returns_the_seed_unproven() -> None:
     assert plan.height <= seed.height
 
 
-def _aligned_instance(seed: int, n: int) -> Problem:
-    """Mixed alignments put the optimum above the lower bound: proving it takes a real search."""
-    rng = random.Random(seed)
-    buffers = []
-    for k in range(n):
-        start = rng.randrange(8)
-        size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
-        buffers.append(Buffer(f"b{k}", start, start + rng.randint(2, 6), size, alignment))
-    return Problem(buffers)
-
-
-# Optimum 37 above the lower bound 33: proven in 3236 nodes; 36 is proven infeasible in 1193.
-# The counts are the search's own and the same on any machine (tests below re-derive them).
-BUDGETED = (6, 12)
 
 
 def test_node_limit_stops_a_search_with_the_best_plan_unproven() -> None:
-    problem = _aligned_instance(*BUDGETED)
+    problem = BUDGETED
     full = solve_exact(problem, time_limit=math.inf)
     assert full.proven and full.plan is not None and full.plan.height > lower_bound(problem)
     for budget in (1, full.nodes // 2, full.nodes - 1):
@@ -365,7 +352,7 @@ def test_node_limit_stops_a_search_with_the_best_plan_unproven() -> None:
 
 
 def test_decision_node_limit_gives_unknown_not_infeasible() -> None:
-    problem = _aligned_instance(*BUDGETED)
+    problem = BUDGETED
     capacity = 36  # proven infeasible by the full search
     full = solve_exact(problem, capacity=capacity, time_limit=math.inf)
     assert full.proven and not full.feasible
@@ -376,7 +363,7 @@ def test_decision_node_limit_gives_unknown_not_infeasible() -> None:
 
 
 def test_no_node_budget_searches_nothing() -> None:
-    problem = _aligned_instance(*BUDGETED)
+    problem = BUDGETED
     result = solve_exact(problem, node_limit=0)
     assert result.nodes == 0 and not result.proven
     assert checked(problem, result).offsets == greedy_plan(problem).offsets

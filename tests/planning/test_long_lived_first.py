@@ -49,7 +49,7 @@ def test_auto_reaches_it_through_its_stage_without_the_search(
     calls: list[ExactResult] = []
 
     def starved(problem: Problem, **kwargs: Any) -> ExactResult:
-        calls.append(solve_exact(problem, node_limit=0, **kwargs))
+        calls.append(solve_exact(problem, **{**kwargs, "node_limit": 0}))
         return calls[-1]
 
     monkeypatch.setattr(planners, "solve_exact", starved)

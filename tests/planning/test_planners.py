@@ -77,7 +77,7 @@ def no_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
     calls: Calls = []
 
     def starved(problem: Problem, **kwargs: Any) -> ExactResult:
-        result = solve_exact(problem, node_limit=0, **kwargs)
+        result = solve_exact(problem, **{**kwargs, "node_limit": 0})
         calls.append({"problem": problem, **kwargs, "result": result})
         return result
 
@@ -112,7 +112,8 @@ def test_statistics_are_one_frozen_typed_record() -> None:
     assert isinstance(statistics, PlanStatistics)
     assert {f.name: f.type for f in dataclasses.fields(PlanStatistics)} == {
         "seconds": "float", "lower_bound": "int", "nodes": "int", "exact_skipped": "bool",
-        "bound": "int",
+        "bound": "int", "stopped_by": "StopReason", "node_limit": "int | None",
+        "time_limit": "float",
     }
     assert type(statistics.nodes) is int and type(statistics.exact_skipped) is bool
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -13,6 +13,7 @@ from graph_checks import forced_live_bound
 
 from tensorarena.errors import InvalidAlignmentError, InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import schedules
+from tensorarena.planning.budget import DEFAULT_REORDER_STEPS, StopReason
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.op_graph import OpGraph, check_order, with_node_buffers
 from tensorarena.planning.reorder import Schedule, reorder, reorder_graph
@@ -257,8 +258,10 @@ def test_reorder_graph_names_what_it_found_against_brute_force() -> None:
     assert set(found.baselines) == {"lpmf", "bfs", "dfs"}
     assert all(found.baselines[name] == graph.peak(order)
                for name, order in found.candidates if name in found.baselines)
-    candidates, baselines, proven, bound = found  # still unpacks as the tuple it was
-    assert (candidates, baselines, proven, bound) == tuple(found)
+    # Still a tuple in its old field order, with what ended the search and the steps after.
+    candidates, baselines, proven, bound, stopped_by, steps = found
+    assert (candidates, baselines, proven, bound) == tuple(found)[:4]
+    assert stopped_by is StopReason.PROVEN and 0 < steps <= DEFAULT_REORDER_STEPS
 
 
 def test_reorder_graph_refuses_what_is_not_an_op_graph_or_a_bad_seed() -> None:
@@ -390,3 +393,47 @@ def test_with_node_buffers_refuses_unknown_nodes_and_bad_sizes(sizes: Any, match
         with_node_buffers(_conv_late(), sizes)
     with pytest.raises(InvalidArgumentError, match="takes an OpGraph"):
         with_node_buffers("graph", {})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Work budgets: the same order on any machine
+# ---------------------------------------------------------------------------------------------
+
+
+def test_two_generous_time_limits_give_the_same_orders_and_steps() -> None:
+    graph = random_graph(5, 60)
+    runs = [reorder_graph(graph, time_limit=limit, steps=3_000) for limit in (60.0, float("inf"))]
+    first, second = runs
+    assert first.candidates == second.candidates and first.steps == second.steps
+    assert first.stopped_by is second.stopped_by
+    assert first.stopped_by in (StopReason.BUDGET, StopReason.PROVEN, StopReason.COMPLETE)
+    for _, order in first.candidates:
+        check_order(graph, order)
+
+
+def test_a_tiny_step_budget_ends_the_search_by_budget_and_says_so() -> None:
+    graph = random_graph(5, 60)
+    found = reorder_graph(graph, time_limit=float("inf"), steps=3)
+    if found.proven:  # the baselines met the cut bound: nothing to search
+        pytest.skip("this graph needs no search")
+    assert found.stopped_by is StopReason.BUDGET and found.steps >= 3  # one unit of work past
+    for _, order in found.candidates:
+        check_order(graph, order)
+
+
+def test_a_tiny_time_limit_says_time_ended_the_reordering() -> None:
+    graph = random_graph(5, 60)
+    found = reorder_graph(graph, time_limit=0.0)
+    assert not found.proven and found.stopped_by is StopReason.TIME_LIMIT
+    result = reorder(graph, time_limit=0.0, steps=5)
+    validate(result.problem, result.plan)
+    assert result.schedule.stopped_by is StopReason.TIME_LIMIT
+    assert result.schedule.step_limit == 5
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "many"])
+def test_a_bad_step_budget_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="steps"):
+        reorder_graph(random_graph(1, 10), steps=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="steps"):
+        reorder(random_graph(1, 10), steps=bad)  # type: ignore[arg-type]

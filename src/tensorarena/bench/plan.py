@@ -80,6 +80,8 @@ class Row:
     validate_seconds: float = 0.0  #: the independent check, not counted in ``seconds``
     reference: int | None = None  #: a published height to compare with
     note: str = ""
+    nodes: int = 0  #: exact-search nodes: the same on any machine, unless time ended it
+    stopped_by: str = ""  #: what ended the search (a StopReason's value)
 
 
 @dataclass
@@ -102,8 +104,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"run only this suite (repeatable): {', '.join(SUITES)}")
     parser.add_argument("--planner", default="auto",
                         help="planner for the minimalloc and models suites (default: auto)")
-    parser.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
-                        help="exact-search limit per instance (default 10; 1 with --quick)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="outer bound per instance (default: the planner's, "
+                             "the node budget ends the search first; 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="small instances and short limits: a smoke run in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -143,9 +146,12 @@ def _measure(name: str, problem: Any, planner: str, *, time_limit: float,
         valid = False
     checked = time.perf_counter() - start
     bound = problem.lower_bound()
+    statistics = plan.statistics
     return Row(name, len(problem), bound, plan.height, plan.height / bound if bound else 1.0,
                seconds, valid, plan.planner, fits, checked, reference,
-               "optimal" if plan.optimal else "")
+               "optimal" if plan.optimal else "",
+               0 if statistics is None else statistics.nodes,
+               "" if statistics is None else statistics.stopped_by.value)
 
 
 def _pisarchyk(args: argparse.Namespace, data: Path | None) -> Iterator[Row]:
@@ -252,8 +258,10 @@ def _load() -> list[float] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the selected suites and print their tables (or one JSON object); return 0."""
-    if args.quick and args.time_limit == 10.0:
-        args.time_limit = 1.0
+    if args.time_limit is None:
+        from tensorarena.planning.planners import DEFAULT_TIME_LIMIT
+
+        args.time_limit = 1.0 if args.quick else DEFAULT_TIME_LIMIT
     data = data_folder(args.data)
     suites: list[Suite] = []
     if not args.json:

@@ -4,7 +4,8 @@ A contract other tools rely on. With ``--json`` stdout holds exactly one JSON ob
 
     {"buffers": n, "lower_bound": int, "bound": int, "height": int, "ratio": float,
      "optimal": bool, "feasible": bool, "impossible": bool, "planner": str, "seconds": float,
-     "validate_seconds": float}
+     "validate_seconds": float, "stopped_by": str, "nodes": int, "node_limit": int | null,
+     "time_limit": float | null}
 
 plus ``"offsets": {id: offset}`` with ``--offsets``. ``feasible`` means the plan fits
 ``--capacity`` (always true without one); ``impossible`` that no plan can fit it (proven: the
@@ -12,7 +13,11 @@ bound is above it, or the exact search exhausted every plan); ``optimal`` means 
 includes a height equal to the bound. ``lower_bound`` is the peak of live bytes and ``ratio`` is
 the height over it; ``bound`` is the best lower bound the planner knows (alignment padding
 counted, raised by every capacity the exact search proved infeasible). ``seconds`` is the
-planning alone; ``validate_seconds`` the independent check that follows. Exit status: 0 for a
+planning alone; ``validate_seconds`` the independent check that follows. ``stopped_by`` says
+what ended the exact search (``proven``, ``good_enough``, ``budget``, ``time_limit``, or
+``not_run``), ``nodes`` what it used of its ``node_limit`` (``--node-limit``: a budget that
+gives the same answer on any machine) and ``seconds`` of its ``time_limit`` (the outer bound;
+null: none). Exit status: 0 for a
 valid plan that fits; 1 when none was found that fits within the time limit (the best height is
 still printed); 2 for bad input (malformed CSV, with line and column on stderr; unreadable file;
 bad option), always as a one-line message, never a traceback.
@@ -60,7 +65,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` command's arguments (ours, and minimalloc's beside them)."""
     from tensorarena.planning.exact_params import SolverParams
     from tensorarena.planning.exact_sections import PREORDERS
-    from tensorarena.planning.planners import DEFAULT_GAP, DEFAULT_TIME_LIMIT, PLANNERS
+    from tensorarena.planning.planners import (
+        DEFAULT_GAP,
+        DEFAULT_NODE_LIMIT,
+        DEFAULT_TIME_LIMIT,
+        PLANNERS,
+    )
 
     parser.epilog = (
         f"Sizes (--capacity, --alignment): {SIZE_RULE}; so 1MB is 1000000 bytes and 1MiB (or 1M) "
@@ -82,8 +92,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alignment", metavar="N",
                         help="minimum alignment of every offset (a power of two, e.g. 64)")
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
-                        help=f"limit for the exact search (default {DEFAULT_TIME_LIMIT:g}; "
-                             "inf: none)")
+                        help=f"outer bound on planning time (default {DEFAULT_TIME_LIMIT:g}; "
+                             "inf: none); the node budget normally ends the search first")
+    parser.add_argument("--node-limit", default=str(DEFAULT_NODE_LIMIT), metavar="NODES",
+                        help=f"exact-search budget in nodes, the same answer on any machine "
+                             f"(default {DEFAULT_NODE_LIMIT}; none: no budget)")
     parser.add_argument("--timeout", metavar="DURATION",
                         help="minimalloc's time limit: 10s, 500ms, 2m, inf (overrides "
                              "--time-limit)")
@@ -268,6 +281,7 @@ def run(args: argparse.Namespace) -> int:
         if args.timeout is not None:
             time_limit = _duration(args.timeout)
         check_gap(args.gap, name="--gap")
+        node_limit = _node_limit(args.node_limit)
         params = _solver_params(args)
         shapes = dict(parse_input_shape(text) for text in args.input_shape)
         if args.out == "-" and args.json:
@@ -296,8 +310,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _ProgressLine(label, not args.quiet) as progress:
             result = plan(problem, args.planner, capacity=capacity, time_limit=time_limit,
-                          alignment=alignment, gap=args.gap, minimize=args.minimize,
-                          progress=progress, params=params)
+                          node_limit=node_limit, alignment=alignment, gap=args.gap,
+                          minimize=args.minimize, progress=progress, params=params)
     except PlanDoesNotFitError as exc:
         result, fits, impossible = exc.plan, False, exc.proven
     except TensorArenaError as exc:
@@ -328,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
         "planner": result.planner,
         "seconds": seconds,
         "validate_seconds": validate_seconds,
+        **_budget_used(result.statistics),
     }
     if args.offsets:
         summary["offsets"] = result.as_dict()
@@ -346,6 +361,31 @@ def run(args: argparse.Namespace) -> int:
         if slip:
             print(f"tensorarena plan: note: {slip}", file=sys.stderr)
     return 0 if fits else 1
+
+
+def _node_limit(text: str) -> int | None:
+    """``--node-limit``: a non-negative int, or ``none`` for no budget."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgumentError(
+            f"--node-limit must be a non-negative number of nodes or none, got {text!r}"
+        )
+    return value
+
+
+def _budget_used(statistics: PlanStatistics | None) -> dict[str, Any]:
+    """What ended the search and what it used of each limit, for the JSON summary."""
+    if statistics is None:
+        return {"stopped_by": "not_run", "nodes": 0, "node_limit": None, "time_limit": None}
+    limit = statistics.time_limit
+    return {"stopped_by": statistics.stopped_by.value, "nodes": statistics.nodes,
+            "node_limit": statistics.node_limit,
+            "time_limit": limit if limit != float("inf") else None}
 
 
 def _print_summary(source: str, out: str | None, summary: dict[str, Any],
@@ -380,7 +420,9 @@ def _print_summary(source: str, out: str | None, summary: dict[str, Any],
         lines.append("note         exact search skipped: too many overlapping pairs for the time "
                      "limit (raise --time-limit, or --planner exact to search anyway)")
     elif statistics is not None and statistics.nodes:
-        lines.append(f"search       {statistics.nodes} nodes")
+        budget = "" if statistics.node_limit is None else f" of {statistics.node_limit}"
+        lines.append(f"search       {statistics.nodes}{budget} nodes, ended by "
+                     f"{statistics.stopped_by.value.replace('_', ' ')}")
     if out is not None:
         written = out if summary["feasible"] else "not written (the plan does not fit)"
         lines.append(f"solution     {written}")

@@ -4,6 +4,7 @@ Front ends (:mod:`~tensorarena.planning.torch_frontend`, :mod:`~tensorarena.plan
 import torch and onnx only when called.
 """
 
+from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
 from tensorarena.planning.csv_io import (
     capacity_from_name,
     read_problem,
@@ -36,6 +37,7 @@ from tensorarena.planning.torch_frontend import (
 from tensorarena.planning.validate import is_valid, validate
 
 __all__ = [
+    "DEFAULT_NODE_LIMIT",
     "PLANNERS",
     "Buffer",
     "ExactResult",
@@ -48,6 +50,7 @@ __all__ = [
     "Reordering",
     "Schedule",
     "SolverParams",
+    "StopReason",
     "capacity_from_name",
     "check_order",
     "greedy_breadth",

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.planning.budget import StepBudget
 from tensorarena.planning.op_graph import OpGraph, check_order
 
 __all__ = ["CutBound"]
@@ -66,6 +67,10 @@ class CutBound:
     def at(self, x: int, *, run: Iterable[int] = ()) -> int:
         """The fewest bytes live while node ``x`` runs, over every order of the graph that runs
         the nodes ``run`` (none of them a descendant of ``x``) before it."""
+        return self._at(x, run)[0]
+
+    def _at(self, x: int, run: Iterable[int]) -> tuple[int, int]:
+        """:meth:`at`, and the size of its flow network (nodes + edges): its work units."""
         graph, producer = self.graph, self._producer
         before = self._ancestors[x] & ~(1 << x)  # has run, in every order
         for v in run:
@@ -107,15 +112,16 @@ class CutBound:
                 edges.append((tail, nodes, size))
                 edges.extend((nodes, u, infinite) for u in free_users)
                 nodes += 1
-        return forced + _max_flow(nodes, edges, source, sink)
+        return forced + _max_flow(nodes, edges, source, sink), nodes + len(edges)
 
-    def bound(self, order: Sequence[int], *, floor: int = 0,
-              deadline: float = float("inf")) -> tuple[int, bool]:
+    def bound(self, order: Sequence[int], *, floor: int = 0, deadline: float = float("inf"),
+              steps: StepBudget | None = None) -> tuple[int, bool]:
         """The largest :meth:`at` over the nodes, at least ``floor`` and :meth:`last_of` the
         outputs' producers, and whether it is complete. Nodes are visited by decreasing live
         bytes in ``order`` (any valid order), which bound their :meth:`at` from above, until
-        those fall to the bound so far; at the deadline the bound found so far is returned,
-        still a lower bound, as incomplete."""
+        those fall to the bound so far; at the deadline, or when ``steps`` run out (a max flow
+        costs the nodes and edges of its network), the bound found so far is returned, still a
+        lower bound, as incomplete."""
         check_order(self.graph, order)
         if time.monotonic() > deadline:
             return floor, False
@@ -125,9 +131,12 @@ class CutBound:
         for t in sorted(range(len(order)), key=lambda k: -int(profile[k])):
             if profile[t] <= best:
                 return best, True
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (steps is not None and steps.exhausted):
                 return best, False
-            best = max(best, self.at(order[t]))
+            value, work = self._at(order[t], ())
+            best = max(best, value)
+            if steps is not None:
+                steps.spend(work)
         return best, True
 
     def last_of(self, nodes: Iterable[int]) -> int:

@@ -91,14 +91,18 @@ class SolverParams:
 
 
 class Decision:
-    """Outcome of one decision search: a :class:`Status`, the offsets if FOUND, the nodes."""
+    """Outcome of one decision search: a :class:`Status`, the offsets if FOUND, the nodes, and
+    for STOPPED whether the clock (not the node budget) stopped it."""
 
-    __slots__ = ("nodes", "offsets", "status")
+    __slots__ = ("nodes", "offsets", "status", "timed_out")
 
-    def __init__(self, status: Status, offsets: IntArray | None, nodes: int) -> None:
+    def __init__(self, status: Status, offsets: IntArray | None, nodes: int, *,
+                 timed_out: bool = False) -> None:
         self.status = status
         self.offsets = offsets  #: one offset per searched buffer when FOUND
         self.nodes = nodes
+        self.timed_out = timed_out  #: STOPPED by the deadline, not by the node budget
 
     def __repr__(self) -> str:
-        return f"Decision({self.status.name}, nodes={self.nodes})"
+        late = ", timed out" if self.timed_out else ""
+        return f"Decision({self.status.name}, nodes={self.nodes}{late})"

@@ -147,7 +147,7 @@ class Solver:
             if not count:
                 continue
             if time.monotonic() > deadline:  # many small windows may never reach a clock check
-                return Decision(STOPPED, None, nodes)
+                return Decision(STOPPED, None, nodes, timed_out=True)
             budget = count
             solved = None
             while solved is None:
@@ -167,6 +167,6 @@ class Solver:
                     if status is EXHAUSTED:
                         return Decision(EXHAUSTED, None, nodes)
                     if current.timed_out:
-                        return Decision(STOPPED, None, nodes)
+                        return Decision(STOPPED, None, nodes, timed_out=True)
             offsets[inside] = solved.offsets[inside]
         return Decision(FOUND, offsets, nodes)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidProblemError
+from tensorarena.planning.budget import StopReason
 from tensorarena.sizes import check_alignment
 
 __all__ = ["Buffer", "Plan", "PlanStatistics", "Problem", "lower_bound"]
@@ -142,6 +143,10 @@ class PlanStatistics:
     #: padding (:func:`~tensorarena.planning.bounds.aligned_lower_bound`) and by every capacity
     #: the exact search proved infeasible; 0 when the planner did not compute one
     bound: int = 0
+    #: what ended the search: proof, good enough, the node budget, the time limit, or no search
+    stopped_by: StopReason = StopReason.NOT_RUN
+    node_limit: int | None = None  #: the node budget it ran under (``nodes`` is what it used)
+    time_limit: float = float("inf")  #: the outer bound in seconds (``seconds`` is what it used)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

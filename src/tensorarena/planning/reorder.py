@@ -10,6 +10,12 @@ heuristics are planned, so the result is never above either. A minimum-cut bound
 (:class:`~tensorarena.planning.cut_bound.CutBound`) says how low any order can go; the search
 stops when it gets there, and the schedule says whether it is proven optimal.
 
+The search over orders is bounded by a budget of work steps (``steps``, default
+:data:`~tensorarena.planning.budget.DEFAULT_REORDER_STEPS`: an order scored, a max flow of the
+bound, a state of an exact window), shared out among its stages by steps, not by seconds, so the
+same graph gets the same order on any machine; ``time_limit`` is the outer bound, and
+``Schedule.stopped_by`` says which ended it.
+
 Every order goes through :func:`~tensorarena.planning.op_graph.check_order`, the independent
 check, before it is planned. What comes back (:class:`Reordering`): the :class:`Schedule` (node
 names in the order to run them, and the numbers), the planning problem of that order, its plan,
@@ -26,10 +32,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import schedules
+from tensorarena.planning.budget import DEFAULT_REORDER_STEPS, StepBudget, StopReason
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.op_graph import OpGraph, check_order, op_graph_from_fx, reordered_graph
-from tensorarena.planning.options import check_time_limit
+from tensorarena.planning.options import check_node_limit, check_time_limit
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.sizes import check_alignment
 
@@ -61,6 +68,9 @@ class Schedule:
     bound: int = 0
     optimal: bool = False  #: proven: no order has a lower peak (the bound, or exact search)
     seconds: float = 0.0
+    stopped_by: StopReason = StopReason.NOT_RUN  #: what ended the search over orders
+    steps: int = 0  #: work steps the search over orders used
+    step_limit: int | None = None  #: its budget (None: none)
 
     @property
     def inductor_best(self) -> int:
@@ -94,14 +104,19 @@ class OrderSearch(NamedTuple):
     baselines: dict[str, int]  #: Inductor's heuristics' peaks, by name
     proven: bool  #: no order peaks lower than the first candidate
     bound: int  #: the peak no order can go below (the minimum-cut bound)
+    stopped_by: StopReason = StopReason.NOT_RUN  #: proof, budget, time limit, or complete
+    steps: int = 0  #: work steps used (an order scored, a max flow, an exact state)
 
 
-def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0) -> OrderSearch:
+def reorder_graph(graph: OpGraph, *, time_limit: float = 60.0, seed: int = 0,
+                  steps: int | None = DEFAULT_REORDER_STEPS) -> OrderSearch:
     """Search ``graph``'s orders for the lowest peak of live bytes (see the module doc);
-    every order found is checked with :func:`~tensorarena.planning.op_graph.check_order`."""
+    every order found is checked with :func:`~tensorarena.planning.op_graph.check_order`.
+    ``steps`` is the work budget (``None``: none), ``time_limit`` the outer bound in seconds."""
     if not isinstance(graph, OpGraph):
         raise InvalidArgumentError(f"reorder_graph() takes an OpGraph, got {type(graph).__name__}")
     _check_seed(seed)
+    budget = StepBudget(check_node_limit(steps, name="steps"))
     deadline = time.monotonic() + check_time_limit(time_limit)
     found: list[tuple[str, list[int]]] = [("original", list(range(len(graph))))]
     for name in INDUCTOR_HEURISTICS:
@@ -109,39 +124,51 @@ def reorder_graph(graph: OpGraph, *, time_limit: float = 10.0, seed: int = 0) ->
     for _, order in found:
         check_order(graph, order)
     baselines = {name: graph.peak(order) for name, order in found[1:]}
-    # The cut bound visits few nodes when given a low order; a quarter of the time at most.
+    # The cut bound visits few nodes when given a low order; a quarter of the steps at most.
     lowest = min((order for _, order in found), key=graph.peak)
-    share = check_time_limit(time_limit) / 4
-    bound, _ = CutBound(graph).bound(lowest, deadline=min(deadline, time.monotonic() + share))
+    cut_steps = budget.share(4)
+    bound, _ = CutBound(graph).bound(lowest, deadline=deadline, steps=cut_steps)
+    budget.spend(cut_steps.used)
     proven = graph.peak(lowest) <= bound
     if not proven and len(graph) <= _EXACT_NODES:
-        best = schedules.exact(graph, deadline=deadline)
+        best = schedules.exact(graph, deadline=deadline, steps=budget)
         if best is not None:
             check_order(graph, best)
             found.append(("exact", best))
             proven = True
     if not proven:
         starts = sorted(found, key=lambda item: graph.peak(item[1]))
-        share = max(0.0, deadline - time.monotonic()) / len(starts)
         for k, (_, order) in enumerate(starts):
-            improved = schedules.improve(graph, order, deadline=time.monotonic() + share,
-                                         seed=seed + k, target=bound)
+            share = budget.share(len(starts) - k)  # what earlier starts left, shared again
+            improved = schedules.improve(graph, order, deadline=deadline, seed=seed + k,
+                                         target=bound, steps=share)
+            budget.spend(share.used)
             check_order(graph, improved)
             found.append(("local", improved))
             if graph.peak(improved) <= bound:
                 proven = True
                 break
     found.sort(key=lambda item: (graph.peak(item[1]), item[0] != "original"))
-    return OrderSearch(found, baselines, proven, bound)
+    if proven:
+        stopped_by = StopReason.PROVEN
+    elif budget.exhausted:
+        stopped_by = StopReason.BUDGET
+    elif time.monotonic() >= deadline:
+        stopped_by = StopReason.TIME_LIMIT
+    else:
+        stopped_by = StopReason.COMPLETE
+    return OrderSearch(found, baselines, proven, bound, stopped_by, budget.used)
 
 
-def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2.0,
-            alignment: int = 64, seed: int = 0) -> Reordering:
+def reorder(source: Any, *, time_limit: float = 60.0, plan_time_limit: float = 2.0,
+            alignment: int = 64, seed: int = 0,
+            steps: int | None = DEFAULT_REORDER_STEPS) -> Reordering:
     """Choose the order to run ``source``'s nodes in (see the module doc).
 
     ``source`` is an :class:`~tensorarena.planning.op_graph.OpGraph`, a ``torch.fx``
     ``GraphModule`` (from ``make_fx`` or :func:`~tensorarena.planning.trace_training`) or a
-    ``torch.export`` ``ExportedProgram``. ``time_limit`` bounds the search over orders,
+    ``torch.export`` ``ExportedProgram``. ``steps`` is the search over orders' budget of work
+    steps (``None``: none), the same on any machine; ``time_limit`` bounds it in seconds,
     ``plan_time_limit`` each plan made at the end, which also shares what the search leaves
     unused when it proves its order optimal early (a plan stops when it reaches its bound, and
     the portfolio behind :func:`~tensorarena.planning.plan` reaches it sooner given more time:
@@ -152,13 +179,14 @@ def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2
     # not after the whole search has run.
     check_time_limit(time_limit)
     check_time_limit(plan_time_limit, name="plan_time_limit")
+    check_node_limit(steps, name="steps")
     check_alignment(alignment)
     _check_seed(seed)
     started = time.perf_counter()
     graph_of, rebuild = _adapt(source, alignment)
     searched = time.monotonic()
-    candidates, baselines, proven, bound = reorder_graph(graph_of, time_limit=time_limit,
-                                                         seed=seed)
+    search = reorder_graph(graph_of, time_limit=time_limit, seed=seed, steps=steps)
+    candidates, baselines, proven, bound = search[:4]
     # What the search left unused, shared by the plans; none when unlimited: time_limit=inf
     # asks for an unbounded search over orders, not for plans that may never stop.
     unused = time_limit - (time.monotonic() - searched)
@@ -189,7 +217,8 @@ def reorder(source: Any, *, time_limit: float = 10.0, plan_time_limit: float = 2
         order=tuple(graph_of.names[v] for v in order), method=method, lower_bound=peak,
         original_lower_bound=original, baselines=baselines, bound=bound,
         optimal=peak <= bound or (proven and peak == graph_of.peak(candidates[0][1])),
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - started, stopped_by=search.stopped_by,
+        steps=search.steps, step_limit=steps,
     )
     return Reordering(schedule, problem, planned, graph)
 

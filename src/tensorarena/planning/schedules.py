@@ -19,6 +19,9 @@ topological order of a small graph, memoised on the set of nodes already run (th
 depend on that set alone), and proves the lowest peak.
 
 Every function takes an :class:`~tensorarena.planning.op_graph.OpGraph` and returns node indices.
+The searches stop at a :class:`~tensorarena.planning.budget.StepBudget` (scoring an order or
+making a move costs a step per node of the graph, a set of run nodes memoised one per node of
+its window), which ends them at the same place on any machine, or at a deadline, the outer bound.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tensorarena.planning.budget import StepBudget
 from tensorarena.planning.op_graph import OpGraph
 
 __all__ = ["bfs", "dfs", "exact", "exact_window", "improve", "lpmf"]
@@ -138,28 +142,32 @@ def _score(graph: OpGraph, order: Sequence[int]) -> tuple[int, int, int]:
 
 
 def improve(graph: OpGraph, order: Sequence[int], *, deadline: float,
-            seed: int = 0, target: int = 0, patience: int = 200) -> list[int]:
+            seed: int = 0, target: int = 0, patience: int = 200,
+            steps: StepBudget | None = None) -> list[int]:
     """Lower the peak of ``order`` by moving a node (with what must move along) at a time.
 
     A descent: the first move that lowers the score is kept, and when no single move does, the
     window around the peak is reordered exactly. When that fails too, an iterated local search:
     a few random moves around the high steps shake the order, the descent runs again, and the
-    best order seen is kept, until the deadline, until ``patience`` kicks in a row found nothing
-    better, or until the peak is down to ``target`` (a lower bound: nothing can do better).
+    best order seen is kept, until ``steps`` or the deadline run out, until ``patience`` kicks
+    in a row found nothing better, or until the peak is down to ``target`` (a lower bound:
+    nothing can do better).
     """
+    steps = StepBudget(None) if steps is None else steps
     rng = random.Random(seed)
     succ = graph.successors
     current = list(order)
     score = _score(graph, current)
     best, best_score = current, score
     stale = 0
-    while time.monotonic() < deadline and best_score[0] > target and stale <= patience:
-        current, score = _descend(graph, succ, current, score, rng, deadline)
+    while (time.monotonic() < deadline and not steps.exhausted and best_score[0] > target
+           and stale <= patience):
+        current, score = _descend(graph, succ, current, score, rng, deadline, steps)
         if score < best_score:
             best, best_score, stale = current, score, 0
         else:
             stale += 1
-        if time.monotonic() >= deadline or len(graph) < 3:
+        if time.monotonic() >= deadline or len(graph) < 3 or not steps.spend(len(graph)):
             break
         current = best
         for _ in range(rng.randint(1, 4)):  # a kick from the best order so far
@@ -171,12 +179,12 @@ def improve(graph: OpGraph, order: Sequence[int], *, deadline: float,
 
 
 def _descend(graph: OpGraph, succ: Sequence[Sequence[int]], current: list[int],
-             score: tuple[int, int, int], rng: random.Random,
-             deadline: float) -> tuple[list[int], tuple[int, int, int]]:
-    while time.monotonic() < deadline:
+             score: tuple[int, int, int], rng: random.Random, deadline: float,
+             steps: StepBudget) -> tuple[list[int], tuple[int, int, int]]:
+    while time.monotonic() < deadline and not steps.exhausted:
         moved = False
         for candidate in _moves(graph, succ, current, rng):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or not steps.spend(len(graph)):
                 break
             new = _score(graph, candidate)
             if new < score:
@@ -184,7 +192,7 @@ def _descend(graph: OpGraph, succ: Sequence[Sequence[int]], current: list[int],
                 break
         if not moved:
             # No single move helps: reorder the window around the peak exactly.
-            window = _window(graph, current, deadline)
+            window = _window(graph, current, deadline, steps)
             if window is None:
                 break
             new = _score(graph, window)
@@ -198,7 +206,8 @@ def _descend(graph: OpGraph, succ: Sequence[Sequence[int]], current: list[int],
 WINDOW = 14
 
 
-def _window(graph: OpGraph, order: list[int], deadline: float) -> list[int] | None:
+def _window(graph: OpGraph, order: list[int], deadline: float,
+            steps: StepBudget) -> list[int] | None:
     """``order`` with the nodes around its first peak step in their best order, or None."""
     profile = graph.profile(order)
     if not len(profile):
@@ -206,16 +215,17 @@ def _window(graph: OpGraph, order: list[int], deadline: float) -> list[int] | No
     t = int(profile.argmax())
     lo = max(0, min(t - WINDOW // 2, len(order) - WINDOW))
     hi = min(len(order), lo + WINDOW)
-    inner = exact_window(graph, order, lo, hi, deadline=deadline)
+    inner = exact_window(graph, order, lo, hi, deadline=deadline, steps=steps)
     if inner is None:
         return None
     return order[:lo] + inner + order[hi:]
 
 
 def exact_window(graph: OpGraph, order: Sequence[int], lo: int, hi: int, *,
-                 max_states: int = 100_000, deadline: float = float("inf")) -> list[int] | None:
+                 max_states: int = 100_000, deadline: float = float("inf"),
+                 steps: StepBudget | None = None) -> list[int] | None:
     """The nodes ``order[lo:hi]`` in the order that gives them the lowest peak (None if the
-    search would pass ``max_states`` or the deadline).
+    search would pass ``max_states``, the ``steps`` left (one per state) or the deadline).
 
     Nodes before ``lo`` have run, those from ``hi`` on run later, so every buffer starts and
     ends where it did outside the window and only the steps inside it change: the window's
@@ -240,6 +250,9 @@ def exact_window(graph: OpGraph, order: Sequence[int], lo: int, hi: int, *,
     start_live = sum(sizes[b] for b in touched
                      if made_at[b] < 0 and (kept[b] or inside[b]))
     memo: dict[int, tuple[int, int]] = {}
+    if steps is not None:
+        left = steps.left()
+        max_states = max_states if left is None else min(max_states, left // max(1, k))
 
     def freed(done: int, i: int) -> int:
         after = done | 1 << i
@@ -270,6 +283,9 @@ def exact_window(graph: OpGraph, order: Sequence[int], lo: int, hi: int, *,
         solve(0, start_live)
     except _TooLarge:
         return None
+    finally:
+        if steps is not None:
+            steps.spend(len(memo) * k)
     result, done = [], 0
     while done != full:
         i = memo[done][1]
@@ -358,13 +374,13 @@ def _earliest(rest: list[int], kept: list[int], preds: Sequence[Sequence[int]]) 
 # ---------------------------------------------------------------------------------------------
 
 
-def exact(graph: OpGraph, *, max_states: int = 200_000,
-          deadline: float = float("inf")) -> list[int] | None:
+def exact(graph: OpGraph, *, max_states: int = 200_000, deadline: float = float("inf"),
+          steps: StepBudget | None = None) -> list[int] | None:
     """An order with the lowest possible peak, or None if the search would pass ``max_states``
     sets of run nodes (or the deadline): the whole graph as one window of
     :func:`exact_window` (the search recurses once per node: small graphs only)."""
     return exact_window(graph, list(graph.topological_order), 0, len(graph), max_states=max_states,
-                        deadline=deadline)
+                        deadline=deadline, steps=steps)
 
 
 class _TooLarge(Exception):
