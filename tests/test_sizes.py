@@ -185,3 +185,18 @@ def test_the_size_rule_is_stated_in_unparseable_errors() -> None:
     with pytest.raises(InvalidSizeError, match=r"powers of 1024.*powers of 1000"):
         parse_size("12 parsecs")
     assert parse_size("1MB") == 1_000_000 and parse_size("1M") == parse_size("1MiB") == 1 << 20
+
+
+def test_parse_size_takes_numpy_integers_as_ints_and_nothing_else_of_numpys() -> None:
+    assert parse_size(np.int64(4096)) == 4096
+    assert parse_size(np.uint64(1 << 60)) == 1 << 60  # exactly the largest size
+    with pytest.raises(InvalidSizeError, match="absurdly large"):
+        parse_size(np.uint64((1 << 60) + 1))
+    assert parse_size(np.int32(0), allow_zero=True) == 0
+    with pytest.raises(InvalidSizeError, match="positive"):
+        parse_size(np.int32(0))
+    with pytest.raises(InvalidSizeError, match="positive"):
+        parse_size(np.int64(-1))
+    for bad in (np.float64(4096.0), np.bool_(True), np.array([4096])):
+        with pytest.raises(InvalidSizeError, match="int or a size string"):
+            parse_size(bad)

@@ -67,8 +67,20 @@ SIZE_RULE = (
 )
 
 
+def _is_integer_like(value: object) -> bool:
+    """Whether ``value`` is an integer of another type (NumPy's), not a bool or a float."""
+    if type(value).__name__ in ("bool", "bool_"):
+        return False
+    try:
+        operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        return False
+    return True
+
+
 def parse_size(value: Size, *, name: str = "size", allow_zero: bool = False) -> int:
-    """Return ``value`` as a byte count; raise :class:`InvalidSizeError` naming ``name`` if bad.
+    """Return ``value`` (an int, a NumPy integer or a size string) as a byte count; raise
+    :class:`InvalidSizeError` naming ``name`` if bad.
 
     Decimal units (``kB``, ``MB``, ``GB``) are powers of 1000, binary units (``KiB``, ``MiB``,
     ``GiB``) and bare letters (``K``, ``M``, ``G``) powers of 1024. Fractions must come out whole.
@@ -77,6 +89,8 @@ def parse_size(value: Size, *, name: str = "size", allow_zero: bool = False) -> 
         raise InvalidSizeError(f"{name} must be an int or a size string, not a bool ({value!r})")
     if isinstance(value, int):
         nbytes = int(value)
+    elif _is_integer_like(value):  # a NumPy integer: np.int64(4096)
+        nbytes = operator.index(value)  # type: ignore[call-overload]
     elif isinstance(value, str):
         match = _SIZE_RE.match(value)
         unit = match.group(2).lower() if match else ""
