@@ -200,3 +200,25 @@ def test_parse_size_takes_numpy_integers_as_ints_and_nothing_else_of_numpys() ->
     for bad in (np.float64(4096.0), np.bool_(True), np.array([4096])):
         with pytest.raises(InvalidSizeError, match="int or a size string"):
             parse_size(bad)
+
+
+class _IndexRaises:
+    """An integer-like whose ``__index__`` fails with something other than ``TypeError``."""
+
+    def __index__(self) -> int:
+        raise ValueError("no index today")
+
+
+def test_an_index_that_raises_is_our_error_with_the_original_chained() -> None:
+    for check, error in ((parse_size, InvalidSizeError), (check_nbytes, InvalidSizeError),
+                         (check_alignment, InvalidAlignmentError),
+                         (check_address, InvalidAddressError)):
+        with pytest.raises(error, match="no index today") as info:
+            check(_IndexRaises())  # type: ignore[arg-type]
+        assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("text", ["١٢", "１２KiB", "4٠96", "1.５MiB", "-１"])
+def test_sizes_are_ascii_digits_only(text: str) -> None:
+    with pytest.raises(InvalidSizeError):
+        parse_size(text)

@@ -24,8 +24,14 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 
-from tensorarena.errors import InvalidAddressError, InvalidAlignmentError, InvalidSizeError
+from tensorarena.errors import (
+    InvalidAddressError,
+    InvalidAlignmentError,
+    InvalidSizeError,
+    TensorArenaError,
+)
 
 __all__ = [
     "ALIGNMENTS",
@@ -51,8 +57,8 @@ _UNITS: dict[str, int] = {
     "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
     "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-_SIGNED_RE = re.compile(r"^\s*-\s*(\d+(?:\.\d*)?|\.\d+)\s*[a-zA-Z]*\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$", re.ASCII)
+_SIGNED_RE = re.compile(r"^\s*-\s*(\d+(?:\.\d*)?|\.\d+)\s*[a-zA-Z]*\s*$", re.ASCII)
 
 #: Sizes above this are refused outright: no machine has 2**60 bytes (1 EiB).
 MAX_SIZE = 1 << 60
@@ -67,17 +73,6 @@ SIZE_RULE = (
 )
 
 
-def _is_integer_like(value: object) -> bool:
-    """Whether ``value`` is an integer of another type (NumPy's), not a bool or a float."""
-    if type(value).__name__ in ("bool", "bool_"):
-        return False
-    try:
-        operator.index(value)  # type: ignore[call-overload]
-    except TypeError:
-        return False
-    return True
-
-
 def parse_size(value: Size, *, name: str = "size", allow_zero: bool = False) -> int:
     """Return ``value`` (an int, a NumPy integer or a size string) as a byte count; raise
     :class:`InvalidSizeError` naming ``name`` if bad.
@@ -87,10 +82,9 @@ def parse_size(value: Size, *, name: str = "size", allow_zero: bool = False) -> 
     """
     if isinstance(value, bool):
         raise InvalidSizeError(f"{name} must be an int or a size string, not a bool ({value!r})")
+    value = _as_index(value, InvalidSizeError, name)  # type: ignore[assignment]
     if isinstance(value, int):
         nbytes = int(value)
-    elif _is_integer_like(value):  # a NumPy integer: np.int64(4096)
-        nbytes = operator.index(value)  # type: ignore[call-overload]
     elif isinstance(value, str):
         match = _SIZE_RE.match(value)
         unit = match.group(2).lower() if match else ""
@@ -138,11 +132,13 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:40] + "..." + text[-10:]
 
 
-def _as_index(value: object) -> object:
+def _as_index(value: object, error: Callable[[str], TensorArenaError], name: str) -> object:
     """An integer-like value (a NumPy integer, say) as an exact ``int``; anything else unchanged.
 
     ``__index__`` is the test (PEP 357): integers and integer-likes have it, floats, ``Decimal``
-    and fractions do not. ``bool`` has it too and is left for the caller to refuse.
+    and fractions do not. ``bool`` has it too and is left for the caller to refuse. An
+    ``__index__`` that raises anything but ``TypeError`` raises ``error(message)`` naming
+    ``name``, the original chained.
     """
     if type(value) is int or isinstance(value, (bool, str)):
         return value
@@ -151,6 +147,9 @@ def _as_index(value: object) -> object:
             return operator.index(value)  # type: ignore[arg-type]
         except TypeError:
             return value
+        except Exception as exc:
+            raise error(f"{name}: {type(value).__name__}.__index__ raised "
+                        f"{type(exc).__name__}: {exc}") from exc
     return value
 
 
@@ -161,7 +160,7 @@ def check_nbytes(value: object, *, name: str = "nbytes") -> int:
     one-line fast test for a plain in-range ``int`` and call this for everything else, so every
     resource accepts and refuses the same values with the same messages.
     """
-    return parse_size(_as_index(value), name=name)  # type: ignore[arg-type]
+    return parse_size(value, name=name)  # type: ignore[arg-type]
 
 
 def check_request(nbytes: object, alignment: object) -> tuple[int, int]:
@@ -171,7 +170,7 @@ def check_request(nbytes: object, alignment: object) -> tuple[int, int]:
 
 def check_alignment(alignment: object, *, name: str = "alignment") -> int:
     """Return ``alignment`` as an ``int`` if it is a positive power of two up to ``MAX_SIZE``."""
-    alignment = _as_index(alignment)
+    alignment = _as_index(alignment, InvalidAlignmentError, name)
     if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
         raise InvalidAlignmentError(
             f"{name} must be a positive power of two, got {_shown(alignment)}"
@@ -188,6 +187,10 @@ def check_alignment(alignment: object, *, name: str = "alignment") -> int:
 ALIGNMENTS = frozenset(1 << k for k in range(MAX_SIZE.bit_length()))
 
 
+def _address_error(message: str) -> InvalidAddressError:
+    return InvalidAddressError(message, address=-1)
+
+
 def check_address(address: object, *, name: str = "address") -> int:
     """Return ``address`` as an exact non-negative ``int``, else raise InvalidAddressError.
 
@@ -196,7 +199,7 @@ def check_address(address: object, *, name: str = "address") -> int:
     """
     if type(address) is int and address >= 0:
         return address
-    converted = _as_index(address)
+    converted = _as_index(address, _address_error, name)
     if type(converted) is not int:
         raise InvalidAddressError(
             f"{name} must be an int, not {type(address).__name__} ({_shown(address)})",
