@@ -662,3 +662,53 @@ def test_at_the_limit_a_request_that_cannot_fit_gives_nothing_back() -> None:
         one_more_oom(before[0]), before[1], before[2],
     )
     pool.deallocate(keep, 512 * KiB)
+
+
+class LargeRefusingMemory(CountingMemory):
+    """Refuses requests of ``fail_from`` bytes or more (when set), serves the rest."""
+
+    fail_from: int | None = None
+
+    def allocate(self, nbytes: int, alignment: int = 256, stream: object = None) -> int:
+        self.fail = self.fail_from is not None and nbytes >= self.fail_from
+        return super().allocate(nbytes, alignment, stream)
+
+
+def test_at_the_limit_a_refused_retry_keeps_the_empty_arenas() -> None:
+    upstream = LargeRefusingMemory()
+    pool = Pool(upstream, initial_size="2KiB", growth=SameAsRequested(), maximum_size="8KiB")
+    pool.allocate(2 * KiB)
+    for address in [pool.allocate(3 * KiB) for _ in range(2)]:
+        pool.deallocate(address, 3 * KiB)
+    reserved = pool.statistics().reserved_bytes
+    upstream.fail_from = 5 * KiB  # the 5 KiB arena that needs their room is refused after all
+    with pytest.raises(OutOfMemoryError):
+        pool.allocate(5 * KiB)
+    assert sorted(arena_sizes(pool)) == [2 * KiB, 3 * KiB, 3 * KiB]  # given back and taken again
+    now = pool.statistics().reserved_bytes  # (its total counts the arenas taken again)
+    assert (now.current, now.peak) == (reserved.current, reserved.peak) == (8 * KiB, 8 * KiB)
+    pool._check_invariants()
+    upstream.fail_from = None
+    pool.allocate(5 * KiB)  # and once the upstream gives, the retry goes as before
+    assert arena_sizes(pool) == [2 * KiB, 5 * KiB]
+
+
+def test_an_upstream_out_of_memory_retry_that_fails_keeps_the_reserve() -> None:
+    from tensorarena.adaptors.limiting import Limiting
+
+    upstream = Limiting(CountingMemory(), "8KiB")
+    pool = Pool(upstream, initial_size="4KiB", growth=SameAsRequested())
+    kept = pool.allocate(4 * KiB)
+    pool.deallocate(pool.allocate(4 * KiB), 4 * KiB)  # a second arena, now empty: 8 KiB, exactly
+    assert arena_sizes(pool) == [4 * KiB, 4 * KiB]
+    with pytest.raises(OutOfMemoryError):
+        pool.allocate(5 * KiB)  # 4 + 5 > 8 even with the empty arena given back
+    assert arena_sizes(pool) == [4 * KiB, 4 * KiB]
+    assert upstream.statistics().requested_bytes.current == 8 * KiB
+    pool._check_invariants()
+    block = pool.allocate(4 * KiB)  # the empty arena serves at once
+    assert upstream.statistics().requested_bytes.current == 8 * KiB
+    pool.deallocate(block, 4 * KiB)
+    pool.deallocate(kept, 4 * KiB)
+    pool.allocate(8 * KiB)  # an exact fit once both are given back
+    assert arena_sizes(pool) == [8 * KiB]

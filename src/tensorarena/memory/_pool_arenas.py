@@ -106,21 +106,42 @@ class PoolArenas:
                 f"arena of {format_size(max(wanted, rounded))}"
                 + ("" if headroom is None else " within maximum_size"),
             )
-        if trim_first:
-            self._trim(stream)
-            self._retries += 1
-        elif getattr(self._growth, "release_outgrown", False):
-            self._release_outgrown(rounded, stream)
+        if trim_first:  # maximum_size needs the empty arenas' room
+            return self._add_after_giving_back(size, alignment, stream, requested=nbytes)
+        # A growth policy's ``release_outgrown``: the empty arenas too small for this request (a
+        # large block that grew, a re-planned arena, a larger output tail) go back once the new
+        # one is taken, instead of staying mapped and resident beside it; never before, so a
+        # pool that raises is unchanged.
+        replaced = ([a for a in self._arenas if not len(a) and a.capacity < rounded]
+                    if getattr(self._growth, "release_outgrown", False) else [])
         try:
-            return self._add_arena(size, alignment, stream, requested=nbytes)
+            arena = self._add_arena(size, alignment, stream, requested=nbytes)
         except OutOfMemoryError:
             # The upstream itself is out of memory: give back what sits unused and retry once,
             # as PyTorch frees its cached blocks and retries cudaMalloc.
             if not any(not len(arena) for arena in self._arenas):
                 raise
-            self._trim(stream)
-            self._retries += 1
-            return self._add_arena(size, alignment, stream, requested=nbytes)
+            return self._add_after_giving_back(size, alignment, stream, requested=nbytes)
+        for old in replaced:
+            with contextlib.suppress(Exception):  # best effort: a refused one stays, empty
+                self._remove_arena(old, stream)
+        return arena
+
+    def _add_after_giving_back(self, size: int, alignment: int, stream: Stream, *,
+                               requested: int) -> Arena:
+        """Give every empty arena back, then take ``size`` bytes; if the upstream still refuses,
+        take arenas of the given-back sizes again (empty, so their addresses may differ) and
+        raise: the pool keeps its reserve, as it was."""
+        given_back = [arena.capacity for arena in self._arenas if not len(arena)]
+        self._trim(stream)
+        self._retries += 1
+        try:
+            return self._add_arena(size, alignment, stream, requested=requested)
+        except OutOfMemoryError:
+            for capacity in given_back:
+                with contextlib.suppress(Exception):  # best effort, as the upstream allows
+                    self._add_arena(capacity, _ARENA_ALIGNMENT, stream, requested=capacity)
+            raise
 
     def _arena_size(
         self, size: int, nbytes: int, alignment: int, *, limit: int | None
@@ -170,16 +191,6 @@ class PoolArenas:
             self._remove_arena(arena, stream)
             released += arena.capacity
         return released
-
-    def _release_outgrown(self, rounded: int, stream: Stream) -> None:
-        """Give back the empty arenas too small for a ``rounded``-byte request that makes the
-        pool grow (a growth policy's ``release_outgrown``): a large block that grew, a
-        re-planned arena or a larger output tail, then replaces its old arena instead of
-        leaving it mapped and resident beside the new one. Best effort: an arena the upstream
-        refuses to take back stays."""
-        for arena in [a for a in self._arenas if not len(a) and a.capacity < rounded]:
-            with contextlib.suppress(Exception):
-                self._remove_arena(arena, stream)
 
     def _release_deferred(self, arena: Arena, stream: Stream) -> None:
         """A closed pool's arena just emptied: give it back now (errors cannot be reported to
