@@ -712,3 +712,12 @@ def test_an_upstream_out_of_memory_retry_that_fails_keeps_the_reserve() -> None:
     pool.deallocate(kept, 4 * KiB)
     pool.allocate(8 * KiB)  # an exact fit once both are given back
     assert arena_sizes(pool) == [8 * KiB]
+
+
+def test_an_out_of_memory_the_alignment_causes_names_the_alignment() -> None:
+    pool = Pool(CountingMemory(), initial_size="64KiB", maximum_size="64KiB")
+    with pytest.raises(OutOfMemoryError, match="alignment 1048576 rounds the request up"):
+        pool.allocate(1024, alignment=1 << 20)
+    with pytest.raises(OutOfMemoryError) as info:  # an aligned request says nothing of it
+        pool.allocate(1 << 20, alignment=1 << 20)
+    assert "alignment" not in str(info.value)

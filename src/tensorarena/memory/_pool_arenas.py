@@ -67,6 +67,9 @@ class PoolArenas:
     def _grow(self, nbytes: int, alignment: int, stream: Stream) -> Arena:
         """Add an arena that can hold ``nbytes`` at ``alignment``, or raise, unchanged."""
         rounded = (nbytes + alignment - 1) & -alignment
+        # Where the alignment is what cannot be met, the message says so (as an Arena's does).
+        aligned = "" if rounded == nbytes else (
+            f"; alignment {alignment} rounds the request up to {rounded} bytes")
         wanted = self._growth.next_size(rounded, self._reserved)
         if self._reserved == 0:
             # An empty pool (new, or trimmed) starts again from its initial size.
@@ -77,7 +80,7 @@ class PoolArenas:
                 "no arena can hold it"
             )
             raise self._out_of_memory(
-                nbytes, f"{why} and the growth policy {self._growth!r} refuses to add one"
+                nbytes, f"{why} and the growth policy {self._growth!r} refuses to add one{aligned}"
             )
         # Decide everything on bookkeeping first, so that a request that fails anyway leaves
         # the pool as it was: the size within maximum_size, else within it once the empty
@@ -97,14 +100,15 @@ class PoolArenas:
                     nbytes,
                     f"a new arena of {format_size(rounded)} would exceed maximum_size "
                     f"{format_size(self._maximum or 0)} (headroom {format_size(headroom)}"
-                    + (f", {format_size(empty)} more in empty arenas)" if empty else ")"),
+                    + (f", {format_size(empty)} more in empty arenas)" if empty else ")")
+                    + aligned,
                 )
         if size is None:
             raise self._out_of_memory(
                 nbytes,
                 f"the {self._strategy_name} strategy cannot place {format_size(rounded)} in an "
                 f"arena of {format_size(max(wanted, rounded))}"
-                + ("" if headroom is None else " within maximum_size"),
+                + ("" if headroom is None else " within maximum_size") + aligned,
             )
         if trim_first:  # maximum_size needs the empty arenas' room
             return self._add_after_giving_back(size, alignment, stream, requested=nbytes)
