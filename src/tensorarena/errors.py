@@ -144,7 +144,11 @@ class InvalidDtypeError(InvalidArgumentError, TypeError):
 
 class InvalidResourceError(InvalidArgumentError, TypeError):
     """An object given where a memory resource was expected (an instance with ``allocate`` and
-    ``deallocate``): a class instead of an instance, an :class:`~tensorarena.core.Arena`, ..."""
+    ``deallocate``): a class instead of an instance, a number, a resource missing one of them.
+
+    An :class:`~tensorarena.core.Arena` *is* a resource (address space only: a ``Pool`` can carve
+    its range); where bytes are needed (arrays, the default resource) it is refused with
+    :class:`NotHostAccessibleError` instead."""
 
 
 class InvalidSizeError(TensorArenaError, ValueError):
