@@ -47,22 +47,69 @@ def test_a_script_is_recorded_by_the_command(tmp_path: Path,
     script.write_text("import sys, torch\nassert sys.argv[1:] == ['--n', '3']\n"
                       "x = [torch.zeros(1 << 12) for _ in range(3)]\nraise SystemExit(0)\n")
     out = tmp_path / "work.csv"
-    assert main(["trace", "record", "-o", str(out), "--", "python", str(script),
+    assert main(["trace", "record", "-o", str(out), "--", sys.executable, str(script),
                  "--n", "3"]) == 0
     trace = read_trace(out)
     assert sum(e.nbytes == 1 << 14 and e.op == "a" for e in trace) == 3
     assert "recorded 3 allocations" in capsys.readouterr().err or trace.summary().allocations
 
 
-def test_a_failing_script_leaves_no_trace(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_script_leaves_its_trace_marked_partial_and_its_status(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "bad.py"
-    script.write_text("import torch\nx = torch.zeros(10)\nraise RuntimeError('boom')\n")
-    assert main(["trace", "record", "-o", str(tmp_path / "t.csv"), "--", sys.executable,
-                 str(script)]) == 1
-    assert "boom" in capsys.readouterr().err and not (tmp_path / "t.csv").exists()
-    assert main(["trace", "record", "-o", str(tmp_path / "t.csv"), "--", "ls"]) == 2
+    script.write_text("import torch\nx = torch.zeros(1 << 12)\nraise RuntimeError('boom')\n")
+    out = tmp_path / "t.csv"
+    assert main(["trace", "record", "-o", str(out), "--", sys.executable, str(script)]) == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom" in err and "partial: the program raised RuntimeError" in err
+    trace = read_trace(out)
+    assert trace.metadata["partial"] == "the program raised RuntimeError: boom"
+    assert any(e.op == "a" and e.nbytes == 1 << 14 for e in trace)  # what ran before it
+    assert main(["trace", "record", "-o", str(out), "--", "ls"]) == 2
     assert "Python programs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("ending", "status", "why"), [
+    ("raise SystemExit(3)", 3, "the program exited with status 3"),
+    ("raise SystemExit('bad input')", 1, "the program exited with status 1"),
+    ("raise KeyboardInterrupt", 130, "interrupted (Ctrl-C)"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 143, "terminated (SIGTERM)"),
+    ("raise SystemExit(0)", 0, None),
+])
+def test_the_exit_status_is_the_scripts_and_the_trace_says_why_it_ended(
+        ending: str, status: int, why: str | None, tmp_path: Path) -> None:
+    script = tmp_path / "ends.py"
+    script.write_text(f"import torch\nx = torch.zeros(1 << 12)\n{ending}\nprint('never')\n")
+    out = tmp_path / "ends.csv"
+    assert main(["trace", "record", "-o", str(out), "--", sys.executable, str(script)]) == status
+    trace = read_trace(out)
+    assert trace.metadata.get("partial") == why
+    assert any(e.op == "a" and e.nbytes == 1 << 14 for e in trace)
+    assert not list(tmp_path.glob("*.tmp*"))  # written whole (atomically), nothing left over
+
+
+def test_the_output_has_a_default_beside_where_it_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "work.py"
+    script.write_text("import torch\nx = torch.zeros(8)\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "record", "--", sys.executable, str(script)]) == 0
+    assert read_trace(tmp_path / "work.trace.csv").summary().allocations >= 1
+
+
+def test_another_interpreter_named_runs_the_recording_or_is_refused_clearly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "work.py"
+    script.write_text("import sys, torch\nx = torch.zeros(8)\nprint(sys.executable)\n")
+    # a link to this interpreter under another name is another path to the same one: it runs
+    # here; an interpreter without tensorarena is refused before anything runs
+    shim = tmp_path / "python-other"
+    shim.write_text("#!/bin/sh\nexit 1\n")
+    shim.chmod(0o755)
+    assert main(["trace", "record", "-o", str(tmp_path / "t.csv"), "--", str(shim),
+                 str(script)]) == 2
+    assert "cannot import tensorarena" in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists()
 
 
 @pytest.mark.parametrize("output", ["folder", "missing/t.csv"])

@@ -1,9 +1,13 @@
 """``tensorarena trace record|convert|info``: make, convert and describe allocation traces.
 
-* ``tensorarena trace record -o out.csv -- python my_script.py ARGS`` runs the script (or
-  ``python -m module``) in this interpreter under PyTorch's profiler and writes every allocation
-  it made (:func:`tensorarena.trace.record_script`). The file appears only once the script has
-  finished: a script that fails or is interrupted leaves no trace behind (exit 1 or 130).
+* ``tensorarena trace record [-o out.csv] -- python my_script.py ARGS`` runs the script (or
+  ``python -m module``) under PyTorch's profiler and writes every allocation it made
+  (:func:`tensorarena.trace.run_script`; ``-o`` defaults to ``SCRIPT.trace.csv``). The trace is
+  written however the script ends: one that raises, exits non-zero or is interrupted (Ctrl-C,
+  SIGTERM) leaves the trace of what it did, marked partial (a ``# partial: why`` line in our
+  CSV), and the exit status is the script's (130 for Ctrl-C, 143 for SIGTERM). The file appears
+  whole or not at all (written atomically). The script runs in this interpreter; where the
+  interpreter named after ``--`` is another one, the recording runs under that one.
 * ``tensorarena trace convert IN -o OUT [--to FORMAT]`` reads any format (detected from the
   content) and writes ``csv``, ``rmm`` or ``pytorch_snapshot`` (default: from OUT's suffix,
   ``.pickle``/``.pkl`` a snapshot, else our CSV) — open a snapshot at pytorch.org/memory_viz.
@@ -15,7 +19,11 @@ Exit status 2 for a malformed trace or a bad option, as one line on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -34,8 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     record = actions.add_parser("record", help="record a Python program's torch allocations",
                                 description="Run a Python program under PyTorch's profiler "
                                 "and write every allocation it made.")
-    record.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="trace file to write (.csv, .log for RMM's, .pickle a snapshot)")
+    record.add_argument("-o", "--output", metavar="OUT",
+                        help="trace file to write (.csv, .log for RMM's, .pickle a snapshot; "
+                             "default SCRIPT.trace.csv)")
     record.add_argument("--to", choices=FORMATS, help="format (default: from OUT's suffix)")
     record.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="whose allocator to record (default cpu)")
@@ -58,23 +67,77 @@ def _format(output: str, chosen: str | None) -> str:
             ".log": "rmm"}.get(suffix, "csv")
 
 
-def _program(words: list[str]) -> list[str]:
-    """What follows ``python``: the script or ``-m module``, and their arguments."""
+def _interpreter_and_program(words: list[str]) -> tuple[str | None, list[str]]:
+    """The interpreter named (None: none was) and what follows it: the script or
+    ``-m module``, and their arguments."""
     if words[:1] == ["--"]:
         words = words[1:]
     if not words:
         raise InvalidArgumentError("no program to record: tensorarena trace record -o OUT -- "
                                "python SCRIPT [ARGS]")
+    interpreter = None
     first = Path(words[0]).name
     if first.startswith("python") or words[0] == sys.executable:
-        words = words[1:]
+        interpreter, words = words[0], words[1:]
     if words and words[0].startswith("-") and words[0] != "-m":
         raise InvalidArgumentError(f"trace record runs 'python SCRIPT' or 'python -m MODULE'; "
                                    f"the interpreter option {words[0]!r} is not supported")
     elif not words[0].endswith(".py") and words[0] != "-m":
         raise InvalidArgumentError(f"trace record runs Python programs: give 'python SCRIPT' or "
                                f"'python -m MODULE', not {words[0]!r}")
-    return words
+    return interpreter, words
+
+
+def _another_interpreter(named: str | None) -> str | None:
+    """The path of the interpreter named after ``--`` where it is not this one, else None."""
+    if named is None:
+        return None
+    found = shutil.which(named)
+    if found is None:
+        raise InvalidArgumentError(f"no interpreter {named!r} on PATH")
+    if os.path.realpath(found) == os.path.realpath(sys.executable):
+        return None
+    if subprocess.call([found, "-c", "import tensorarena"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL) != 0:
+        raise InvalidArgumentError(
+            f"{named!r} is {found}, which cannot import tensorarena: install it there, or name "
+            f"this interpreter ({sys.executable}) after --")
+    return found
+
+
+def _default_output(program: list[str]) -> str:
+    target = program[1] if program[0] == "-m" else program[0]
+    return f"{Path(target).stem if target.endswith('.py') else target}.trace.csv"
+
+
+def _record(args: argparse.Namespace) -> int:
+    """``trace record``: the script's trace written however it ends; the script's status."""
+    from tensorarena.trace.atomic import check_writable
+    from tensorarena.trace.formats import write_trace
+    from tensorarena.trace.torch_recorder import run_script
+
+    named, program = _interpreter_and_program(list(args.program))
+    output = args.output or _default_output(program)
+    fmt = _format(output, args.to)
+    check_writable(output)  # now, not after the whole program has run
+    other = _another_interpreter(named)
+    if other is not None:  # record under the interpreter the user named, with its packages
+        command = [other, "-m", "tensorarena", "trace", "record", "-o", output,
+                   "--device", args.device, *(["--to", args.to] if args.to else []),
+                   "--", other, *program]
+        with contextlib.suppress(KeyboardInterrupt):  # the child gets Ctrl-C too, and ends
+            return subprocess.call(command)
+        return 130
+    run = run_script(program, device=args.device)
+    if run.error is not None and not isinstance(run.error, SystemExit):
+        traceback.print_exception(run.error)
+    write_trace(run.trace, output, format=fmt)  # type: ignore[arg-type]
+    summary = run.trace.summary()
+    partial = run.trace.metadata.get("partial")
+    print(f"recorded {summary.allocations} allocations ({summary.events} events, peak live "
+          f"{format_size(summary.peak_live_bytes)}) to {output}"
+          + (f"; partial: {partial}" if partial else ""), file=sys.stderr)
+    return run.exit_status
 
 
 def _fail(message: str) -> int:
@@ -88,27 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "record":
-            from tensorarena.trace.atomic import check_writable
-            from tensorarena.trace.torch_recorder import record_script
-
-            program = _program(list(args.program))
-            fmt = _format(args.output, args.to)
-            check_writable(args.output)  # now, not after the whole program has run
-            try:
-                trace = record_script(program, device=args.device)
-            except (KeyboardInterrupt, TensorArenaError):
-                raise
-            except BaseException:  # the program's own failure: its traceback, no trace
-                traceback.print_exc()
-                print(f"tensorarena trace: the program failed; {args.output} not written",
-                      file=sys.stderr)
-                return 1
-            write_trace(trace, args.output, format=fmt)  # type: ignore[arg-type]
-            summary = trace.summary()
-            print(f"recorded {summary.allocations} allocations ({summary.events} events, peak "
-                  f"live {format_size(summary.peak_live_bytes)}) to {args.output}",
-                  file=sys.stderr)
-            return 0
+            return _record(args)
         trace = read_trace(args.input)
         if args.action == "convert":
             write_trace(trace, args.output, format=_format(args.output, args.to))  # type: ignore[arg-type]

@@ -52,7 +52,13 @@ from tensorarena.trace.snapshot import (
     snapshot_of,
     write_snapshot,
 )
-from tensorarena.trace.torch_recorder import TorchRecording, record_script, record_torch
+from tensorarena.trace.torch_recorder import (
+    ScriptRun,
+    TorchRecording,
+    record_script,
+    record_torch,
+    run_script,
+)
 from tensorarena.trace.workloads import WORKLOADS, shipped_traces
 
 __all__ = [
@@ -69,6 +75,7 @@ __all__ = [
     "PyTorchLike",
     "Recommendation",
     "ReplayResult",
+    "ScriptRun",
     "SegmentState",
     "SnapshotAction",
     "TorchRecording",
@@ -88,6 +95,7 @@ __all__ = [
     "record_script",
     "record_torch",
     "replay",
+    "run_script",
     "shipped_traces",
     "snapshot_events",
     "snapshot_of",

@@ -51,6 +51,7 @@ FORMAT_VERSION = 1
 COLUMNS = ("op", "id", "size", "stream", "time_us", "tag")
 _REQUIRED = ("op", "id", "size")
 _VERSION_LINE = f"# tensorarena trace, version {FORMAT_VERSION}\n"
+_PARTIAL = "# partial: "
 _VERSION_RE = re.compile(r"^#\s*tensorarena trace, version (\d+)\s*$")
 
 
@@ -83,6 +84,18 @@ def _header(lines: Iterator[str], name: str) -> tuple[dict[str, int], int]:
                                       line=number)
         return {cell: index for index, cell in enumerate(cells)}, number
     raise MalformedTraceError(f"{name}: empty file, expected the header op,id,size", line=1)
+
+
+def read_partial(source: Source) -> str:
+    """Why the trace in ``source`` ended early (its ``# partial: ...`` comment), or ``""``."""
+    with open_lines(source) as lines:
+        for text in lines:
+            stripped = text.strip()
+            if stripped and not stripped.startswith("#"):
+                break  # the header: comments after it are not the file's
+            if stripped.startswith(_PARTIAL):
+                return stripped[len(_PARTIAL):].strip()
+    return ""
 
 
 def iter_csv(source: Source, *, live: LiveSet | None = None) -> Iterator[Event]:
@@ -157,12 +170,13 @@ def _row(event: Event) -> tuple[object, ...]:
 
 
 def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
-              columns: Iterable[str] | None = None) -> None:
+              columns: Iterable[str] | None = None, partial: str = "") -> None:
     """Write ``events`` to ``path`` atomically, in our CSV format.
 
     ``columns`` defaults to the minimal ``op,id,size`` plus each optional column that some
     event uses (which needs a second pass over ``events``: give a sequence, or name the columns
-    to stream an iterator).
+    to stream an iterator). ``partial`` (why the recording ended early) is written as a
+    ``# partial: ...`` comment, which :func:`read_partial` gives back.
     """
     events = check_events(events)
     if columns is None:
@@ -180,6 +194,8 @@ def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
     indices = [COLUMNS.index(c) for c in chosen]
     with atomic_text(path) as handle:
         handle.write(_VERSION_LINE)
+        if partial:
+            handle.write(f"{_PARTIAL}{' '.join(partial.split())}\n")
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(chosen)
         if len(indices) == len(COLUMNS):

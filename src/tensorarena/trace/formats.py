@@ -21,7 +21,7 @@ from typing import Literal
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.trace._text import Source, check_source, is_path, open_lines, source_name
-from tensorarena.trace.csv_format import iter_csv, write_csv
+from tensorarena.trace.csv_format import iter_csv, read_partial, write_csv
 from tensorarena.trace.model import Event, LiveSet, MalformedTraceError, Trace
 from tensorarena.trace.rmm_format import RmmReadStats, iter_rmm, write_rmm
 from tensorarena.trace.snapshot import read_snapshot, write_snapshot
@@ -119,6 +119,9 @@ def read_trace(source: Source, *, format: Format | None = None, name: str | None
         metadata["allocate_failures"] = str(stats.failures)
     else:
         events = list(iter_csv(source))
+        partial = read_partial(source) if is_path(source) else ""
+        if partial:
+            metadata["partial"] = partial
     return Trace.from_events(events, name=name, metadata=metadata)
 
 
@@ -137,7 +140,8 @@ def write_trace(trace: Iterable[Event], path: str | os.PathLike[str], *,
     """Write checked events (a :class:`Trace`) to ``path`` in ``format``, atomically."""
     fmt = _check_format(format)
     if fmt == "csv":
-        write_csv(trace, path)
+        partial = trace.metadata.get("partial", "") if isinstance(trace, Trace) else ""
+        write_csv(trace, path, partial=partial)
     elif fmt == "rmm":
         write_rmm(trace, path)
     else:

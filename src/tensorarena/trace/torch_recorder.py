@@ -24,8 +24,11 @@ from __future__ import annotations
 import contextlib
 import os
 import runpy
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tensorarena._optional import require
@@ -33,7 +36,7 @@ from tensorarena.errors import InvalidArgumentError
 from tensorarena.trace.model import ALLOC, FREE, Event, Trace
 from tensorarena.trace.profiler_allocations import profiler_allocations
 
-__all__ = ["TorchRecording", "record_script", "record_torch"]
+__all__ = ["ScriptRun", "TorchRecording", "record_script", "record_torch", "run_script"]
 
 
 class TorchRecording:
@@ -52,8 +55,9 @@ class TorchRecording:
                                        "with block")
         return self._trace
 
-    def _finish(self, raw: list[tuple[int, int, int, str]]) -> None:
-        """Turn ``(time_ns, ptr, signed size, op)`` reports, in order, into the trace."""
+    def _finish(self, raw: list[tuple[int, int, int, str]], *, partial: str = "") -> None:
+        """Turn ``(time_ns, ptr, signed size, op)`` reports, in order, into the trace;
+        ``partial`` says why it ends early (``metadata["partial"]``)."""
         raw.sort(key=lambda report: report[0])
         start = raw[0][0] if raw else 0
         ids: dict[int, tuple[int, int]] = {}  # live pointer -> (id, nbytes)
@@ -76,10 +80,11 @@ class TorchRecording:
                     next_id += 1
                     early.append(Event(ALLOC, known[0], -size, 0, 0, "preexisting"))
                 events.append(Event(FREE, known[0], known[1], 0, time_us, ""))
-        self._trace = Trace.from_events(
-            early + events, name=self.name,
-            metadata={"format": "torch_profiler", "device": self.device,
-                      "preexisting": str(len(early))})
+        metadata = {"format": "torch_profiler", "device": self.device,
+                    "preexisting": str(len(early))}
+        if partial:
+            metadata["partial"] = partial
+        self._trace = Trace.from_events(early + events, name=self.name, metadata=metadata)
 
 
 def _reports(profile: Any, device: str) -> list[tuple[int, int, int, str]]:
@@ -100,18 +105,40 @@ def record_torch(*, name: str = "torch", device: str = "cpu") -> Iterator[TorchR
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     recording = TorchRecording(name, device)
-    with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
-        yield recording
+    try:
+        with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+            yield recording
+    except BaseException as exc:  # what ran until then is the trace, marked partial
+        recording._finish(_reports(profile, device),
+                          partial=f"the block raised {type(exc).__name__}")
+        raise
     recording._finish(_reports(profile, device))
 
 
-def record_script(command: Sequence[str], *, name: str | None = None,
-                  device: str = "cpu") -> Trace:
-    """Run a Python program in this interpreter under :func:`record_torch`; return its trace.
+@dataclass(frozen=True)
+class ScriptRun:
+    """How a recorded program ended: its ``trace`` (``metadata["partial"]`` says why when it
+    ended early), the ``exit_status`` ``python SCRIPT`` would have had (0; a ``SystemExit``'s
+    code; 1 for an exception; 130 for Ctrl-C; 128 + the signal for SIGTERM) and the ``error``
+    that ended it, if any."""
+
+    trace: Trace
+    exit_status: int
+    error: BaseException | None = None
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the program so that its recording ends like a Ctrl-C."""
+
+
+def run_script(command: Sequence[str], *, name: str | None = None,
+               device: str = "cpu") -> ScriptRun:
+    """Run a Python program in this interpreter under :func:`record_torch`, whatever its end.
 
     ``command`` is what follows ``python``: ``["script.py", "arg"...]`` or
-    ``["-m", "module", "arg"...]``. ``sys.argv`` is set as the program expects; a
-    ``SystemExit(0)`` (or ``None``) ends the recording normally, any other exit is raised.
+    ``["-m", "module", "arg"...]``; ``sys.argv`` is set as the program expects. A program that
+    raises, exits non-zero or is interrupted (Ctrl-C; SIGTERM, where this is the main thread)
+    still gives the trace of what it did, marked partial.
     """
     if not command:
         raise InvalidArgumentError("nothing to record: give a script (or -m MODULE)")
@@ -124,17 +151,81 @@ def record_script(command: Sequence[str], *, name: str | None = None,
     sys.argv = argv
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    recording = TorchRecording("", device)
+    status, error = 0, None
     try:
-        with record_torch(name=name or os.path.splitext(os.path.basename(target))[0],
-                          device=device) as recording:
-            try:
-                if module:
-                    runpy.run_module(target, run_name="__main__", alter_sys=True)
-                else:
-                    runpy.run_path(target, run_name="__main__")
-            except SystemExit as exit_:
-                if exit_.code not in (None, 0):
-                    raise
+        with _terminating_raises(), record_torch(
+                name=name or os.path.splitext(os.path.basename(target))[0],
+                device=device) as recording:
+            _run(target, module=module)
+    except SystemExit as exit_:
+        status = _exit_status(exit_.code)
+        error = exit_ if status else None
+    except KeyboardInterrupt as exc:
+        status, error = 130, exc
+    except _Terminated as exc:
+        status, error = 128 + signal.SIGTERM, exc
+    except Exception as exc:
+        status, error = 1, exc
     finally:
         sys.argv, sys.path[:] = saved, saved_path
-    return recording.trace
+    if recording._trace is None:  # the recording itself could not start (torch missing)
+        assert error is not None
+        raise error
+    metadata = {k: v for k, v in recording.trace.metadata.items() if k != "partial"}
+    if error is not None:
+        metadata["partial"] = _why_partial(error, status)
+    trace = Trace.from_events(recording.trace, name=recording.trace.name, metadata=metadata)
+    return ScriptRun(trace, status, error)
+
+
+def _why_partial(error: BaseException, status: int) -> str:
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    if isinstance(error, _Terminated):
+        return "terminated (SIGTERM)"
+    if isinstance(error, SystemExit):
+        return f"the program exited with status {status}"
+    return f"the program raised {type(error).__name__}: {error}"
+
+
+def record_script(command: Sequence[str], *, name: str | None = None,
+                  device: str = "cpu") -> Trace:
+    """:func:`run_script`, raising what ended the program early instead of returning it."""
+    run = run_script(command, name=name, device=device)
+    if run.error is not None:
+        raise run.error
+    return run.trace
+
+
+def _run(target: str, *, module: bool) -> None:
+    if module:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
+
+
+def _exit_status(code: object) -> int:
+    """The status ``python`` exits with for ``SystemExit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    return 1  # a message: printed, status 1
+
+
+@contextlib.contextmanager
+def _terminating_raises() -> Iterator[None]:
+    """SIGTERM raises :class:`_Terminated` in the main thread while the block runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise _Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
