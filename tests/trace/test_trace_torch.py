@@ -180,3 +180,16 @@ def test_recording_a_workload_again_gives_the_same_kind_of_trace() -> None:
     assert step.summary().allocations > 100 and step.metadata["format"] == "torch_profiler"
     served = serving(hidden=32, requests=3, vocab=64)
     assert served.summary().live_at_end_blocks == 0 or served.summary().allocations > 50
+
+
+def test_an_output_suffix_that_names_no_format_is_refused_unless_to_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = shipped_traces()["serving"]
+    assert main(["trace", "convert", str(source), "-o", str(tmp_path / "out.xyz")]) == 2
+    assert "cannot tell the format" in capsys.readouterr().err
+    assert not (tmp_path / "out.xyz").exists()
+    assert main(["trace", "convert", str(source), "-o", str(tmp_path / "out.xyz"),
+                 "--to", "rmm"]) == 0
+    assert read_trace(tmp_path / "out.xyz").metadata["format"] == "rmm"
+    assert main(["trace", "convert", str(source), "-o", str(tmp_path / "OUT.PKL")]) == 0
+    assert read_trace(tmp_path / "OUT.PKL").metadata["format"] == "pytorch_snapshot"

@@ -59,12 +59,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     info.add_argument("--json", action="store_true", help="one JSON object")
 
 
+#: The format each output suffix means, where ``--to`` does not say.
+_SUFFIXES = {".csv": "csv", ".txt": "csv", ".log": "rmm", ".pickle": "pytorch_snapshot",
+             ".pkl": "pytorch_snapshot"}
+
+
 def _format(output: str, chosen: str | None) -> str:
+    """``--to``, else the format ``output``'s suffix names; an unknown suffix is refused (a
+    typo in ``-o`` must not silently write our CSV)."""
     if chosen:
         return chosen
     suffix = Path(output).suffix.lower()
-    return {".pickle": "pytorch_snapshot", ".pkl": "pytorch_snapshot",
-            ".log": "rmm"}.get(suffix, "csv")
+    if suffix not in _SUFFIXES:
+        raise InvalidArgumentError(
+            f"cannot tell the format from {output!r}: name the file {', '.join(_SUFFIXES)} "
+            f"(.log is RMM's CSV, .pickle a PyTorch snapshot), or say --to FORMAT")
+    return _SUFFIXES[suffix]
 
 
 def _interpreter_and_program(words: list[str]) -> tuple[str | None, list[str]]:
