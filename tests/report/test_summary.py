@@ -82,3 +82,25 @@ def test_a_class_given_for_a_resource_is_refused_with_what_to_do(
     # memory_summary(Pool) called the unbound Pool.statistics(): TypeError missing 'self'.
     with pytest.raises(InvalidResourceError, match=r"call it, e.g. Pool\(\)"):
         call(ta.Pool)
+
+
+def _limit_line(summary: str) -> str:
+    (line,) = [row for row in summary.splitlines() if row.startswith("| Limit:")]
+    return line.strip("| ").strip()
+
+
+def test_the_main_block_shows_the_tightest_limit_of_the_stack() -> None:
+    from tensorarena.adaptors.limiting import Limiting
+
+    pool = ta.Pool(Limiting(ta.VirtualMemory(), "4MiB"), maximum_size="8MiB")
+    assert _limit_line(ta.memory_summary(pool)) == \
+        "Limit: 4 MiB (the tightest, Limiting's; 8 MiB here)"
+    assert _limit_line(ta.memory_summary(Limiting(pool, "2MiB"))) == \
+        "Limit: 2 MiB (the tightest, Limiting's; 8 MiB here)"
+    # a looser limit above: the pool's own, as it was
+    plain = ta.Pool(ta.VirtualMemory(), maximum_size="8MiB")
+    assert _limit_line(ta.memory_summary(Limiting(plain, "16MiB"))) == "Limit: 8 MiB"
+    assert _limit_line(ta.memory_summary(Limiting(plain, "8MiB"))) == "Limit: 8 MiB"  # a tie
+    # no limit of its own: the tightest above it, and that it has none
+    assert _limit_line(ta.memory_summary(Limiting(ta.Pool(ta.VirtualMemory()), "1MiB"))) == \
+        "Limit: 1 MiB (the tightest, Limiting's; none here)"

@@ -124,6 +124,26 @@ def _rows(record: object) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]
     return rows, lines
 
 
+def _tightest_limit(records: list[tuple[object, object]], main: int,
+                    lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The main block's ``Limit`` line says the tightest limit of the whole stack (what a
+    request actually meets), and whose it is where another layer's is tighter."""
+    limits = [(limit, owner) for owner, record in records
+              if isinstance(limit := getattr(record, "limit", None), int)
+              and not isinstance(limit, bool)]
+    if not limits:
+        return lines
+    tightest, owner = min(limits, key=lambda pair: pair[0])
+    own = getattr(records[main][1], "limit", None)
+    if own == tightest:
+        return lines
+    text = f"{format_size(tightest)} (the tightest, {type(owner).__name__}'s; " + (
+        "none here)" if own is None else f"{format_size(own)} here)")
+    if all(label != "Limit" for label, _ in lines):
+        return [*lines, ("Limit", text)]
+    return [(label, text if label == "Limit" else value) for label, value in lines]
+
+
 def memory_summary(source: object = None, *, title: str | None = None) -> str:
     """The statistics of ``source`` (default: the default resource) as a text table.
 
@@ -139,6 +159,7 @@ def memory_summary(source: object = None, *, title: str | None = None) -> str:
         )
     main = _main_index(records)
     rows, lines = _rows(records[main][1])
+    lines = _tightest_limit(records, main, lines)
     for i, (owner, record) in enumerate(records):
         if i != main:
             _, extra = _rows(record)
