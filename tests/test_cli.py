@@ -47,3 +47,21 @@ def test_ctrl_c_exits_130_without_a_traceback(
     monkeypatch.setattr(alloc, "run", interrupted)
     assert cli.main(["bench", "alloc"]) == 130
     assert capsys.readouterr().err == "tensorarena: interrupted\n"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # disjoint lifetimes: planned at once, and the offsets run to well over a pipe's buffer
+    problem = tmp_path / "many.csv"
+    problem.write_text("id,lower,upper,size\n" + "".join(
+        f"{i},{i},{i + 1},{64 + i % 7}\n" for i in range(20000)))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tensorarena", "plan", str(problem), "--json", "--offsets"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.read(100)  # | head -c 100
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=300) == 141 and err == ""
