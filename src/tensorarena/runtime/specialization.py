@@ -15,9 +15,10 @@ from typing import Any
 
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import KernelScripts
-from tensorarena.runtime.lowering import Generated, Lowering
+from tensorarena.runtime.lowering import Lowering
 from tensorarena.runtime.workspace import Workspace
 
 __all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem", "release_code",
