@@ -92,3 +92,53 @@ def test_only_the_modules_above_the_program_import_it() -> None:
         if "tensorarena.runtime.program" in _imported(path):
             importers.append(relative)
     assert importers == [], f"below the program, these import it: {importers}"
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {path.name: ast.parse(path.read_text(encoding="utf-8"))
+            for path in sorted(RUNTIME.glob("*.py"))}
+
+
+def _own_privates(tree: ast.Module) -> set[str]:
+    """The underscored attributes a module's classes set or read on ``self`` (or ``cls``)."""
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls") and _private(node.attr)}
+
+
+def test_no_runtime_module_reaches_into_another_modules_objects() -> None:
+    # The program's state is the Compiler's, read by public names: program._x is refused
+    # outright outside program.py, and so is any module's _x (set on self by one of our
+    # classes) read from another module. torch's own privates (graph._codegen) are torch's.
+    trees = _trees()
+    owners: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        for attr in _own_privates(tree):
+            owners.setdefault(attr, set()).add(name)
+    found = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            receiver = node.value
+            if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+                continue
+            last = (receiver.id if isinstance(receiver, ast.Name)
+                    else receiver.attr if isinstance(receiver, ast.Attribute) else "")
+            into_program = last.lstrip("_") in ("program", "compiler") and name != "program.py"
+            if into_program or name not in owners.get(node.attr, {name}):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert found == [], f"reach-ins into another module's private state: {found}"
+
+
+def test_no_runtime_module_imports_an_underscored_name() -> None:
+    found = [f"{name}:{node.lineno} {node.module}.{alias.name}"
+             for name, tree in _trees().items() for node in ast.walk(tree)
+             if isinstance(node, ast.ImportFrom) and node.module
+             and node.module.split(".")[0] == "tensorarena"
+             for alias in node.names if _private(alias.name)]
+    assert found == [], f"imports of another module's underscored names: {found}"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena.planning.graph_problem import GraphProblem
-from tensorarena.planning.torch_frontend import _element_names
+from tensorarena.planning.torch_frontend import element_names
 from tensorarena.planning.torch_graph import is_tensor_like, meta_value, op_name
 from tensorarena.runtime.in_slot import (
     clone_in_slot,
@@ -125,7 +125,7 @@ def classify(
         elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
             names = [
                 name if is_tensor_like(v) else None
-                for name, v in zip(_element_names(node, len(value)), value, strict=True)
+                for name, v in zip(element_names(node, len(value)), value, strict=True)
             ]
         else:
             names = []
