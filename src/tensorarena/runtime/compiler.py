@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tensorarena._optional import load_torch
 from tensorarena.planning.torch_graph import free_symbols
 from tensorarena.runtime.device import off_device
-from tensorarena.runtime.kernel_arena import kernel_note
+from tensorarena.runtime.kernel_state import KernelNote, kernel_note
 from tensorarena.runtime.reordering import reordered
 from tensorarena.runtime.run_graph import ProblemOf, RunGraph, prepare, result_values
 from tensorarena.runtime.shapes import ShapeBinder, growing_symbols
@@ -118,8 +118,9 @@ class Compiler:
         self.no_grad = load_torch().no_grad
         #: the arena the latest annotated call ran in (read by the memory recording)
         self.annotated_memory: torch.Tensor | None = None
-        #: a new shape's kernel arena state (:func:`~tensorarena.runtime.kernel_arena.kernel_note`)
-        self.kernel_note = kernel_note(kernel_arena is not False, device, max_shapes is not None)
+        #: a new shape's state with its kernels' allocations (:mod:`.kernel_state`)
+        self.kernel_note: KernelNote = kernel_note(kernel_arena is not False, device,
+                                                   max_shapes is not None)
         self.kernel_policy: KernelPolicy = kernel_arena if isinstance(kernel_arena, str) else (
             "all" if outputs == "arena" else "lower")
         self.plans_made = 0  #: how many plans were computed

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.runtime.kernel_recording import record_kernels
+from tensorarena.runtime.kernel_state import KernelState
 from tensorarena.runtime.output_placement import call_memory
 from tensorarena.runtime.shape_code import (
     generate_code,
@@ -46,7 +47,7 @@ def run_code(compiler: Compiler, current: Specialization, inputs: list[Any]) -> 
     """One call of ``current``'s code (its kernels' allocations recorded at the first call; in
     an arena taken for the call with ``outputs="arena"``), then the code made anew where an out
     variant failed or a kernel kept a served block."""
-    if current.kernel_note == "to record":
+    if current.kernel_note.state is KernelState.TO_RECORD:
         outputs = record_kernels(compiler, current, inputs)
         if current.retired:  # the program changed order: every shape is made anew
             return outputs

@@ -22,6 +22,7 @@ from tensorarena.runtime.kernel_arena import (
     temporaries,
 )
 from tensorarena.runtime.kernel_order import choose_order
+from tensorarena.runtime.kernel_state import KernelNote, KernelState
 from tensorarena.runtime.output_placement import call_memory, persistent_bytes, plan_buffers
 from tensorarena.runtime.shape_code import arenas_for, generate_code
 from tensorarena.runtime.shape_plans import specialization_for
@@ -69,7 +70,7 @@ def record_kernels(compiler: Compiler, current: Specialization, inputs: list[Any
         calls = _calls(graph)
         if choose_order(compiler, current, recording, in_slots):
             compiler.demoted.update(failed)  # out variants that failed: copied from now on
-            current.kernel_note = "recorded; the program then changed order"
+            current.kernel_note = KernelNote(KernelState.RETIRED)
             if current.arenas is not None:  # retired: its blocks go once the caller's do
                 current.arenas.release()
             new = specialization_for(compiler, current.bindings)
@@ -128,7 +129,7 @@ def _plan_recorded(compiler: Compiler, current: Specialization,
     them (``in_slots``: allocations served in a result's slot)."""
     steps = {node.name: i for i, node in enumerate(compiler.graph.nodes)}
     planned, ticks = temporaries(recording, steps, current.plan.problem, in_slots)
-    current.kernel_note = "on"
+    current.kernel_note = KernelNote(KernelState.ON)
     if len(planned) == len(current.plan.problem) and not in_slots:
         current.scripts = KernelScripts()
     else:
@@ -136,7 +137,7 @@ def _plan_recorded(compiler: Compiler, current: Specialization,
                  for b in current.graph.problem.buffers if b.id in current.lowering.dynamic]
         before = current.plan
         current.plan, chosen = _plan(compiler, planned, before, fresh, current.graph.outputs)
-        current.kernel_note = f"on ({chosen})"
+        current.kernel_note = KernelNote(KernelState.ON, chosen)
         if current.plan is before:  # the plan in graph steps: none planned but in their slots
             ticks = 1
         offsets = current.plan.as_dict()

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.runtime.kernel_state import KernelState
 from tensorarena.runtime.lowering import Lowering, classify
 from tensorarena.runtime.output_placement import persistent_bytes, plan_buffers
 from tensorarena.runtime.shape_code import arenas_for, generate_code, regenerate
@@ -93,7 +94,7 @@ def classify_nodes(compiler: Compiler, graph: GraphProblem,
                     pooled=compiler.pooled(), demoted=compiler.demoted,
                     inplace=run.inplace_nodes, elsewhere=compiler.elsewhere,
                     planned_outputs=compiler.outputs != "fresh",
-                    composite_out_as_copy=compiler.kernel_note == "to record")
+                    composite_out_as_copy=compiler.kernel_note.state is KernelState.TO_RECORD)
 
 
 def _plan_for(compiler: Compiler, planned: Problem, bindings: Mapping[Any, int],
