@@ -52,7 +52,7 @@ def record_kernels(compiler: Compiler, current: Specialization, inputs: list[Any
         release_code(current)  # its slots' bytes (a handed-over tail's) serve this code
         memory = compiler.workspace.memory
     code = generate_code(compiler, current.graph, current.lowering, current.plan,
-                             poison=compiler.poison, memory=memory, kernel=hooks)
+                         poison=compiler.poison, memory=memory, kernel=hooks)
     outputs = code.run(inputs)
     if current.arenas is not None:
         outputs = current.arenas.hand_over(outputs, memory)
@@ -77,7 +77,7 @@ def record_kernels(compiler: Compiler, current: Specialization, inputs: list[Any
             carried = _carried_over(compiler, recording, calls, current, new)
             memory = call_memory(compiler, new)
             probe = generate_code(compiler, new.graph, new.lowering, new.plan, poison=False,
-                                      memory=memory)
+                                  memory=memory)
             in_slots = carried.in_slots(new.lowering.results, probe.slots, _starts(new, memory))
             # Only the slots' addresses were wanted: the code and its block go now, not when
             # the collector breaks the code's cycle (a block of its own with outputs="arena":
@@ -153,13 +153,13 @@ def _plan_recorded(compiler: Compiler, current: Specialization,
                     compiler.cache.values())
         else:  # the blocks made so far serve the new plan where it fits in them, else go
             held = current.arenas
-            fresh = arenas_for(compiler, current)
-            if not held.remake(fresh.make_code, current.plan.height):
+            remade = arenas_for(compiler, current)
+            if not held.remake(remade.make_code, current.plan.height):
                 # Given back now, not when the collector breaks their code's cycles: a
                 # training step held its old arena beside the new one (GPT-2 2x128: 1.5 GiB
                 # resident for a 738 MiB arena).
                 held.release()
-                current.arenas = fresh
+                current.arenas = remade
             current.generation = compiler.workspace.generation
 
 
