@@ -42,14 +42,15 @@ from tensorarena.errors import (
     PlanVerificationError,
     ShapeNotCoveredError,
 )
-from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
+from tensorarena.interop.empty_cache import trim_c_heap
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.runtime import graph_sources
 from tensorarena.runtime.compiler import Compiler
 from tensorarena.runtime.device import CPU, graph_device
-from tensorarena.runtime.execute import annotated_call, execute
+from tensorarena.runtime.execute import execute
 from tensorarena.runtime.lowering import Unplaceable
-from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
+from tensorarena.runtime.measure import AllocatorTrace
+from tensorarena.runtime.one_off import give_back, traced_call
 from tensorarena.runtime.options import (
     DEFAULT_TIME_LIMIT,
     check_example,
@@ -59,7 +60,7 @@ from tensorarena.runtime.options import (
 from tensorarena.runtime.output_placement import OutputPlacement, persistent_bytes
 from tensorarena.runtime.report import ExecutionReport, execution_report
 from tensorarena.runtime.signature import Signature
-from tensorarena.runtime.variants import Variants
+from tensorarena.runtime.variants import Variants, exported_again
 from tensorarena.runtime.verification import verify_call
 from tensorarena.runtime.workspace import Concurrency, Workspace
 
@@ -279,17 +280,9 @@ class PlannedProgram:
         program = cls.from_exported(ep, **options)
         layout = program._signature.layout
         if layout is not None and layout.baked:
-            # Variants share the workspace (its resource and lock) instead of making their own.
-            shared = {k: v for k, v in options.items()
-                      if k not in ("resource", "workspace", "concurrency")}
-            workspace = program.workspace
-
-            def build(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> PlannedProgram:
-                again = graph_sources.export_module(model, call_args, call_kwargs,
-                                                    dynamic_shapes=dynamic_shapes, strict=strict)
-                return cls.from_exported(again, workspace=workspace, **shared)
-
-            program._variants = Variants(build, layout, limit=options.get("max_plans", 8))
+            program._variants = exported_again(
+                model, cls.from_exported, layout, options, program.workspace,
+                dynamic_shapes=dynamic_shapes, strict=strict)
         return program
 
     @classmethod
@@ -391,7 +384,7 @@ class PlannedProgram:
             program = self.program_for(*args, **kwargs)
             return verify_call(program.compiler, program._reference, args, kwargs)
         finally:
-            self._give_back_one_off()
+            give_back(self.compiler)
 
     def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
         """Run once with every node annotated and return the result and what torch's allocator
@@ -399,15 +392,10 @@ class PlannedProgram:
         tensorarena memory and never shows; neither does making the code (the steady state is
         measured). Run a call first so the shape is planned."""
         program = self.program_for(*args, **kwargs)
-        if program is not self:
-            return program.trace_allocations(*args, **kwargs)
-        inputs = self._signature.flatten(args, kwargs)
         try:
-            flat, trace = trace_allocations(annotated_call(self.compiler, inputs))
+            return traced_call(program.compiler, args, kwargs)
         finally:
-            self.compiler.annotated_memory = None  # the call's own arena: not held after it
-            self._give_back_one_off()
-        return self._signature.unflatten(flat, inputs), trace
+            give_back(self.compiler)
 
     def record_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Run once and return the result and the call's memory as a PyTorch memory snapshot
@@ -417,19 +405,10 @@ class PlannedProgram:
         reads it). Profiled: not for timing."""
         from tensorarena.runtime.recording import record_call
 
-        program = self.program_for(*args, **kwargs)
         try:
-            return record_call(program.compiler, args, kwargs)
+            return record_call(self.program_for(*args, **kwargs).compiler, args, kwargs)
         finally:
-            program.compiler.annotated_memory = None  # the call's own arena: not held after it
-            self._give_back_one_off()
-
-    def _give_back_one_off(self) -> None:
-        """After a one-off call in an arena of its own (verify, traced, recorded): that arena,
-        empty now, goes back to the system rather than staying resident in the pool (a
-        verified training step kept a second 720 MiB arena)."""
-        if self.device == CPU:
-            trim_pools(self.workspace.resource)
+            give_back(self.compiler)
 
     @property
     def source(self) -> str:

@@ -67,7 +67,11 @@ def record_call(compiler: Compiler, args: Sequence[Any],
 
         return recorded
 
-    flat, profiled = profile(annotated_call(compiler, inputs, pool_tensor))
+    try:
+        flat, profiled = profile(annotated_call(compiler, inputs, pool_tensor))
+        memory = compiler.annotated_memory
+    finally:
+        compiler.annotated_memory = None  # the call's own arena: not held after it
     current = compiler.last
     assert current is not None  # the call above specialised the program
     nodes = [node.name for node in compiler.graph.nodes]
@@ -83,7 +87,6 @@ def record_call(compiler: Compiler, args: Sequence[Any],
         start, end = times.get(name, (last, last))
         spans.append((start, end))
         last = end
-    memory = compiler.annotated_memory
     assert memory is not None  # set by the annotated call above
     arena, arena_bytes = memory.data_ptr(), memory.numel()
     stamped: list[tuple[int, SnapshotAction]] = []  # (profiler ns, action without its time)
