@@ -13,7 +13,7 @@ none of them imports the program.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena._optional import load_torch
@@ -28,10 +28,9 @@ if TYPE_CHECKING:
     import torch
     import torch.fx
 
-    from tensorarena.memory.resource import MemoryResource
     from tensorarena.planning.graph_problem import GraphProblem
     from tensorarena.runtime.lowering import Unplaceable
-    from tensorarena.runtime.options import OutputPlacement
+    from tensorarena.runtime.options import OutputPlacement, ProgramOptions
     from tensorarena.runtime.signature import Signature
     from tensorarena.runtime.specialization import Specialization
     from tensorarena.runtime.workspace import Workspace
@@ -45,40 +44,23 @@ KernelPolicy = Literal["all", "idle", "lower"]
 
 class Compiler:
     """What a program's stages share while it runs (module docstring). Made by the program
-    from its checked options."""
+    from its checked :class:`~tensorarena.runtime.options.ProgramOptions`."""
 
-    def __init__(
-        self,
-        gm: torch.fx.GraphModule,
-        problem_of: ProblemOf,
-        signature: Signature,
-        *,
-        device: str,
-        workspace: Workspace,
-        ranges: Mapping[Any, tuple[int | None, int | None]] | None,
-        pool: MemoryResource | None,
-        planner: str,
-        time_limit: float,
-        unplaceable: Unplaceable,
-        reorder: bool | Literal["always"],
-        outputs: OutputPlacement,
-        inplace: bool,
-        poison: bool,
-        max_plans: int,
-        max_shapes: Mapping[str, Sequence[int]] | None,
-        growing: Iterable[str],
-        kernel_arena: bool | Literal["all", "idle"],
-    ) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, problem_of: ProblemOf, signature: Signature,
+                 options: ProgramOptions, *, device: str, workspace: Workspace,
+                 ranges: Mapping[Any, tuple[int | None, int | None]] | None) -> None:
+        outputs, reorder, kernel_arena = options.outputs, options.reorder, options.kernel_arena
+        time_limit, inplace = options.time_limit, options.inplace
         self.outputs: OutputPlacement = outputs
         self.device = device
         self.workspace = workspace
-        self.pool = pool  #: the resource of the dynamic pool (buffers of growing dimensions)
-        self.planner = planner
+        self.pool = options.pool  #: the resource of the dynamic pool (growing dimensions)
+        self.planner = options.planner
         self.time_limit = time_limit
-        self.unplaceable: Unplaceable = unplaceable
+        self.unplaceable: Unplaceable = options.unplaceable
         self.inplace = inplace
-        self.poison = poison
-        self.max_plans = max_plans
+        self.poison = options.poison
+        self.max_plans = options.max_plans
         self.signature = signature
         #: the graph as given (traced order) and its problem: orders are made from it
         self.given: tuple[torch.fx.GraphModule, ProblemOf] = (gm, problem_of)
@@ -101,12 +83,12 @@ class Compiler:
         self.order_open = reorder is True
         self.binder = ShapeBinder(self.graph, signature.checked, ranges=ranges,
                                   check=signature.check, grad_watched=signature.grad_watched)
-        self.growing = growing_symbols(self.binder, growing)
+        self.growing = growing_symbols(self.binder, options.growing)
         #: the symbols a shape is cached by (growing ones never make a new plan)
         self.key_symbols = tuple(s for s in self.binder.symbols if s not in self.growing)
         self.max_bindings: dict[Any, int] | None = None
-        if max_shapes is not None:
-            self.max_bindings = self.binder.bind_shapes(max_shapes)
+        if options.max_shapes is not None:
+            self.max_bindings = self.binder.bind_shapes(options.max_shapes)
             self.binder.limit({s: v for s, v in self.max_bindings.items()
                                if s not in self.growing})
         #: nodes whose out variant failed, with why: they take the copy path from then on
@@ -120,7 +102,7 @@ class Compiler:
         self.annotated_memory: torch.Tensor | None = None
         #: a new shape's state with its kernels' allocations (:mod:`.kernel_state`)
         self.kernel_note: KernelNote = kernel_note(kernel_arena is not False, device,
-                                                   max_shapes is not None)
+                                                   options.max_shapes is not None)
         self.kernel_policy: KernelPolicy = kernel_arena if isinstance(kernel_arena, str) else (
             "all" if outputs == "arena" else "lower")
         self.plans_made = 0  #: how many plans were computed

@@ -53,8 +53,8 @@ from tensorarena.runtime.measure import AllocatorTrace
 from tensorarena.runtime.one_off import give_back, traced_call
 from tensorarena.runtime.options import (
     DEFAULT_TIME_LIMIT,
+    ProgramOptions,
     check_example,
-    check_options,
     workspace_for,
 )
 from tensorarena.runtime.output_placement import OutputPlacement, persistent_bytes
@@ -182,11 +182,11 @@ class PlannedProgram:
         concurrency: Concurrency | None = None,
         kernel_arena: bool | Literal["all", "idle"] = True,
     ) -> None:
-        check_options(
-            unplaceable=unplaceable, outputs=outputs, reorder=reorder, inplace=inplace,
-            poison=poison, max_plans=max_plans, planner=planner, time_limit=time_limit,
-            resource=resource, pool=pool, concurrency=concurrency, kernel_arena=kernel_arena,
-        )
+        options = ProgramOptions(
+            resource=resource, pool=pool, planner=planner, time_limit=time_limit,
+            unplaceable=unplaceable, reorder=reorder, outputs=outputs, inplace=inplace,
+            poison=poison, max_plans=max_plans, max_shapes=max_shapes, growing=growing,
+            concurrency=concurrency, kernel_arena=kernel_arena)  # checked: a wrong one raises
         self.name = name
         #: where outputs live: ``"handover"`` (planned in a tail handed over at each call),
         #: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned in the arena)
@@ -195,12 +195,8 @@ class PlannedProgram:
         self.device = graph_device(gm.graph)
         self.workspace = workspace_for(workspace, resource, self.device, concurrency)
         #: the state the stages share while the program runs (shapes cached, order, demoted)
-        self.compiler = Compiler(
-            gm, problem_of, signature, device=self.device, workspace=self.workspace,
-            ranges=ranges, pool=pool, planner=planner, time_limit=time_limit,
-            unplaceable=unplaceable, reorder=reorder, outputs=outputs, inplace=inplace,
-            poison=poison, max_plans=max_plans, max_shapes=max_shapes, growing=growing,
-            kernel_arena=kernel_arena)
+        self.compiler = Compiler(gm, problem_of, signature, options, device=self.device,
+                                 workspace=self.workspace, ranges=ranges)
         self._signature = signature
         self._reference = reference
         #: programs exported again for other non-tensor values (from_module only)
