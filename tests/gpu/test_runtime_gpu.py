@@ -100,7 +100,7 @@ def test_a_model_planned_on_the_gpu_runs_in_one_device_block_and_equals_eager() 
     assert report.counts["out"] > 0 and report.planned_bytes == memory.numel()
     assert pool.statistics().allocated_bytes.current - before >= memory.numel()
     start = memory.data_ptr()
-    slots = program._last.generated.slots  # type: ignore[union-attr]
+    slots = program.compiler.last.generated.slots  # type: ignore[union-attr]
     assert slots and all(start <= t.data_ptr() < start + memory.numel() and t.is_cuda
                          for t in slots.values())
     assert got.data_ptr() not in range(start, start + memory.numel())  # handed over, not a slot

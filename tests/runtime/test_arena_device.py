@@ -29,6 +29,7 @@ from tensorarena.memory import (  # noqa: E402
 )
 from tensorarena.runtime import PlannedProgram, Workspace, device  # noqa: E402
 from tensorarena.runtime.materialize import block  # noqa: E402
+from tensorarena.runtime.shape_plans import specialization_for  # noqa: E402
 from tensorarena.testing.cuda import Simulator, simulated  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -115,7 +116,7 @@ def test_a_program_of_a_cuda_graph_lays_its_slots_over_device_memory(
     assert program.device == "cuda:0" and program.workspace.device == "cuda:0"
     # Build the shape's plan and code (running it needs a GPU): the arena comes from the
     # device's pool and every slot lies inside it.
-    current = program._specialization({})
+    current = specialization_for(program.compiler, {})
     memory = program.workspace.memory
     assert device_pool(0).statistics().allocated_bytes.current >= memory.numel() > 0
     start, end = memory.data_ptr(), memory.data_ptr() + memory.numel()

@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensorarena.runtime import PlannedProgram, TrainingStep  # noqa: E402
+from tensorarena.runtime.execute import annotated_call  # noqa: E402
 from tensorarena.runtime.in_slot import embedding_dense_backward_into, written_in_slot  # noqa: E402
 from tensorarena.runtime.measure import profile  # noqa: E402
 
@@ -46,8 +47,8 @@ def test_a_planned_steps_embedding_gradient_is_eagers_and_torch_allocates_no_tab
     _, grads = step(ids)
     model(ids).sum().backward()
     assert torch.equal(grads["table.weight"], model.table.weight.grad)
-    inputs = step.program._signature.flatten((ids,), {})
-    _, profiled = profile(step.program._annotated_call(inputs))
+    inputs = step.program.compiler.signature.flatten((ids,), {})
+    _, profiled = profile(annotated_call(step.program.compiler, inputs))
     table = 64 * 16 * 4
     in_backward = [size for _, size, _, _, node, _ in profiled.events
                    if node.startswith("embedding_dense_backward") and size > 0]
@@ -61,8 +62,8 @@ def test_an_embedding_writes_its_rows_into_its_slot_without_an_allocation() -> N
     program = PlannedProgram.from_module(model, (ids,))
     with torch.no_grad():
         assert torch.equal(program(ids), model(ids))
-    inputs = program._signature.flatten((ids,), {})
-    _, profiled = profile(program._annotated_call(inputs))
+    inputs = program.compiler.signature.flatten((ids,), {})
+    _, profiled = profile(annotated_call(program.compiler, inputs))
     assert "embedding" in profiled.nodes  # the node ran, annotated
     assert [e for e in profiled.events if e[4] == "embedding" and e[1] > 0] == []
 
@@ -76,8 +77,8 @@ def test_a_clone_copies_into_its_slot_without_an_allocation() -> None:
     x = torch.randn(16, 16)
     program = PlannedProgram.from_module(Transposed(), (x,))
     assert torch.equal(program(x), Transposed()(x))
-    inputs = program._signature.flatten((x,), {})
-    _, profiled = profile(program._annotated_call(inputs))
+    inputs = program.compiler.signature.flatten((x,), {})
+    _, profiled = profile(annotated_call(program.compiler, inputs))
     assert "clone" in profiled.nodes
     assert [e for e in profiled.events if e[4] == "clone" and e[1] > 0] == []
 
@@ -93,9 +94,9 @@ def test_factories_and_conversions_fill_their_slots_without_an_allocation() -> N
     x = torch.randn(8, 16)
     program = PlannedProgram.from_module(Factories(), (x,))
     assert torch.equal(program(x), Factories()(x))
-    written = [n.name for n in program._graph.nodes if written_in_slot(n) is not None]
+    written = [n.name for n in program.compiler.graph.nodes if written_in_slot(n) is not None]
     assert len(written) == 4  # full_like, ones_like, zeros_like, new_ones (export keeps to.dtype)
-    inputs = program._signature.flatten((x,), {})
-    _, profiled = profile(program._annotated_call(inputs))
+    inputs = program.compiler.signature.flatten((x,), {})
+    _, profiled = profile(annotated_call(program.compiler, inputs))
     assert set(written) <= set(profiled.nodes)
     assert [e for e in profiled.events if e[4] in written and e[1] > 0] == []

@@ -57,12 +57,12 @@ def test_the_first_recorded_call_changes_to_the_order_lower_with_kernel_scratch(
     program, model = conv_late(reorder=True)
     traced, _ = conv_late(reorder=False)
     assert program.reordered  # from the graph alone: the convolution late
-    assert [n.name for n in program._graph.nodes].index("conv1d") > 4
+    assert [n.name for n in program.compiler.graph.nodes].index("conv1d") > 4
     x = torch.randn(1, 64, 32)
     torch.testing.assert_close(program(x), model(x))
     assert not program.reordered and program.order_estimates["traced"] < (
         program.order_estimates["running"])
-    assert [n.name for n in program._graph.nodes].index("conv1d") == 3  # first op again
+    assert [n.name for n in program.compiler.graph.nodes].index("conv1d") == 3  # first op again
     traced(x)
     assert program.report().planned_bytes == traced.report().planned_bytes
     # the shape was planned again with the first call's recording: served from the next call
@@ -93,10 +93,11 @@ def test_every_shape_runs_the_order_chosen_once() -> None:
                                      {"reorder": True, "kernel_arena": False}])
 def test_no_second_choice_unless_reordering_with_the_kernel_arena(options: Any) -> None:
     program, model = conv_late(**options)
-    before = [n.name for n in program._graph.nodes]
+    before = [n.name for n in program.compiler.graph.nodes]
     x = torch.randn(1, 64, 32)
     torch.testing.assert_close(program(x), model(x))
-    assert program.order_estimates == {} and [n.name for n in program._graph.nodes] == before
+    assert program.order_estimates == {}
+    assert [n.name for n in program.compiler.graph.nodes] == before
 
 
 @pytest.mark.slow
@@ -117,7 +118,7 @@ def test_whisper_training_step_is_below_eager_with_kernel_scratch_counted() -> N
     # reorder's first order put the convolutions' backward columns where activations are
     # live: 629 316 bytes (measured), 34 624 above the traced order; now no higher than it
     assert step.report().planned_bytes <= traced.report().planned_bytes
-    schedule, ran = step.program.schedule, [n.name for n in step.program._graph.nodes]
+    schedule, ran = step.program.schedule, [n.name for n in step.program.compiler.graph.nodes]
     if step.program.reordered:  # the schedule says the order that runs
         assert [n for n in ran if n in set(schedule.order)] == list(schedule.order)
     torch.manual_seed(1)

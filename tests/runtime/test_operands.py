@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tensorarena.runtime import TrainingStep  # noqa: E402
+from tensorarena.runtime.execute import annotated_call  # noqa: E402
 from tensorarena.runtime.measure import profile  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -23,7 +24,7 @@ def test_the_broadcast_gradient_of_a_sum_is_copied_into_the_arena_before_its_pro
     model(x).sum().backward()
     for name, p in model.named_parameters():
         assert torch.equal(grads[name], p.grad), name
-    inputs = step.program._signature.flatten((x,), {})
-    _, profiled = profile(step.program._annotated_call(inputs))
+    inputs = step.program.compiler.signature.flatten((x,), {})
+    _, profiled = profile(annotated_call(step.program.compiler, inputs))
     products = set(step.program.contiguous_operands)
     assert [e for e in profiled.events if e[4] in products and e[1] > 0] == []

@@ -295,7 +295,7 @@ def test_a_kernel_allocation_planned_in_the_tail_is_served_there_at_each_call() 
     x = torch.randn(2, 16, 8)
     program = PlannedProgram.from_module(model, (x,), outputs="handover", kernel_arena="all")
     program(x)  # recorded, then planned again with the kernels' allocations
-    current = program._last
+    current = program.compiler.last
     assert current is not None and current.scripts is not None
     start = tail_start(current.plan, current.graph.outputs)
     offsets = current.plan.as_dict()
@@ -346,7 +346,7 @@ def test_an_allocation_served_in_a_slot_the_replan_moved_into_the_tail_moves_wit
     expected = eager(model, args[0]).to_tuple()
     program = PlannedProgram.from_module(model, args, outputs="handover")
     program(*args)  # recorded, then planned again with the kernels' allocations
-    current = program._last
+    current = program.compiler.last
     assert current is not None and current.scripts is not None
     start = tail_start(current.plan, current.graph.outputs)
     planned = current.plan.as_dict()
@@ -402,7 +402,7 @@ def test_an_intermediate_planned_in_the_tail_runs_there_before_the_output_takes_
     x = torch.randn(4, 8)
     program = PlannedProgram.from_module(model, (x,), outputs="handover", kernel_arena=False)
     program(x)
-    current = program._last
+    current = program.compiler.last
     assert current is not None
     start = tail_start(current.plan, current.graph.outputs)
     offsets = current.plan.as_dict()

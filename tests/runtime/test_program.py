@@ -91,7 +91,7 @@ def test_steady_state_takes_no_memory_from_the_resource() -> None:
     for _ in range(5):
         program(torch.randn(4, 8))
     assert memory.allocations == 1
-    slots = program._last.generated.slots  # type: ignore[union-attr]
+    slots = program.compiler.last.generated.slots  # type: ignore[union-attr]
     assert slots and all(in_block(t, program.workspace.memory) for t in slots.values())
 
 
@@ -153,7 +153,7 @@ def test_verify_refuses_inputs_the_program_refuses_before_running_the_reference(
 
 def test_poisoning_catches_a_lifetime_computed_too_short() -> None:
     program, _, x = block_program(unplaceable="copy")
-    honest = program._problem_of
+    honest = program.compiler.problem_of
 
     def too_short(bindings: object) -> GraphProblem:
         gp = honest(bindings)  # type: ignore[arg-type]
@@ -166,7 +166,7 @@ def test_poisoning_catches_a_lifetime_computed_too_short() -> None:
         return GraphProblem(Problem(buffers, name=gp.name), gp.unplanned, gp.unplanned_kinds,
                             gp.aliases, gp.outputs, gp.steps, gp.tensors)
 
-    program._problem_of = too_short  # type: ignore[method-assign]
+    program.compiler.problem_of = too_short  # type: ignore[method-assign]
     with pytest.raises(PlanVerificationError, match="poisoned"):
         program.verify(x)
 
@@ -254,7 +254,7 @@ def test_a_bad_workspace_is_refused_before_the_order_is_searched(
     def searched(*args: object, **kwargs: object) -> None:
         raise AssertionError("reorder searched before the workspace was checked")
 
-    monkeypatch.setattr("tensorarena.runtime.program.reordered", searched)
+    monkeypatch.setattr("tensorarena.runtime.compiler.reordered", searched)
     with pytest.raises(tensorarena.InvalidArgumentError, match="must be a Workspace"):
         block_program(workspace="shared", reorder=True)
 
@@ -356,7 +356,7 @@ def test_the_recorded_call_shows_every_slot_in_the_arena_and_torchs_own_blocks()
     actions = snapshot["device_traces"][0]
     slots = [a for a in actions if a["action"] == "alloc" and a["frames"][0]["name"]
              .startswith("arena: ")]
-    plan = program._last.plan  # type: ignore[union-attr]
+    plan = program.compiler.last.plan  # type: ignore[union-attr]
     assert len(slots) == len(plan.problem)  # every planned buffer, at its offset
     offsets = sorted(a["addr"] - start for a in slots)
     assert offsets == sorted(plan.offsets)

@@ -28,10 +28,10 @@ def node_names(program: PlannedProgram) -> list[str]:
     inserts after reordering (runtime.operands: none in inference graphs)."""
     products = set(program.contiguous_operands)
     scheduled = set(program.schedule.order) if program.schedule is not None else set()
-    copies = {arg.name for node in program._graph.nodes if node.name in products
+    copies = {arg.name for node in program.compiler.graph.nodes if node.name in products
               for arg in node.args if getattr(arg, "target", None) is torch.ops.aten.clone.default
               and arg.name not in scheduled}
-    return [node.name for node in program._graph.nodes if node.name not in copies]
+    return [node.name for node in program.compiler.graph.nodes if node.name not in copies]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])

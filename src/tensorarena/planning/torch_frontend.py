@@ -63,7 +63,13 @@ if TYPE_CHECKING:
     import torch
     import torch.fx
 
-__all__ = ["problem_from_exported", "problem_from_fx", "trace_training"]
+__all__ = [
+    "data_dependent_errors",
+    "element_names",
+    "problem_from_exported",
+    "problem_from_fx",
+    "trace_training",
+]
 
 #: The node meta keys :func:`trace_training` sets on placeholders: kind and source name.
 KIND_KEY = "tensorarena_kind"
@@ -231,7 +237,7 @@ def trace_training(
     inputs = (list(params.values()), list(buffers.values()), args, kwargs)
     try:
         gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
-    except _data_dependent_errors() as exc:
+    except data_dependent_errors() as exc:
         if tracing_mode == "real":
             raise InvalidProblemError(f"cannot trace the training step: {exc}") from exc
         tracing_mode = "real"  # real values answer the guards that fake ones cannot
@@ -256,7 +262,7 @@ def trace_training(
     return gm
 
 
-def _data_dependent_errors() -> tuple[type[BaseException], ...]:
+def data_dependent_errors() -> tuple[type[BaseException], ...]:
     """What fake tracing raises on a value it cannot know (looked up: names move across torch
     versions)."""
     import importlib
@@ -359,7 +365,7 @@ def _walk(
         if is_tensor_like(value):
             _place(node, 0, node.name, value, step, live, by_storage, elements, bindings)
         elif isinstance(value, (list, tuple)):
-            names = _element_names(node, len(value))
+            names = element_names(node, len(value))
             elements[node.name] = [
                 n if is_tensor_like(v) else None for n, v in zip(names, value, strict=True)
             ]
@@ -452,7 +458,7 @@ def _selected_output(
     return None
 
 
-def _element_names(node: torch.fx.Node, count: int) -> list[str]:
+def element_names(node: torch.fx.Node, count: int) -> list[str]:
     """Output ``k`` is named after the first ``getitem`` user that picks it, else ``node.k``."""
     names = [f"{node.name}.{k}" for k in range(count)]
     named: set[int] = set()

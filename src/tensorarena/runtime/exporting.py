@@ -247,12 +247,12 @@ def _model_line(stack_trace: str | None) -> str:
 
 def _export_error(model: str, exc: Exception) -> ExportFailedError:
     """Our error for torch's ``exc``: its first line says what failed, then what to try."""
-    from tensorarena.planning.torch_frontend import _data_dependent_errors
+    from tensorarena.planning.torch_frontend import data_dependent_errors
 
     text = str(exc).strip()
     head = f"torch.export could not capture {model}"
     unknown = _UNKNOWN_TYPE.search(text)
-    if isinstance(exc, _data_dependent_errors()) or "data-dependent" in text.lower():
+    if isinstance(exc, data_dependent_errors()) or "data-dependent" in text.lower():
         where = _innermost_outside_torch(exc.__traceback__)
         return DataDependentError(
             f"{head}: a branch or a size depends on the values in its inputs"

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import torch
 
     from tensorarena.memory.resource import MemoryResource
-    from tensorarena.runtime.lowering import Generated
+    from tensorarena.runtime.generated_code import Generated
 
 __all__ = ["HeldArenas", "storage_uses"]
 
@@ -77,6 +77,11 @@ class HeldArenas:
         self._device = device
         self._arenas: list[_Arena] = []
         self.made = 0  #: blocks made so far (one more each time every block was held)
+
+    @property
+    def make_code(self) -> Callable[[torch.Tensor], Generated]:
+        """What generates the shape's code over a block (``remake`` replaces it)."""
+        return self._make_code
 
     def take(self) -> tuple[torch.Tensor, Generated]:
         """A block no caller's tensor holds and the code over it; idle blocks beyond it are

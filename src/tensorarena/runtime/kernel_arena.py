@@ -49,7 +49,6 @@ __all__ = [
     "KernelRecording",
     "KernelScripts",
     "extension",
-    "kernel_note",
     "temporaries",
     "unavailable",
 ]
@@ -108,18 +107,6 @@ def extension() -> Any:
 def unavailable() -> str:
     """Why the shim cannot be used here, or ``""`` where it can (builds it on first use)."""
     return _load()[1]
-
-
-def kernel_note(wanted: bool, device: str, max_shapes: bool) -> str:
-    """A new shape's state: ``"to record"`` where the shim serves this program, else why not."""
-    if not wanted:
-        return "off"
-    if device != "cpu":
-        return f"off: the arena is on {device} (the shim serves torch's CPU allocator)"
-    if max_shapes:
-        return "off: not with max_shapes (smaller shapes' kernels allocate other sizes)"
-    reason = unavailable()
-    return f"unavailable: {reason}" if reason else "to record"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 from tensorarena.planning.problem import Buffer, lower_bound
 from tensorarena.runtime.kernel_arena import KERNEL_TAG, KernelRecording, temporaries
 from tensorarena.runtime.run_graph import RunGraph, prepare
+from tensorarena.runtime.shape_plans import classify_nodes
 from tensorarena.runtime.specialization import planned_problem
 
 if TYPE_CHECKING:
     from tensorarena.planning.op_graph import OpGraph
-    from tensorarena.runtime.program import PlannedProgram
+    from tensorarena.runtime.compiler import Compiler
     from tensorarena.runtime.specialization import Specialization
 
 __all__ = ["choose_order", "estimated_peak", "scratch_by_node"]
@@ -60,13 +61,13 @@ def scratch_by_node(recording: KernelRecording, in_slots: Mapping[str, str]) -> 
     return found
 
 
-def estimated_peak(program: PlannedProgram, run: RunGraph, bindings: Mapping[Any, int],
+def estimated_peak(compiler: Compiler, run: RunGraph, bindings: Mapping[Any, int],
                    recording: KernelRecording, in_slots: Mapping[str, str]) -> int:
     """The lower bound of what ``program`` would plan for ``bindings`` running ``run``, with the
     recorded kernel allocations of its nodes as buffers (:func:`temporaries`), plus the peak of
     the buffers left out of the arena (fresh outputs and the like) when the outputs are fresh."""
     graph = run.problem_of(bindings)
-    lowering = program._classify(graph, run)
+    lowering = classify_nodes(compiler, graph, run)
     planned = planned_problem(graph, lowering)
     steps = {node.name: i for i, node in enumerate(run.graph.nodes)}
     ids = {b.id for b in planned.buffers}
@@ -75,13 +76,13 @@ def estimated_peak(program: PlannedProgram, run: RunGraph, bindings: Mapping[Any
              if kernel.split(KERNEL_TAG)[0] in steps and slot in ids}
     problem, ticks = temporaries(logs, steps, planned, slots)
     peak = lower_bound(problem)
-    if program.outputs == "fresh":
+    if compiler.outputs == "fresh":
         peak += lower_bound([Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
                              for b in graph.problem.buffers if b.id in lowering.dynamic])
     return peak
 
 
-def choose_order(program: PlannedProgram, current: Specialization,
+def choose_order(compiler: Compiler, current: Specialization,
                  recording: KernelRecording, in_slots: Mapping[str, str]) -> bool:
     """Compare the orders (module docstring) for ``current``'s shape and make ``program`` run
     the lowest; return whether it now runs another order than the one ``current`` ran."""
@@ -89,8 +90,8 @@ def choose_order(program: PlannedProgram, current: Specialization,
     if not scratch:
         return False  # nothing recorded changes the orders' peaks: the choice made stands
     started = time.perf_counter()
-    given_gm, given_problem_of = program._given
-    runs: dict[str, RunGraph] = {"running": program._run}
+    given_gm, given_problem_of = compiler.given
+    runs: dict[str, RunGraph] = {"running": compiler.run}
 
     def run_of(order: Iterable[str]) -> RunGraph:
         from tensorarena.planning.op_graph import reordered_graph
@@ -98,13 +99,13 @@ def choose_order(program: PlannedProgram, current: Specialization,
 
         new = reordered_graph(given_gm.graph, list(order))
         new._codegen = given_gm.graph._codegen
-        return prepare(with_graph(given_gm, new), given_problem_of, inplace=program._inplace)
+        return prepare(with_graph(given_gm, new), given_problem_of, inplace=compiler.inplace)
 
-    if program.reordered:
-        runs["traced"] = prepare(given_gm, given_problem_of, inplace=program._inplace)
-    elif program.schedule is not None:
-        runs["reorder"] = run_of(program.schedule.order)
-    ops, searched = _searched(program, current.bindings, scratch)
+    if compiler.reordered:
+        runs["traced"] = prepare(given_gm, given_problem_of, inplace=compiler.inplace)
+    elif compiler.schedule is not None:
+        runs["reorder"] = run_of(compiler.schedule.order)
+    ops, searched = _searched(compiler, current.bindings, scratch)
     known = {_given_order(run, given_gm) for run in runs.values()}
     added = 0
     for method, order in searched:
@@ -112,22 +113,22 @@ def choose_order(program: PlannedProgram, current: Specialization,
             known.add(order)
             added += 1
             runs[f"searched {added} ({method})"] = run_of(order)
-    estimates = {label: estimated_peak(program, run, current.bindings, recording, in_slots)
+    estimates = {label: estimated_peak(compiler, run, current.bindings, recording, in_slots)
                  for label, run in runs.items()}
     best = min(estimates, key=estimates.__getitem__)  # first of the lowest: running on ties
-    program.order_estimates = estimates
+    compiler.order_estimates = estimates
     if estimates[best] >= estimates["running"]:
         return False
-    program._adopt(runs[best])
-    program.reordered = best != "traced"
+    compiler.adopt(runs[best])
+    compiler.reordered = best != "traced"
     if best.startswith("searched"):  # the schedule's numbers stay those of tensors alone
         order = _given_order(runs[best], given_gm)
         index = {name: v for v, name in enumerate(ops.names)}
-        program.schedule = dataclasses.replace(
-            program.schedule, order=order,
+        compiler.schedule = dataclasses.replace(
+            compiler.schedule, order=order,
             method=f"{best.split('(')[1].rstrip(')')} with kernel scratch",
             lower_bound=ops.peak([index[name] for name in order]), optimal=False,
-            seconds=program.schedule.seconds + time.perf_counter() - started)
+            seconds=compiler.schedule.seconds + time.perf_counter() - started)
     return True
 
 
@@ -137,7 +138,7 @@ def _given_order(run: RunGraph, given_gm: Any) -> tuple[str, ...]:
     return tuple(name for name in run.order if name in names)
 
 
-def _searched(program: PlannedProgram, bindings: Mapping[Any, int],
+def _searched(compiler: Compiler, bindings: Mapping[Any, int],
               scratch: Mapping[str, int]) -> tuple[OpGraph, list[tuple[str, tuple[str, ...]]]]:
     """The given graph's :class:`OpGraph` and the orders of a search over it whose cost counts
     every node's scratch (method, node names), lowest peak first."""
@@ -145,10 +146,10 @@ def _searched(program: PlannedProgram, bindings: Mapping[Any, int],
     from tensorarena.planning.reorder import reorder_graph
     from tensorarena.runtime.inplace import hints
 
-    given_gm, given_problem_of = program._given
+    given_gm, given_problem_of = compiler.given
     graph = given_gm.graph
     ops = op_graph_from_fx(graph, given_problem_of(graph, bindings or hints(graph)))
     names = set(ops.names)
     local = with_node_buffers(ops, {n: nbytes for n, nbytes in scratch.items() if n in names})
-    found = reorder_graph(local, time_limit=program._time_limit).candidates
+    found = reorder_graph(local, time_limit=compiler.time_limit).candidates
     return ops, [(method, tuple(ops.names[v] for v in order)) for method, order in found]

@@ -15,42 +15,44 @@ from typing import TYPE_CHECKING, Any
 from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
 from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
 from tensorarena.runtime.device import CPU
-from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import (
     KERNEL_TAG,
-    KernelHooks,
     KernelRecording,
     KernelScripts,
     temporaries,
 )
 from tensorarena.runtime.kernel_order import choose_order
+from tensorarena.runtime.kernel_state import KernelNote, KernelState
+from tensorarena.runtime.output_placement import call_memory, persistent_bytes, plan_buffers
+from tensorarena.runtime.shape_code import arenas_for, generate_code
+from tensorarena.runtime.shape_plans import specialization_for
 from tensorarena.runtime.specialization import release_code, reserve
 
 if TYPE_CHECKING:
-    from tensorarena.runtime.program import PlannedProgram
+    from tensorarena.runtime.compiler import Compiler
     from tensorarena.runtime.specialization import Specialization
 
-__all__ = ["record_kernels", "serving"]
+__all__ = ["record_kernels"]
 
 _OP_NODES = ("call_function", "call_method", "call_module")
 
 
-def record_kernels(program: PlannedProgram, current: Specialization, inputs: list[Any]) -> Any:
+def record_kernels(compiler: Compiler, current: Specialization, inputs: list[Any]) -> Any:
     """Run ``current`` once recording its kernels' allocations, then plan them; return the
     call's outputs (handed over as :meth:`PlannedProgram.run_flat` would). With
     ``reorder=True`` the program's first recording may change its order
     (:func:`~tensorarena.runtime.kernel_order.choose_order`): ``current`` is then retired and
     the shape planned anew in the new order with this recording (:func:`_carried_over`)."""
-    graph = program._graph
+    graph = compiler.graph
     recording = KernelRecording()
     hooks = recording.hooks(n.name for n in graph.nodes if n.op in _OP_NODES)
     if current.arenas is not None:
         memory, current.generated = current.arenas.take()
     else:
         release_code(current)  # its slots' bytes (a handed-over tail's) serve this code
-        memory = program.workspace.memory
-    code = program._generate(current.graph, current.lowering, current.plan,
-                             poison=program._poison, memory=memory, kernel=hooks)
+        memory = compiler.workspace.memory
+    code = generate_code(compiler, current.graph, current.lowering, current.plan,
+                         poison=compiler.poison, memory=memory, kernel=hooks)
     outputs = code.run(inputs)
     if current.arenas is not None:
         outputs = current.arenas.hand_over(outputs, memory)
@@ -63,32 +65,32 @@ def record_kernels(program: PlannedProgram, current: Specialization, inputs: lis
     # caller's).
     code.release()
     del code, memory
-    if program._order_open:  # reorder=True: choose the order again, these allocations counted
-        program._order_open = False
+    if compiler.order_open:  # reorder=True: choose the order again, these allocations counted
+        compiler.order_open = False
         calls = _calls(graph)
-        if choose_order(program, current, recording, in_slots):
-            program._demoted.update(failed)  # out variants that failed: copied from now on
-            current.kernel_note = "recorded; the program then changed order"
+        if choose_order(compiler, current, recording, in_slots):
+            compiler.demoted.update(failed)  # out variants that failed: copied from now on
+            current.kernel_note = KernelNote(KernelState.RETIRED)
             if current.arenas is not None:  # retired: its blocks go once the caller's do
                 current.arenas.release()
-            new = program._specialization(current.bindings)
-            carried = _carried_over(program, recording, calls, current, new)
-            memory = program._call_memory(new)
-            probe = program._generate(new.graph, new.lowering, new.plan, poison=False,
-                                      memory=memory)
+            new = specialization_for(compiler, current.bindings)
+            carried = _carried_over(compiler, recording, calls, current, new)
+            memory = call_memory(compiler, new)
+            probe = generate_code(compiler, new.graph, new.lowering, new.plan, poison=False,
+                                  memory=memory)
             in_slots = carried.in_slots(new.lowering.results, probe.slots, _starts(new, memory))
             # Only the slots' addresses were wanted: the code and its block go now, not when
             # the collector breaks the code's cycle (a block of its own with outputs="arena":
             # a reordered training step kept a second 745 MiB arena resident).
             probe.release()
             del probe, memory
-            _plan_recorded(program, new, carried, in_slots)
-            if program.device == CPU:
-                trim_pools(program.workspace.resource)
+            _plan_recorded(compiler, new, carried, in_slots)
+            if compiler.device == CPU:
+                trim_pools(compiler.workspace.resource)
             return outputs
-    _plan_recorded(program, current, recording, in_slots)
+    _plan_recorded(compiler, current, recording, in_slots)
     current.generated.failed.update(failed)  # out variants that failed: re-lowered next
-    if program.device == CPU:
+    if compiler.device == CPU:
         # The recorded call ran like an eager one (its kernels' temporaries from torch's
         # allocator, glibc's heap on the CPU), and the arena now serves them: give back the
         # heap pages they left (ResNet-50 2x224x224: 37 MiB kept resident beside the arena).
@@ -107,35 +109,35 @@ def _calls(graph: Any) -> dict[str, tuple[Any, str, str]]:
     return {node.name: (node.target, repr(node.args), repr(node.kwargs)) for node in graph.nodes}
 
 
-def _carried_over(program: PlannedProgram, recording: KernelRecording,
+def _carried_over(compiler: Compiler, recording: KernelRecording,
                   calls: dict[str, tuple[Any, str, str]], old: Specialization,
                   new: Specialization) -> KernelRecording:
     """``recording`` (made running ``old``, whose nodes made ``calls``) for ``new``, a shape
     of the order the program runs now: only the nodes that make the same call in both, on the
     same path. A node rewritten in one order only (run in place, or given another operand
     copy) may allocate otherwise: its allocations are left to torch."""
-    same = {name for name, call in _calls(program._graph).items() if calls.get(name) == call
+    same = {name for name, call in _calls(compiler.graph).items() if calls.get(name) == call
             and name in old.lowering.paths and name in new.lowering.paths
             and old.lowering.paths[name].path == new.lowering.paths[name].path}
     return KernelRecording({n: log for n, log in recording.logs.items() if n in same},
                            {n: r for n, r in recording.results.items() if n in same})
 
 
-def _plan_recorded(program: PlannedProgram, current: Specialization,
+def _plan_recorded(compiler: Compiler, current: Specialization,
                    recording: KernelRecording, in_slots: dict[str, str]) -> None:
     """Plan ``current`` again with ``recording``'s allocations and make the code that serves
     them (``in_slots``: allocations served in a result's slot)."""
-    steps = {node.name: i for i, node in enumerate(program._graph.nodes)}
+    steps = {node.name: i for i, node in enumerate(compiler.graph.nodes)}
     planned, ticks = temporaries(recording, steps, current.plan.problem, in_slots)
-    current.kernel_note = "on"
+    current.kernel_note = KernelNote(KernelState.ON)
     if len(planned) == len(current.plan.problem) and not in_slots:
         current.scripts = KernelScripts()
     else:
         fresh = [Buffer(b.id, b.start * ticks, b.end * ticks, b.nbytes)
                  for b in current.graph.problem.buffers if b.id in current.lowering.dynamic]
         before = current.plan
-        current.plan, chosen = _plan(program, planned, before, fresh, current.graph.outputs)
-        current.kernel_note = f"on ({chosen})"
+        current.plan, chosen = _plan(compiler, planned, before, fresh, current.graph.outputs)
+        current.kernel_note = KernelNote(KernelState.ON, chosen)
         if current.plan is before:  # the plan in graph steps: none planned but in their slots
             ticks = 1
         offsets = current.plan.as_dict()
@@ -146,34 +148,22 @@ def _plan_recorded(program: PlannedProgram, current: Specialization,
             # The code is made at the next call (the shape's generation is stale), when the
             # caller may have let go of this call's outputs: their tail then serves it again.
             release_code(current)
-            reserve(program.workspace,
-                    program._persistent_bytes(current.plan, current.graph.outputs),
-                    program._cache.values())
+            reserve(compiler.workspace,
+                    persistent_bytes(compiler, current.plan, current.graph.outputs),
+                    compiler.cache.values())
         else:  # the blocks made so far serve the new plan where it fits in them, else go
             held = current.arenas
-            fresh = _held_arenas(program, current)
-            if not held.remake(fresh._make_code, current.plan.height):
+            remade = arenas_for(compiler, current)
+            if not held.remake(remade.make_code, current.plan.height):
                 # Given back now, not when the collector breaks their code's cycles: a
                 # training step held its old arena beside the new one (GPT-2 2x128: 1.5 GiB
                 # resident for a 738 MiB arena).
                 held.release()
-                current.arenas = fresh
-            current.generation = program.workspace.generation
+                current.arenas = remade
+            current.generation = compiler.workspace.generation
 
 
-def _held_arenas(program: PlannedProgram, current: Specialization) -> HeldArenas:
-    """Blocks for ``current``'s plan, each with code that serves its kernels' allocations (as
-    :func:`~tensorarena.runtime.shape_code.arenas_for`, which imports this module)."""
-    def make_code(memory: Any) -> Any:
-        return program._generate(current.graph, current.lowering, current.plan,
-                                 poison=program._poison, memory=memory,
-                                 kernel=serving(program, current))
-
-    return HeldArenas(make_code, current.plan.height, program.workspace.resource,
-                      program.device)
-
-
-def _plan(program: PlannedProgram, planned: Problem, before: Plan,
+def _plan(compiler: Compiler, planned: Problem, before: Plan,
           fresh: list[Buffer], outputs: Sequence[str]) -> tuple[Plan, str]:
     """The plan with kernels' allocations and the policy that chose it (``kernel_policy``):
     ``"all"`` plans every one; ``"idle"`` only those that keep ``before``'s height (the nodes
@@ -181,12 +171,12 @@ def _plan(program: PlannedProgram, planned: Problem, before: Plan,
     allocations served in their slot need no bytes); ``"lower"`` takes whichever of the two
     gives the lower peak, the arena plus what torch holds at once of ``fresh`` (the buffers
     made fresh at each call, in the plan's time) and of the allocations left to it."""
-    policy = program._kernel_policy
-    every = program._make_plan(planned, outputs)
+    policy = compiler.kernel_policy
+    every = plan_buffers(compiler, planned, outputs)
     if policy == "all" or every.height <= before.height:
         return every, "all"
     within = _within(planned, before.height)
-    idle = program._make_plan(within, outputs)
+    idle = plan_buffers(compiler, within, outputs)
     if idle.height > before.height:
         idle = before
     if policy == "idle":
@@ -215,12 +205,3 @@ def _within(problem: Problem, height: int) -> Problem:
     return Problem([b for b in problem.buffers
                     if KERNEL_TAG not in b.id or b.id.split(KERNEL_TAG)[0] not in nodes],
                    name=problem.name)
-
-
-def serving(program: PlannedProgram, current: Specialization) -> KernelHooks | None:
-    """The hooks that serve ``current``'s scripts in code generated now, or ``None``."""
-    scripts = current.scripts
-    if scripts is None or not scripts.armed():
-        return None
-    scripts.stale = False
-    return KernelHooks.serving(scripts, scripts.note_escapes)

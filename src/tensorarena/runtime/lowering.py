@@ -18,9 +18,9 @@ Two steps, both once per specialisation of a program (not per call):
                 out variant into a block of the dynamic pool, sized at each call;
    ``other``    no tensor result: shape arithmetic, assertions, picking one result of several.
 
-2. :func:`generate` writes one Python function for the plan
-   (:mod:`~tensorarena.runtime.generated_code`, each node's statement by
-   :mod:`~tensorarena.runtime.node_statements`); it is re-exported here.
+2. :func:`~tensorarena.runtime.generated_code.generate` writes one Python function for the
+   plan (each node's statement by :mod:`~tensorarena.runtime.node_statements`); it reads the
+   lowering, so it sits above this module.
 """
 
 from __future__ import annotations
@@ -31,10 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from tensorarena.planning.graph_problem import GraphProblem
-from tensorarena.planning.torch_frontend import _element_names
+from tensorarena.planning.torch_frontend import element_names
 from tensorarena.planning.torch_graph import is_tensor_like, meta_value, op_name
-from tensorarena.runtime.generated_code import Generated as Generated
-from tensorarena.runtime.generated_code import generate
 from tensorarena.runtime.in_slot import (
     clone_in_slot,
     embedding_backward_in_slot,
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
     import torch
     import torch.fx
 
-__all__ = ["PATHS", "Lowering", "NodePath", "Unplaceable", "classify", "generate"]
+__all__ = ["PATHS", "Lowering", "NodePath", "Unplaceable", "classify"]
 
 #: Every path a node can take, in report order.
 PATHS = ("out", "copy", "alias", "dynamic", "pool", "other")
@@ -127,7 +125,7 @@ def classify(
         elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
             names = [
                 name if is_tensor_like(v) else None
-                for name, v in zip(_element_names(node, len(value)), value, strict=True)
+                for name, v in zip(element_names(node, len(value)), value, strict=True)
             ]
         else:
             names = []

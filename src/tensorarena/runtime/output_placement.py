@@ -18,8 +18,8 @@ leaves the new shape behind, and reading it then crashes the process (torch's bu
 
 What the placement changes for one shape: how its buffers are planned (:func:`plan_buffers`),
 the bytes held across calls (:func:`persistent_bytes`), the code generated (:func:`placed_code`)
-and the arena of a one-off call (:func:`call_memory`). The program's ``_make_plan``,
-``_persistent_bytes`` and ``_call_memory`` are one-line wrappers over these for other modules.
+and the arena of a one-off call (:func:`call_memory`). The functions take the program's
+:class:`~tensorarena.runtime.compiler.Compiler`.
 """
 
 from __future__ import annotations
@@ -36,44 +36,44 @@ from tensorarena.runtime.output_tail import kernel_patches, split_plan, tail_sta
 if TYPE_CHECKING:
     import torch
 
+    from tensorarena.runtime.compiler import Compiler
     from tensorarena.runtime.generated_code import Generated
     from tensorarena.runtime.kernel_arena import KernelHooks
-    from tensorarena.runtime.program import PlannedProgram
     from tensorarena.runtime.specialization import Specialization
 
 __all__ = ["OutputPlacement", "call_memory", "persistent_bytes", "placed_code", "plan_buffers"]
 
-def plan_buffers(program: PlannedProgram, planned: Problem, outputs: Sequence[str]) -> Plan:
+def plan_buffers(compiler: Compiler, planned: Problem, outputs: Sequence[str]) -> Plan:
     """Plan ``planned``; with ``outputs="handover"``, its ``outputs`` in the tail."""
     def plan_part(part: Problem) -> Plan:
-        return make_plan(part, program._planner, time_limit=program._time_limit)
+        return make_plan(part, compiler.planner, time_limit=compiler.time_limit)
 
-    if program.outputs != "handover":
+    if compiler.outputs != "handover":
         return plan_part(planned)
     return split_plan(planned, outputs, plan_part)
 
 
-def persistent_bytes(program: PlannedProgram, plan: Plan, outputs: Sequence[str]) -> int:
+def persistent_bytes(compiler: Compiler, plan: Plan, outputs: Sequence[str]) -> int:
     """The bytes of ``plan`` held across calls: all but a handed-over tail."""
-    return tail_start(plan, outputs) if program.outputs == "handover" else plan.height
+    return tail_start(plan, outputs) if compiler.outputs == "handover" else plan.height
 
 
-def placed_code(program: PlannedProgram, make: Callable[[tuple[int, torch.Tensor] | None],
+def placed_code(compiler: Compiler, make: Callable[[tuple[int, torch.Tensor] | None],
                                                         Generated],
                 plan: Plan, outputs: Sequence[str], arena: torch.Tensor,
                 kernel: KernelHooks | None) -> Generated:
     """The code ``make(tail)`` makes over ``arena``; with ``outputs="handover"``, with the
     buffers from the tail start on in a tail handed over at each call."""
-    if program.outputs != "handover":
+    if compiler.outputs != "handover":
         return make(None)
     start = tail_start(plan, outputs)
-    return with_tail(make, start, plan.height - start, program.workspace.resource,
-                     program.device, arena, kernel_patches(kernel, start))
+    return with_tail(make, start, plan.height - start, compiler.workspace.resource,
+                     compiler.device, arena, kernel_patches(kernel, start))
 
 
-def call_memory(program: PlannedProgram, current: Specialization) -> torch.Tensor:
+def call_memory(compiler: Compiler, current: Specialization) -> torch.Tensor:
     """The arena for a one-off call (verify, traced, recorded): the workspace's block, or
     with ``outputs="arena"`` a block of its own that its outputs keep."""
     if current.arenas is None:
-        return program.workspace.memory
-    return block(current.plan.height, program.workspace.resource, device=program.device)
+        return compiler.workspace.memory
+    return block(current.plan.height, compiler.workspace.resource, device=compiler.device)

@@ -48,9 +48,9 @@ import numpy as np
 from tensorarena._optional import load_torch
 from tensorarena.errors import PlanVerificationError
 from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.held_arenas import storage_uses
 from tensorarena.runtime.kernel_arena import FORWARD, KERNEL_TAG, KernelHooks
-from tensorarena.runtime.lowering import Generated
 from tensorarena.runtime.materialize import block
 
 if TYPE_CHECKING:

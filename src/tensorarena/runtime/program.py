@@ -16,6 +16,10 @@ a new plan. Where the outputs live: :mod:`~tensorarena.runtime.output_placement`
 **Threads.** A call holds the workspace for its whole duration; a second thread waits
 (``concurrency="serialize"``) or is refused (``"refuse"``), never interleaved.
 
+The program holds its options and a :class:`~tensorarena.runtime.compiler.Compiler`, the state
+the stages below share (shapes cached, the order running, nodes demoted); a call is
+:func:`~tensorarena.runtime.execute.execute`. None of the stages imports this module.
+
 Elsewhere: where the graph comes from (:mod:`~tensorarena.runtime.graph_sources`), the graph
 reordered before anything is planned (:mod:`~tensorarena.runtime.reordering`) and the program's
 own copy of it with its rewrites (:mod:`~tensorarena.runtime.run_graph`), kernels' own
@@ -29,40 +33,34 @@ allocations recorded at a shape's first call and served from the arena
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena._optional import load_torch
 from tensorarena.errors import (
     ExportFailedError,
     InvalidArgumentError,
     PlanVerificationError,
     ShapeNotCoveredError,
 )
-from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
+from tensorarena.interop.empty_cache import trim_c_heap
 from tensorarena.planning.graph_problem import GraphProblem
-from tensorarena.planning.problem import Plan, Problem
-from tensorarena.runtime import graph_sources, output_placement, shape_code, shape_plans
-from tensorarena.runtime.device import CPU, graph_device, off_device
-from tensorarena.runtime.generated_code import Generated
-from tensorarena.runtime.kernel_arena import KernelHooks, kernel_note
-from tensorarena.runtime.lowering import Lowering, Unplaceable
-from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
+from tensorarena.runtime import graph_sources
+from tensorarena.runtime.compiler import Compiler
+from tensorarena.runtime.device import CPU, graph_device
+from tensorarena.runtime.execute import execute
+from tensorarena.runtime.lowering import Unplaceable
+from tensorarena.runtime.measure import AllocatorTrace
+from tensorarena.runtime.one_off import give_back, traced_call
 from tensorarena.runtime.options import (
     DEFAULT_TIME_LIMIT,
+    ProgramOptions,
     check_example,
-    check_options,
     workspace_for,
 )
-from tensorarena.runtime.output_placement import OutputPlacement
-from tensorarena.runtime.reordering import reordered
+from tensorarena.runtime.output_placement import OutputPlacement, persistent_bytes
 from tensorarena.runtime.report import ExecutionReport, execution_report
-from tensorarena.runtime.run_graph import RunGraph, prepare, result_values
-from tensorarena.runtime.shapes import ShapeBinder, growing_symbols
 from tensorarena.runtime.signature import Signature
-from tensorarena.runtime.specialization import Specialization
-from tensorarena.runtime.variants import Variants
+from tensorarena.runtime.variants import Variants, exported_again
 from tensorarena.runtime.verification import verify_call
 from tensorarena.runtime.workspace import Concurrency, Workspace
 
@@ -159,9 +157,6 @@ class PlannedProgram:
         :meth:`report` says why.
     """
 
-    #: the arena the latest annotated call ran in (read by the memory recording)
-    _annotated_memory: torch.Tensor | None
-
     def __init__(
         self,
         gm: torch.fx.GraphModule,
@@ -187,12 +182,11 @@ class PlannedProgram:
         concurrency: Concurrency | None = None,
         kernel_arena: bool | Literal["all", "idle"] = True,
     ) -> None:
-        torch = load_torch()
-        check_options(
-            unplaceable=unplaceable, outputs=outputs, reorder=reorder, inplace=inplace,
-            poison=poison, max_plans=max_plans, planner=planner, time_limit=time_limit,
-            resource=resource, pool=pool, concurrency=concurrency, kernel_arena=kernel_arena,
-        )
+        options = ProgramOptions(
+            resource=resource, pool=pool, planner=planner, time_limit=time_limit,
+            unplaceable=unplaceable, reorder=reorder, outputs=outputs, inplace=inplace,
+            poison=poison, max_plans=max_plans, max_shapes=max_shapes, growing=growing,
+            concurrency=concurrency, kernel_arena=kernel_arena)  # checked: a wrong one raises
         self.name = name
         #: where outputs live: ``"handover"`` (planned in a tail handed over at each call),
         #: ``"fresh"`` (torch's, at each call) or ``"arena"`` (planned in the arena)
@@ -200,60 +194,48 @@ class PlannedProgram:
         #: where the arena lives: the graph's device (:mod:`~tensorarena.runtime.device`)
         self.device = graph_device(gm.graph)
         self.workspace = workspace_for(workspace, resource, self.device, concurrency)
-        #: the graph as given (traced order) and its problem: orders are made from it
-        self._given = (gm, problem_of)
-        self._inplace = inplace
-        self._cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
-        self._max: Specialization | None = None
-        #: the order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)
-        self.schedule: Any = None
-        ordered = gm
-        if reorder:
-            ordered, _, self.schedule = reordered(
-                gm, problem_of, time_limit, always=reorder == "always",
-                with_outputs=outputs != "fresh")
-        #: whether the nodes run in :attr:`schedule`'s order
-        self.reordered = ordered is not gm
-        self._adopt(prepare(ordered, problem_of, inplace=inplace))
-        #: ``reorder=True``: the order is chosen again with the first recorded call's kernel
-        #: allocations (:mod:`~tensorarena.runtime.kernel_order`); its estimates, by candidate
-        self.order_estimates: dict[str, int] = {}
-        self._order_open = reorder is True
+        #: the state the stages share while the program runs (shapes cached, order, demoted)
+        self.compiler = Compiler(gm, problem_of, signature, options, device=self.device,
+                                 workspace=self.workspace, ranges=ranges)
         self._signature = signature
         self._reference = reference
-        self._pool = pool
-        self._planner = planner
-        self._time_limit = time_limit
-        self._unplaceable: Unplaceable = unplaceable
-        self._poison = poison
-        self._max_plans = max_plans
-        self._binder = ShapeBinder(self._graph, signature.checked, ranges=ranges,
-                                   check=signature.check, grad_watched=signature.grad_watched)
         #: programs exported again for other non-tensor values (from_module only)
         self._variants: Variants | None = None
         #: the program that served the latest call, where it was one of ``_variants``
         self._latest: PlannedProgram | None = None
-        self._growing = growing_symbols(self._binder, growing)
-        self._key_symbols = tuple(s for s in self._binder.symbols if s not in self._growing)
-        self._max_bindings: dict[Any, int] | None = None
-        if max_shapes is not None:
-            self._max_bindings = self._binder.bind_shapes(max_shapes)
-            self._binder.limit({s: v for s, v in self._max_bindings.items()
-                                if s not in self._growing})
-        self._demoted: dict[str, str] = {}
-        self._last: Specialization | None = None
-        self._bindings: Mapping[Any, int] = {}
-        self._values = result_values(self._graph)
-        self._placeholders = sum(node.op == "placeholder" for node in self._graph.nodes)
-        self._elsewhere = off_device(self._values, self.device)
-        self._no_grad = torch.no_grad
-        self._annotated_memory = None
-        self._kernel_note = kernel_note(kernel_arena is not False, self.device,
-                                        max_shapes is not None)
-        #: which kernel allocations are planned (see ``kernel_arena``)
-        self._kernel_policy = kernel_arena if isinstance(kernel_arena, str) else (
-            "all" if outputs == "arena" else "lower")
-        self.plans_made = 0  #: how many plans were computed (one per new shape without max_shapes)
+        self._placeholders = sum(node.op == "placeholder" for node in gm.graph.nodes)
+
+    @property
+    def schedule(self) -> Any:
+        """The order the nodes run in, when ``reorder=True`` (a ``planning.reorder.Schedule``)."""
+        return self.compiler.schedule
+
+    @property
+    def reordered(self) -> bool:
+        """Whether the nodes run in :attr:`schedule`'s order."""
+        return self.compiler.reordered
+
+    @property
+    def order_estimates(self) -> dict[str, int]:
+        """``reorder=True``: the order is chosen again with the first recorded call's kernel
+        allocations (:mod:`~tensorarena.runtime.kernel_order`); its estimates, by candidate."""
+        return self.compiler.order_estimates
+
+    @property
+    def plans_made(self) -> int:
+        """How many plans were computed (one per new shape without ``max_shapes``)."""
+        return self.compiler.plans_made
+
+    @property
+    def contiguous_operands(self) -> tuple[str, ...]:
+        """Matrix products whose broadcast operand is first copied into a planned buffer
+        (:mod:`~tensorarena.runtime.operands`)."""
+        return self.compiler.run.contiguous_operands
+
+    @property
+    def inplace_nodes(self) -> tuple[str, ...]:
+        """Nodes rewritten to run in place."""
+        return self.compiler.run.inplace_nodes
 
     # ------------------------------------------------------------------------------------------
     # Construction
@@ -294,17 +276,9 @@ class PlannedProgram:
         program = cls.from_exported(ep, **options)
         layout = program._signature.layout
         if layout is not None and layout.baked:
-            # Variants share the workspace (its resource and lock) instead of making their own.
-            shared = {k: v for k, v in options.items()
-                      if k not in ("resource", "workspace", "concurrency")}
-            workspace = program.workspace
-
-            def build(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> PlannedProgram:
-                again = graph_sources.export_module(model, call_args, call_kwargs,
-                                                    dynamic_shapes=dynamic_shapes, strict=strict)
-                return cls.from_exported(again, workspace=workspace, **shared)
-
-            program._variants = Variants(build, layout, limit=options.get("max_plans", 8))
+            program._variants = exported_again(
+                model, cls.from_exported, layout, options, program.workspace,
+                dynamic_shapes=dynamic_shapes, strict=strict)
         return program
 
     @classmethod
@@ -381,57 +355,7 @@ class PlannedProgram:
         return self._execute(inputs)
 
     def _execute(self, inputs: list[Any]) -> Any:
-        with self.workspace.use(), self._no_grad():
-            bindings = self._binder.bind(inputs)
-            current = self._specialization(bindings)
-            self._bindings = bindings
-            return shape_code.run_code(self, current, inputs)
-
-    def _specialization(self, bindings: dict[Any, int]) -> Specialization:
-        return shape_plans.specialization_for(self, bindings)
-
-    # ------------------------------------------------------------------------------------------
-    # Building one shape: wrappers of shape_plans, shape_code and output_placement for callers
-    # ------------------------------------------------------------------------------------------
-
-    def _adopt(self, run: RunGraph) -> None:
-        """Run ``run`` from now on: every shape planned for another order is dropped (each is
-        planned anew at its next call)."""
-        for stale in self._cache.values():
-            stale.retired = True
-        self._cache.clear()
-        self._max = None
-        self._run = run
-        self._gm, self._graph = run.gm, run.graph
-        #: matrix products whose broadcast operand is first copied into a planned buffer
-        #: (:mod:`~tensorarena.runtime.operands`)
-        self.contiguous_operands = run.contiguous_operands
-        self.inplace_nodes = run.inplace_nodes  #: nodes rewritten to run in place
-        self._problem_of = run.problem_of
-
-    def _classify(self, graph: GraphProblem, run: RunGraph | None = None) -> Lowering:
-        return shape_plans.classify_nodes(self, graph, run)
-
-    def _make_plan(self, planned: Problem, outputs: Sequence[str]) -> Plan:
-        return output_placement.plan_buffers(self, planned, outputs)
-
-    def _persistent_bytes(self, plan: Plan, outputs: Sequence[str]) -> int:
-        return output_placement.persistent_bytes(self, plan, outputs)
-
-    def _generate(self, graph: GraphProblem, lowering: Lowering, plan: Plan, *,
-                  poison: bool, memory: torch.Tensor | None = None,
-                  kernel: KernelHooks | None = None, **extra: Any) -> Generated:
-        return shape_code.generate_code(self, graph, lowering, plan, poison=poison,
-                                        memory=memory, kernel=kernel, **extra)
-
-    def _call_memory(self, current: Specialization) -> torch.Tensor:
-        return output_placement.call_memory(self, current)
-
-    def _regenerate(self, current: Specialization) -> None:
-        shape_code.regenerate(self, current)
-
-    def _pool_tensor(self, name: str) -> Callable[[], torch.Tensor]:
-        return shape_code.pool_allocator(self, name)
+        return execute(self.compiler, inputs)
 
     # ------------------------------------------------------------------------------------------
     # Reports and checks
@@ -441,11 +365,11 @@ class PlannedProgram:
         """How the most recent call ran: paths per node, planned and dynamic bytes, the plan."""
         if self._latest is not None:
             return self._latest.report()
-        if self._last is None:
+        last = self.compiler.last
+        if last is None:
             raise InvalidArgumentError("the program has not run yet: call it once first")
-        last = self._last
-        tail = last.plan.height - self._persistent_bytes(last.plan, last.graph.outputs)
-        return execution_report(self.name, last, self._binder, tail_bytes=tail)
+        tail = last.plan.height - persistent_bytes(self.compiler, last.plan, last.graph.outputs)
+        return execution_report(self.name, last, self.compiler.binder, tail_bytes=tail)
 
     def verify(self, *args: Any, **kwargs: Any) -> Any:
         """Run once with every slot poisoned at the end of its buffer's lifetime (and the whole
@@ -453,9 +377,10 @@ class PlannedProgram:
         (``torch.testing.assert_close``); also check that no op moved or reshaped a slot.
         Returns the planned outputs; raises :class:`PlanVerificationError`."""
         try:
-            return verify_call(self.program_for(*args, **kwargs), args, kwargs)
+            program = self.program_for(*args, **kwargs)
+            return verify_call(program.compiler, program._reference, args, kwargs)
         finally:
-            self._give_back_one_off()
+            give_back(self.compiler)
 
     def trace_allocations(self, *args: Any, **kwargs: Any) -> tuple[Any, AllocatorTrace]:
         """Run once with every node annotated and return the result and what torch's allocator
@@ -463,15 +388,10 @@ class PlannedProgram:
         tensorarena memory and never shows; neither does making the code (the steady state is
         measured). Run a call first so the shape is planned."""
         program = self.program_for(*args, **kwargs)
-        if program is not self:
-            return program.trace_allocations(*args, **kwargs)
-        inputs = self._signature.flatten(args, kwargs)
         try:
-            flat, trace = trace_allocations(self._annotated_call(inputs))
+            return traced_call(program.compiler, args, kwargs)
         finally:
-            self._annotated_memory = None  # the call's own arena: not held after it
-            self._give_back_one_off()
-        return self._signature.unflatten(flat, inputs), trace
+            give_back(self.compiler)
 
     def record_memory(self, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Run once and return the result and the call's memory as a PyTorch memory snapshot
@@ -481,36 +401,23 @@ class PlannedProgram:
         reads it). Profiled: not for timing."""
         from tensorarena.runtime.recording import record_call
 
-        program = self.program_for(*args, **kwargs)
         try:
-            return record_call(program, args, kwargs)
+            return record_call(self.program_for(*args, **kwargs).compiler, args, kwargs)
         finally:
-            program._annotated_memory = None  # the call's own arena: not held after it
-            self._give_back_one_off()
-
-    def _give_back_one_off(self) -> None:
-        """After a one-off call in an arena of its own (verify, traced, recorded): that arena,
-        empty now, goes back to the system rather than staying resident in the pool (a
-        verified training step kept a second 720 MiB arena)."""
-        if self.device == CPU:
-            trim_pools(self.workspace.resource)
-
-    def _annotated_call(self, inputs: list[Any],
-                        pool_tensor: Callable[[str], Callable[[], torch.Tensor]] | None = None,
-                        ) -> Callable[[], Any]:
-        return shape_code.annotated_call(self, inputs, pool_tensor)
+            give_back(self.compiler)
 
     @property
     def source(self) -> str:
         """The generated code of the most recent call's shape (for debugging)."""
         if self._latest is not None:
             return self._latest.source
-        return self._last.generated.source if self._last is not None else ""
+        last = self.compiler.last
+        return last.generated.source if last is not None else ""
 
     def __repr__(self) -> str:
         variants = f", exported_again={len(self._variants)}" if self._variants else ""
         return (
-            f"PlannedProgram({self.name!r}, shapes_cached={len(self._cache)}, "
+            f"PlannedProgram({self.name!r}, shapes_cached={len(self.compiler.cache)}, "
             f"plans_made={self.plans_made}{variants}, workspace={self.workspace.nbytes} bytes)"
         )
 

@@ -31,31 +31,34 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.runtime.execute import annotated_call
 from tensorarena.runtime.kernel_arena import KERNEL_TAG
 from tensorarena.runtime.measure import profile
+from tensorarena.runtime.shape_code import pool_allocator
 from tensorarena.trace.pytorch_like import BlockState, SegmentState
 from tensorarena.trace.snapshot import SnapshotAction, build_snapshot
 
 if TYPE_CHECKING:
     import torch
 
-    from tensorarena.runtime.program import PlannedProgram
+    from tensorarena.runtime.compiler import Compiler
 
 __all__ = ["record_call"]
 
 _FREE_FIRST = {"free_completed": 0, "segment_alloc": 1, "alloc": 2}
 
 
-def record_call(program: PlannedProgram, args: Sequence[Any],
+def record_call(compiler: Compiler, args: Sequence[Any],
                 kwargs: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """Run ``program(*args, **kwargs)`` once, recorded; return its result and the snapshot
-    (module docstring). The shape must be planned already or is planned by this call."""
-    signature = program._signature
+    """Run the program of ``compiler`` on ``(*args, **kwargs)`` once, recorded; return its
+    result and the snapshot (module docstring). The shape must be planned already or is
+    planned by this call."""
+    signature = compiler.signature
     inputs = signature.flatten(tuple(args), dict(kwargs))
     pooled: dict[str, tuple[int, int]] = {}  # buffer -> (address, nbytes) from the pool
 
     def pool_tensor(name: str) -> Callable[[], torch.Tensor]:
-        allocate = program._pool_tensor(name)
+        allocate = pool_allocator(compiler, name)
 
         def recorded() -> torch.Tensor:
             tensor = allocate()
@@ -64,10 +67,14 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
 
         return recorded
 
-    flat, profiled = profile(program._annotated_call(inputs, pool_tensor))
-    current = program._last
+    try:
+        flat, profiled = profile(annotated_call(compiler, inputs, pool_tensor))
+        memory = compiler.annotated_memory
+    finally:
+        compiler.annotated_memory = None  # the call's own arena: not held after it
+    current = compiler.last
     assert current is not None  # the call above specialised the program
-    nodes = [node.name for node in program._graph.nodes]
+    nodes = [node.name for node in compiler.graph.nodes]
     ops = {name: path.op for name, path in current.lowering.paths.items()}
     times = profiled.nodes
     origin = min([start for start, _ in times.values()] +
@@ -80,7 +87,6 @@ def record_call(program: PlannedProgram, args: Sequence[Any],
         start, end = times.get(name, (last, last))
         spans.append((start, end))
         last = end
-    memory = program._annotated_memory
     assert memory is not None  # set by the annotated call above
     arena, arena_bytes = memory.data_ptr(), memory.numel()
     stamped: list[tuple[int, SnapshotAction]] = []  # (profiler ns, action without its time)

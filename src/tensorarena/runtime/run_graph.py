@@ -66,7 +66,7 @@ def result_values(graph: torch.fx.Graph) -> dict[str, Any]:
     """Tensor name → its (fake, possibly symbolic) value, as the front end names results."""
     import operator
 
-    from tensorarena.planning.torch_frontend import _element_names
+    from tensorarena.planning.torch_frontend import element_names
     from tensorarena.planning.torch_graph import is_tensor_like
 
     values: dict[str, Any] = {}
@@ -75,7 +75,7 @@ def result_values(graph: torch.fx.Graph) -> dict[str, Any]:
         if is_tensor_like(value):
             values[node.name] = value
         elif isinstance(value, (list, tuple)) and node.target is not operator.getitem:
-            for name, v in zip(_element_names(node, len(value)), value, strict=True):
+            for name, v in zip(element_names(node, len(value)), value, strict=True):
                 if is_tensor_like(v):
                     values[name] = v
     return values

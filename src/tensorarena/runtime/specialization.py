@@ -15,9 +15,11 @@ from typing import Any
 
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.problem import Plan, Problem
+from tensorarena.runtime.generated_code import Generated
 from tensorarena.runtime.held_arenas import HeldArenas
 from tensorarena.runtime.kernel_arena import KernelScripts
-from tensorarena.runtime.lowering import Generated, Lowering
+from tensorarena.runtime.kernel_state import KERNEL_OFF, KernelNote
+from tensorarena.runtime.lowering import Lowering
 from tensorarena.runtime.workspace import Workspace
 
 __all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem", "release_code",
@@ -37,11 +39,10 @@ class Specialization:
     generation: int  # the workspace's generation the code was generated for
     seconds: float
     arenas: HeldArenas | None = None  # outputs="arena": the blocks the calls' outputs keep
-    #: kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`): why not served
-    #: (``"off"``, ``"unavailable: ..."``), ``"to record"`` (at the next call) or ``"on (...)"``
-    #: with the policy that planned them
-    kernel_note: str = "off"
-    scripts: KernelScripts | None = None  # "on": the scripts of the nodes served
+    #: kernels' own allocations (:mod:`~tensorarena.runtime.kernel_arena`): off (and why), to
+    #: record at the next call, or on (with the policy that planned them)
+    kernel_note: KernelNote = KERNEL_OFF
+    scripts: KernelScripts | None = None  # on: the scripts of the nodes served
     #: made for an order the program no longer runs (:mod:`~tensorarena.runtime.kernel_order`):
     #: out of the cache, never run again
     retired: bool = False

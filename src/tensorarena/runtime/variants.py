@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tensorarena.runtime.arguments import CallLayout
+from tensorarena.runtime.graph_sources import export_module
 
-__all__ = ["Variants"]
+__all__ = ["Variants", "exported_again"]
 
 
 class Variants:
@@ -59,3 +60,20 @@ class Variants:
             else:
                 self._programs.move_to_end(key)
             return program
+
+
+def exported_again(model: Any, from_exported: Callable[..., Any], layout: CallLayout,
+                   options: Mapping[str, Any], workspace: Any, *, dynamic_shapes: Any,
+                   strict: bool) -> Variants:
+    """The variants of a program exported from ``model`` with ``options``: each new set of
+    values exported again and planned by ``from_exported`` in ``workspace``, whose resource
+    and lock they share instead of making their own."""
+    shared = {k: v for k, v in options.items()
+              if k not in ("resource", "workspace", "concurrency")}
+
+    def build(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> Any:
+        again = export_module(model, call_args, call_kwargs, dynamic_shapes=dynamic_shapes,
+                              strict=strict)
+        return from_exported(again, workspace=workspace, **shared)
+
+    return Variants(build, layout, limit=options.get("max_plans", 8))

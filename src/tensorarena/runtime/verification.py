@@ -14,41 +14,47 @@ from typing import TYPE_CHECKING, Any
 
 from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError, PlanVerificationError
-from tensorarena.runtime.kernel_recording import serving
+from tensorarena.runtime.output_placement import call_memory
+from tensorarena.runtime.shape_code import generate_code, serving
+from tensorarena.runtime.shape_plans import specialization_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
-    from tensorarena.runtime.program import PlannedProgram
+    from tensorarena.runtime.compiler import Compiler
 
 __all__ = ["verify_call"]
 
 
-def verify_call(program: PlannedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``program(*args, **kwargs)`` poisoned and compare with its reference (module
-    docstring); return the planned outputs or raise :class:`PlanVerificationError`."""
+def verify_call(compiler: Compiler, reference: Callable[..., Any] | None,
+                args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run the program of ``compiler`` on ``(*args, **kwargs)`` poisoned and compare with
+    ``reference`` (module docstring); return the planned outputs or raise
+    :class:`PlanVerificationError`."""
     torch = load_torch()
-    if program._reference is None:
+    if reference is None:
         raise InvalidArgumentError("this program has no reference to compare with")
     # Inputs the program refuses are refused before the reference sees them, with the
     # program's own error rather than whatever the reference's ops raise.
-    inputs = program._signature.flatten(args, kwargs)
-    bindings = program._binder.bind(inputs)
+    inputs = compiler.signature.flatten(args, kwargs)
+    bindings = compiler.binder.bind(inputs)
     # Both runs draw the same random numbers (dropout masks): same state before each.
     rng = torch.random.get_rng_state()
-    with program._no_grad():
-        expected = program._reference(*args, **kwargs)
+    with compiler.no_grad():
+        expected = reference(*args, **kwargs)
     torch.random.set_rng_state(rng)
-    with program.workspace.use(), program._no_grad():
-        current = program._specialization(bindings)
-        program._bindings = bindings
-        checked = program._generate(current.graph, current.lowering, current.plan,
-                                    poison=True, memory=program._call_memory(current),
-                                    kernel=serving(program, current))
+    with compiler.workspace.use(), compiler.no_grad():
+        current = specialization_for(compiler, bindings)
+        compiler.bindings = bindings
+        checked = generate_code(compiler, current.graph, current.lowering, current.plan,
+                                poison=True, memory=call_memory(compiler, current),
+                                kernel=serving(current))
         layouts = {k: _layout(t) for k, t in checked.slots.items()}
         flat = checked.run(inputs)
         moved = [k for k, t in checked.slots.items() if _layout(t) != layouts[k]]
-    got = program._signature.unflatten(flat, inputs)
+    got = compiler.signature.unflatten(flat, inputs)
     if moved:
         raise PlanVerificationError(f"ops changed the layout of the slots of {moved}")
     from torch.utils import _pytree as pytree
