@@ -51,7 +51,7 @@ from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, Unknow
 from tensorarena.planning import heuristics
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
-from tensorarena.planning.exact import ExactResult, solve_exact
+from tensorarena.planning.exact import ExactResult, check_point_pins, solve_exact
 from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.long_lived_first import long_lived_first
 from tensorarena.planning.options import (
@@ -62,7 +62,13 @@ from tensorarena.planning.options import (
     check_progress,
     check_time_limit,
 )
-from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
+from tensorarena.planning.problem import (
+    Plan,
+    PlanStatistics,
+    Problem,
+    check_pins_fit,
+    lower_bound,
+)
 from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.sizes import Size, check_alignment
 
@@ -386,6 +392,9 @@ def plan(
         progress=progress,
         params=params,
     )
+    if planner in _SEARCHING:
+        check_point_pins(problem, planner)
+    check_pins_fit(problem, options.capacity)
     if minimize and options.capacity is None:
         # Without a capacity every planner already lowers the plan to within ``gap`` of the
         # bound; minimize would change nothing, and a caller who wrote it meant a capacity.
