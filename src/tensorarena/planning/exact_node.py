@@ -349,8 +349,11 @@ class Search:
         if (low[fixed] > pin[fixed]).any():
             return None  # a placed buffer overlaps an unplaced pin
         low = np.where(fixed, pin, low)
-        if self.canonical and (low[fixed] * self.n + rank[idx[fixed]] <= last_key).any():
-            return None  # the canonical order has passed a pin it never placed
+        keys = None
+        if self.canonical:
+            keys = low * self.n + rank[idx]
+            if (keys[fixed] <= last_key).any():
+                return None  # the canonical order has passed a pin it never placed
         size = self.size[idx]
         p, f = idx[fixed], ~fixed
         # free i (rows) against unplaced pinned j (columns): shared time and shared bytes
@@ -360,6 +363,9 @@ class Search:
             low[f, None] < (pin + size)[fixed][None, :])
         blocked = np.zeros(len(idx), dtype=np.bool_)
         blocked[f] = (shared & space).any(axis=1)
+        if keys is not None:
+            # Anything placed past the lowest unplaced pin would pass it: a dead branch.
+            blocked |= keys > int(keys[fixed].min())
         return low, blocked
 
     # -----------------------------------------------------------------------------------------
