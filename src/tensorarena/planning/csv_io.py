@@ -7,6 +7,8 @@ name, in any order. The minimum is ``id,lower,upper,size`` with the lifetime hal
 - ``alignment``: the buffer's offset must be a multiple of it (a power of two);
 - ``offset``: a solution's placement (read by :func:`read_solution`, ignored by
   :func:`read_problem`: we treat it as an answer, not as a pinned buffer);
+- ``fixed_offset``: a pinned buffer's offset (``Buffer.offset``; empty: free). Not ``offset``,
+  which already means a solution's placement here and in every file we have written;
 - legacy headers ``start``/``begin`` for ``lower`` and ``buffer``/``buffer_id`` for ``id``;
   an ``end`` column is an *inclusive* upper bound, so the parser adds 1;
 - ``hint`` (a preferred offset) is accepted and ignored; a non-empty ``gaps`` cell is refused
@@ -58,6 +60,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "size": ("size",),
     "alignment": ("alignment",),
     "offset": ("offset",),
+    "fixed_offset": ("fixed_offset",),
     "gaps": ("gaps",),
 }
 
@@ -221,7 +224,17 @@ def _collect(
         offset: int | None = None
         if "offset" in cells and cells["offset"][1].strip():
             offset = _int(cells, "offset", line)
-        buffers.append(Buffer(buffer_id, start, end, size, alignment))
+        pin: int | None = None
+        if "fixed_offset" in cells and cells["fixed_offset"][1].strip():
+            pin = _int(cells, "fixed_offset", line)
+            if pin < 0 or pin % alignment:
+                raise InvalidProblemError(
+                    f"buffer {buffer_id!r}: pinned offset {pin} is "
+                    + ("negative" if pin < 0 else f"not a multiple of its alignment {alignment}"),
+                    line=line,
+                    column="fixed_offset",
+                )
+        buffers.append(Buffer(buffer_id, start, end, size, alignment, pin))
         offsets.append(offset)
 
 
@@ -299,7 +312,9 @@ def _write(target: str | os.PathLike[str] | TextIO, problem: Problem,
             f"a target must be a path or an open text stream, got {type(target).__name__}"
         )
     aligned = any(b.alignment != 1 for b in problem.buffers)
+    pinned = any(b.offset is not None for b in problem.buffers)
     header = ["id", "lower", "upper", "size"] + (["alignment"] if aligned else [])
+    header += ["fixed_offset"] if pinned else []
     if offsets is not None:
         header.append("offset")
 
@@ -310,6 +325,8 @@ def _write(target: str | os.PathLike[str] | TextIO, problem: Problem,
             row: list[object] = [b.id, b.start, b.end, b.nbytes]
             if aligned:
                 row.append(b.alignment)
+            if pinned:
+                row.append("" if b.offset is None else b.offset)
             if offsets is not None:
                 row.append(offsets[i])
             writer.writerow(row)
@@ -322,7 +339,8 @@ def _write(target: str | os.PathLike[str] | TextIO, problem: Problem,
 
 
 def write_problem(problem: Problem, target: str | os.PathLike[str] | TextIO) -> None:
-    """Write ``problem`` as minimalloc CSV (``alignment`` column only when some buffer has one).
+    """Write ``problem`` as minimalloc CSV (``alignment`` and ``fixed_offset`` columns only when
+    some buffer has one).
 
     A file that cannot be written raises :class:`OSError`, as ``open`` does.
     """

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tensorarena.errors import InvalidArgumentError, InvalidPlanError
+from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidProblemError
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
 from tensorarena.planning.exact_params import SolverParams
@@ -52,7 +52,7 @@ from tensorarena.planning.progress import ProgressCallback, Reporter
 from tensorarena.planning.validate import validate
 from tensorarena.sizes import Size
 
-__all__ = ["PROBE_NODES", "ExactResult", "greedy_plan", "solve_exact"]
+__all__ = ["PROBE_NODES", "ExactResult", "check_point_pins", "greedy_plan", "solve_exact"]
 
 #: Nodes one probe of the optimisation version may spend (the last candidate capacity gets all
 #: that is left). On minimalloc's D and J the fits near their best known heights take 7,000-12,000
@@ -126,6 +126,7 @@ def solve_exact(
     gap = check_gap(gap)
     check_progress(progress)
     check_int64(problem)
+    check_point_pins(problem, "exact")
     if params is not None and not isinstance(params, SolverParams):
         raise InvalidArgumentError(f"params must be a SolverParams, got {type(params).__name__}")
     solver = Solver(params)
@@ -145,19 +146,26 @@ def solve_exact(
 def greedy_plan(problem: Problem) -> Plan:
     """Largest first (longer lifetime breaks ties), each at its lowest aligned free gap.
 
-    The optimisation version's own starting point; heuristics proper live elsewhere.
+    The optimisation version's own starting point; heuristics proper live elsewhere. Pinned
+    buffers stay at their pins.
     """
     check_problem(problem)
     check_int64(problem)
+    check_point_pins(problem, "exact")
     sections = build_sections(problem.buffers)
     size = sections.size.tolist()
     align = sections.align.tolist()
     width = sections.width.tolist()
     overlaps = sections.overlaps
     n = len(sections)
-    order = sorted(range(n), key=lambda i: (-size[i], -width[i], i))
+    pin = sections.pin.tolist()
+    # Pinned buffers first, at their pins: to the rest they are occupied space.
+    order = sorted(range(n), key=lambda i: (pin[i] < 0, -size[i], -width[i], i))
     offsets = [-1] * n
     for i in order:
+        if pin[i] >= 0:
+            offsets[i] = pin[i]
+            continue
         taken = sorted(
             (offsets[j], offsets[j] + size[j]) for j in overlaps[i].tolist() if offsets[j] >= 0
         )
@@ -320,6 +328,18 @@ def _optimise(
 # ---------------------------------------------------------------------------------------------
 
 
+def check_point_pins(problem: Problem, planner: str) -> None:
+    """Refuse a zero-byte buffer pinned above 0: the search leaves zero-byte buffers out, so it
+    could not keep other buffers from straddling that point (:func:`validate`'s rule)."""
+    for b in problem.buffers:
+        if b.nbytes == 0 and b.offset:
+            raise InvalidProblemError(
+                f"planner {planner!r} cannot honour buffer {b.id!r}: a zero-byte buffer pinned "
+                f"at {b.offset} (pin it at 0, or use a greedy planner)",
+                column="offset",
+            )
+
+
 def _check_initial(problem: Problem, initial: Plan) -> None:
     if not isinstance(initial, Plan):
         raise InvalidPlanError(f"initial must be a Plan, got {type(initial).__name__}")
@@ -343,7 +363,8 @@ def _relabel(
 
 
 def _full_offsets(problem: Problem, sections: Sections, offsets: list[int]) -> tuple[int, ...]:
-    """Offsets for every buffer: the searched ones from ``offsets``, zero-byte ones at 0."""
+    """Offsets for every buffer: the searched ones from ``offsets``, zero-byte ones at 0 (where
+    :func:`check_point_pins` lets their pins be)."""
     full = [0] * len(problem.buffers)
     for k, index in enumerate(sections.members):
         full[index] = int(offsets[k])

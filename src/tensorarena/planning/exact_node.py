@@ -15,6 +15,12 @@ buffer comes next. The techniques, each a switch in
 - :meth:`Search.remembered_failure`, :meth:`Search.known_nogood` and
   :meth:`Search.remember_failure` (``remember_failures``, ``nogoods``).
 
+Pinned buffers (:meth:`Search.pinned_lows`): a compact plan listed by offset still has every free
+buffer at its lowest offset, and each pinned one at its pin, so a pinned buffer is a candidate at
+its pin (dead once something placed overlaps it, or once the canonical order has passed it), and a
+free buffer is not a candidate while its lowest offset would overlap an unplaced pin. Dominance,
+decomposition and nogoods assume every buffer can go at its lowest offset; with pins they are off.
+
 State lives in preallocated NumPy arrays (lowest offsets, unplaced mask, unplaced bytes per
 section, cuts) updated in place by :meth:`Search.place` and undone by :meth:`Search.unplace`;
 a node allocates only small index arrays. Each technique binds what it reads to locals first;
@@ -119,6 +125,10 @@ class Search:
         self.fresh_windows = params.window_preordering
         self.remember = params.remember_failures
         self.use_nogoods = params.nogoods
+        self.pin = sec.pin
+        self.pinned = bool((sec.pin >= 0).any())
+        if self.pinned:
+            self.dominance = self.decompose = self.use_nogoods = False
         self.size = sec.size
         self.size_l: list[int] = sec.size.tolist()
         self.first, self.last = sec.first, sec.last
@@ -203,6 +213,12 @@ class Search:
         if not len(idx):
             return FOUND
         low = self.minoff[idx]
+        blocked = None
+        if self.pinned:
+            pinned = self.pinned_lows(idx, low, last_key, rank)
+            if pinned is None:
+                return EXHAUSTED
+            low, blocked = pinned
         if self.floors and not table and self.scattered_floor(idx, low, lo, hi, window):
             return EXHAUSTED
         state = group_key = b""
@@ -221,13 +237,14 @@ class Search:
             limit = self.check_dominance(idx, low)
         if self.inference:
             limit = min(limit, self.section_inference(window))
-        keys, clean = self.canonical_candidates(idx, low, last_key, rank, limit)
+        keys, clean = self.canonical_candidates(idx, low, last_key, rank, limit, blocked)
         n = self.n
         canonical = self.canonical
         decompose = self.decompose
         for key in keys:
             offset, r = divmod(key, n)
             i = by_rank[r]
+            prior = int(self.minoff[i])  # a pinned buffer's offset is not its lowest offset
             before = self.place(i, offset)
             zeros = self.dynamic_decomposition(i) if decompose else None
             if zeros:
@@ -237,7 +254,7 @@ class Search:
                                           tag)
             if zeros is not None:
                 self.undo_decomposition(i)
-            self.unplace(i, offset, before)
+            self.unplace(i, prior, before)
             if status is not EXHAUSTED:
                 return status
         self.remember_failure(state, group_key, group, low, last_key, clean)
@@ -299,7 +316,8 @@ class Search:
         return int((low + self.size[idx]).min())
 
     def canonical_candidates(self, idx: IntArray, low: IntArray, last_key: int, rank: IntArray,
-                             limit: int) -> tuple[list[int], bool]:
+                             limit: int, blocked: BoolArray | None = None
+                             ) -> tuple[list[int], bool]:
         """The (offset, rank) keys to try, in order, and whether the canonical order cut none.
 
         With ``canonical_only`` a key must exceed the one placed last; the offset must stay below
@@ -314,9 +332,41 @@ class Search:
             allowed &= keys > last_key
         if not self.inference:
             allowed &= low + self.size[idx] <= self.cap
+        if blocked is not None:
+            allowed &= ~blocked
         chosen = keys[allowed]
         chosen.sort()
         return chosen.tolist(), clean
+
+    def pinned_lows(self, idx: IntArray, low: IntArray, last_key: int, rank: IntArray
+                    ) -> tuple[IntArray, BoolArray] | None:
+        """The unplaced buffers' offsets to try (a pinned one's pin) and which free ones an
+        unplaced pin blocks; None when a pin can no longer be kept (the node is dead)."""
+        pin = self.pin[idx]
+        fixed = pin >= 0
+        if not fixed.any():
+            return low, np.zeros(len(idx), dtype=np.bool_)
+        if (low[fixed] > pin[fixed]).any():
+            return None  # a placed buffer overlaps an unplaced pin
+        low = np.where(fixed, pin, low)
+        keys = None
+        if self.canonical:
+            keys = low * self.n + rank[idx]
+            if (keys[fixed] <= last_key).any():
+                return None  # the canonical order has passed a pin it never placed
+        size = self.size[idx]
+        p, f = idx[fixed], ~fixed
+        # free i (rows) against unplaced pinned j (columns): shared time and shared bytes
+        shared = (self.first[idx][f, None] < self.last[p][None, :]) & (
+            self.first[p][None, :] < self.last[idx][f, None])
+        space = (pin[fixed][None, :] < (low + size)[f, None]) & (
+            low[f, None] < (pin + size)[fixed][None, :])
+        blocked = np.zeros(len(idx), dtype=np.bool_)
+        blocked[f] = (shared & space).any(axis=1)
+        if keys is not None:
+            # Anything placed past the lowest unplaced pin would pass it: a dead branch.
+            blocked |= keys > int(keys[fixed].min())
+        return low, blocked
 
     # -----------------------------------------------------------------------------------------
     # Placement and decomposition
@@ -341,7 +391,7 @@ class Search:
         return before
 
     def unplace(self, i: int, offset: int, before: IntArray) -> None:
-        """Undo :meth:`place`."""
+        """Undo :meth:`place`; ``offset`` is the buffer's lowest offset before it."""
         span = self.total[self.first_l[i] : self.last_l[i]]
         span += self.size_l[i]
         self.free[i] = True

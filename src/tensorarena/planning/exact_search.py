@@ -35,6 +35,10 @@ buffer comes next, never where. Each technique is a switch of
   nothing, the failure is a true nogood, which also condemns any state with the same unplaced
   buffers and lowest offsets at least as high, whatever the preorder.
 
+Pinned buffers keep their offsets (:meth:`~tensorarena.planning.exact_node.Search.pinned_lows`):
+a compact plan pushes only the free buffers down, and its listing by offset still has each free
+one at its lowest offset and each pinned one at its pin.
+
 The sorted listing of every fully compact plan survives every cut above, which is all that
 completeness needs. The inner loop is NumPy calls on arrays of a few hundred elements, so a node
 costs tens of microseconds: minimalloc's C++ visits nodes one to two orders of magnitude faster.
@@ -113,6 +117,8 @@ class Solver:
             return Decision(FOUND, np.zeros(0, dtype=np.int64), 0)
         if int(sections.total.max()) > capacity:
             return Decision(EXHAUSTED, None, 0)
+        if int((sections.pin + sections.size)[sections.pin >= 0].max(initial=0)) > capacity:
+            return Decision(EXHAUSTED, None, 0)  # a pin reaches past the capacity
         preorders = params.preorders if params.static_preordering else ("",)
         ranks = [sections.preorder_rank(h) if h else np.arange(n, dtype=np.int64)
                  for h in preorders]

@@ -8,7 +8,7 @@ buffer's lowest offset) and the *cuts* (how many buffers span the boundary betwe
 neighbouring sections; a zero cut splits the problem into independent time windows).
 
 Zero-byte buffers never collide with anything in space, so they are left out of the search and
-placed at offset 0.
+placed at offset 0. A pinned buffer (``Buffer.offset``) keeps its offset in ``pin`` (-1: free).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class Sections:
     total: IntArray  #: live bytes per section
     cuts: IntArray  #: buffers spanning the boundary between sections k and k + 1
     granule: int  #: divides every size and every alignment above 1, so every canonical height
+    pin: IntArray  #: each searched buffer's pinned offset, -1 for a free one
 
     def __len__(self) -> int:
         return len(self.members)
@@ -100,6 +101,7 @@ def build_sections(buffers: tuple[Buffer, ...]) -> Sections:
     size = np.array([b.nbytes for b in live], dtype=np.int64)
     align = np.array([b.alignment for b in live], dtype=np.int64)
     width = np.array([b.end - b.start for b in live], dtype=np.int64)
+    pin = np.array([-1 if b.offset is None else b.offset for b in live], dtype=np.int64)
 
     # Difference arrays turn n range-additions into two prefix sums.
     total_diff = np.zeros(n_sections + 1, dtype=np.int64)
@@ -127,6 +129,8 @@ def build_sections(buffers: tuple[Buffer, ...]) -> Sections:
     granule = 0
     for b in live:
         granule = math.gcd(granule, b.nbytes, b.alignment if b.alignment > 1 else 0)
+        if b.offset is not None:
+            granule = math.gcd(granule, b.offset)  # a pin's top is then on the granule too
     return Sections(
         members=members,
         size=size,
@@ -138,4 +142,5 @@ def build_sections(buffers: tuple[Buffer, ...]) -> Sections:
         total=total,
         cuts=cuts,
         granule=max(granule, 1),
+        pin=pin,
     )

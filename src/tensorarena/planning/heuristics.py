@@ -9,6 +9,9 @@ arena up, and takes either the smallest gap that fits (best fit: TFLite's
 fit: TFLite Micro's ``GreedyMemoryPlanner``). When no gap fits, the buffer goes on top of the
 highest time-overlapping buffer (not of the whole arena: lower stacks elsewhere in time stay low).
 
+Pinned buffers (``Buffer.offset``) are placed first, at their offsets, whatever the order: to the
+rule they are occupied rectangles like any placed buffer, so every greedy honours them.
+
 Speed. The real traces have tens of thousands of buffers, thousands of them overlapping any one
 in time, so a per-pair Python loop is out of the question. The placed buffers are kept in NumPy
 arrays sorted by offset; placing a buffer is a constant number of vectorised passes (a time
@@ -25,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from tensorarena.errors import InvalidProblemError
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.options import check_capacity, check_gap, check_int64, check_problem
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
@@ -58,7 +62,7 @@ class _Arrays:
     in). Every heuristic starts by making these, so they also hold its start time and checked
     arguments."""
 
-    __slots__ = ("align", "alignment", "end", "n", "size", "start", "started")
+    __slots__ = ("align", "alignment", "end", "n", "pin", "size", "start", "started")
 
     def __init__(self, problem: Problem, alignment: int | None) -> None:
         self.started = time.perf_counter()
@@ -73,6 +77,17 @@ class _Arrays:
         self.align: Int64Array = np.fromiter(
             (max(b.alignment, extra) for b in buffers), np.int64, self.n
         )
+        #: a pinned buffer's offset, -1 for a free one
+        self.pin: Int64Array = np.fromiter(
+            (-1 if b.offset is None else b.offset for b in buffers), np.int64, self.n
+        )
+        if extra > 1 and bool(((self.pin > 0) & (self.pin % extra != 0)).any()):
+            bad = next(b for b in buffers if b.offset is not None and b.offset % extra)
+            raise InvalidProblemError(
+                f"buffer {bad.id!r}: pinned offset {bad.offset} is not a multiple of the "
+                f"alignment {extra} asked for",
+                column="offset",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,8 +165,13 @@ def breadth_order(arrays: _Arrays) -> Int64Array:
 
 
 def place(arrays: _Arrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
-    """Place buffers in ``order``; return their offsets (indexed like ``arrays``)."""
+    """Place buffers in ``order``, pinned ones first at their offsets; return the offsets
+    (indexed like ``arrays``)."""
     n = arrays.n
+    pins = arrays.pin.tolist()
+    pinned = np.flatnonzero(arrays.pin >= 0)
+    if len(pinned):
+        order = np.concatenate([pinned, order[arrays.pin[order] < 0]])
     offsets = np.zeros(n, np.int64)
     # The placed buffers, sorted by offset (ties: insertion order).
     p_off = np.empty(n, np.int64)
@@ -169,12 +189,14 @@ def place(arrays: _Arrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
     aligns = arrays.align.tolist()
     for i in order.tolist():
         start, end, size, align = starts[i], ends[i], sizes[i], aligns[i]
-        if size == 0:
+        if size == 0 and pins[i] < 0:
             # Offset 0 is valid for an empty buffer whatever else is there; keep it out of the
             # placed set so it never splits a gap.
             continue
         offset = 0
-        if placed:
+        if pins[i] >= 0:
+            offset = pins[i]
+        elif placed:
             live = mask[:placed]
             np.less(p_start[:placed], end, out=live)
             np.logical_and(live, np.greater(p_end[:placed], start, out=scratch[:placed]), out=live)
@@ -240,10 +262,14 @@ def naive(problem: Problem, *, alignment: int | None = None) -> Plan:
 
 
 def _naive_offsets(arrays: _Arrays) -> Int64Array:
-    offsets = np.zeros(arrays.n, np.int64)
-    top = 0
-    pairs = zip(arrays.size.tolist(), arrays.align.tolist(), strict=True)
-    for i, (size, align) in enumerate(pairs):
+    # Pinned buffers keep their offsets; the free ones are stacked above the highest pin.
+    pinned = arrays.pin >= 0
+    offsets = np.where(pinned, arrays.pin, 0)
+    top = int((arrays.pin + arrays.size)[pinned].max(initial=0))
+    pairs = zip(arrays.size.tolist(), arrays.align.tolist(), pinned.tolist(), strict=True)
+    for i, (size, align, fixed) in enumerate(pairs):
+        if fixed:
+            continue
         top = (top + align - 1) & -align
         offsets[i] = top
         top += size

@@ -13,7 +13,8 @@ run every parameter through the validator):
 ``long_lived_first``      long-lived buffers placed first by birth, the rest by size, over a
                           sweep of lifetime thresholds (:mod:`~.long_lived_first`)
 ``auto`` (default)        the portfolio; if it is not good enough, the long-lived-first sweep,
-                          then the exact search within its node budget, seeded with the best
+                          on large problems the windowed repair (:mod:`~.repair`), then the
+                          exact search within its node budget, seeded with the best
                           plan, unless the problem is too large for the search to start within
                           the limit (then the heuristics' plan stands, and
                           ``statistics.exact_skipped`` says so). On a decision problem the
@@ -51,7 +52,7 @@ from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, Unknow
 from tensorarena.planning import heuristics
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
-from tensorarena.planning.exact import ExactResult, solve_exact
+from tensorarena.planning.exact import ExactResult, check_point_pins, solve_exact
 from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.long_lived_first import long_lived_first
 from tensorarena.planning.options import (
@@ -62,8 +63,15 @@ from tensorarena.planning.options import (
     check_progress,
     check_time_limit,
 )
-from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
+from tensorarena.planning.problem import (
+    Plan,
+    PlanStatistics,
+    Problem,
+    check_pins_fit,
+    lower_bound,
+)
 from tensorarena.planning.progress import ProgressCallback, Reporter
+from tensorarena.planning.repair import repair
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
@@ -91,6 +99,10 @@ _AUTO_EXACT_MAX_PAIRS = 50_000_000
 #: node budget takes on a loaded machine (250,000 nodes of 200-450 buffers: 17-120 s on a shared
 #: 2-core VM), so that the budget, not the clock, ends the search.
 DEFAULT_TIME_LIMIT = 300.0
+
+# Windowed repair (:mod:`~tensorarena.planning.repair`) is for plans the full search cannot
+# improve: large problems. The challenging suite (at most a few hundred buffers) never sees it.
+_REPAIR_MIN_BUFFERS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +249,12 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
     # a minimisation (or a decision the search cannot take up) needs.
     if not options.decision and not done() and left() > 0:
         sweep()
+        if len(problem) >= _REPAIR_MIN_BUFFERS and not done() and left() > 0:
+            # Before the full search, not after: on the large problems it serves, the full
+            # search gains nothing and runs to the clock (pangu_2.6B: 78 nodes in 30 s).
+            repaired = repair(problem, best, time_limit=left(), alignment=options.alignment)
+            best = repaired.plan
+            report.update("windowed_repair", height=best.height, bound=bound)
     if not done():
         pairs = overlapping_pairs(problem)
         limit = _AUTO_EXACT_MAX_PAIRS if not guard else min(
@@ -386,6 +404,9 @@ def plan(
         progress=progress,
         params=params,
     )
+    if planner in _SEARCHING:
+        check_point_pins(problem, planner)
+    check_pins_fit(problem, options.capacity)
     if minimize and options.capacity is None:
         # Without a capacity every planner already lowers the plan to within ``gap`` of the
         # bound; minimize would change nothing, and a caller who wrote it meant a capacity.

@@ -4,6 +4,11 @@ Lifetimes are half-open, ``[start, end)``, stated here once for the whole packag
 at times ``start, start + 1, ..., end - 1``, so one that ends at ``t`` may share bytes with one that
 starts at ``t``. Two buffers *conflict* when ``a.start < b.end and b.start < a.end``.
 
+A buffer may be *pinned*: ``Buffer(..., offset=o)`` fixes its offset, as minimalloc's optional
+``offset`` does (weights or I/O at a known address). Every plan keeps it there; the problem
+refuses pins that could never hold (negative, misaligned, above the capacity, or clashing with
+another pin).
+
 A plan gives every buffer a byte offset in one arena; its *height* is ``max(offset + nbytes)``, the
 arena size it needs. The *lower bound* of a problem is the peak of live bytes over time: no plan
 can be lower. What a planner measured while planning travels with its plan as a frozen
@@ -22,18 +27,22 @@ from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidPr
 from tensorarena.planning.budget import StopReason
 from tensorarena.sizes import check_alignment
 
-__all__ = ["Buffer", "Plan", "PlanStatistics", "Problem", "lower_bound"]
+__all__ = ["Buffer", "Plan", "PlanStatistics", "Problem", "check_pins_fit", "lower_bound"]
 
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """One buffer to place: live during ``[start, end)``, ``nbytes`` long, aligned offset."""
+    """One buffer to place: live during ``[start, end)``, ``nbytes`` long, aligned offset.
+
+    ``offset``, when given, pins the buffer there: every plan must keep it at that offset.
+    """
 
     id: str
     start: int
     end: int
     nbytes: int
     alignment: int = 1
+    offset: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -62,6 +71,28 @@ class Buffer:
                 f"got {self.alignment}",
                 column="alignment",
             )
+        if self.offset is not None:
+            if type(self.offset) is not int:
+                raise InvalidProblemError(
+                    f"buffer {self.id!r}: a pinned offset must be an int, got {self.offset!r}",
+                    column="offset",
+                )
+            if self.offset < 0:
+                raise InvalidProblemError(
+                    f"buffer {self.id!r}: pinned offset {self.offset} is negative",
+                    column="offset",
+                )
+            if self.offset % self.alignment:
+                raise InvalidProblemError(
+                    f"buffer {self.id!r}: pinned offset {self.offset} is not a multiple of its "
+                    f"alignment {self.alignment}",
+                    column="offset",
+                )
+
+    @property
+    def pinned(self) -> bool:
+        """True if the buffer's offset is fixed (``offset`` is not None)."""
+        return self.offset is not None
 
     def overlaps_in_time(self, other: Buffer) -> bool:
         """True if the two lifetimes intersect (half-open)."""
@@ -99,9 +130,11 @@ class Problem:
             raise InvalidProblemError(f"capacity must be a non-negative int, got {capacity!r}")
         if not isinstance(name, str):
             raise InvalidProblemError(f"name must be a str, got {type(name).__name__}")
+        _check_pins(buffers)
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "capacity", capacity)
         object.__setattr__(self, "name", name)
+        check_pins_fit(self, capacity)
 
     def __len__(self) -> int:
         return len(self.buffers)
@@ -117,17 +150,62 @@ class Problem:
         """The peak of live bytes over time; see :func:`lower_bound`."""
         return lower_bound(self.buffers)
 
+    @property
+    def pinned(self) -> bool:
+        """True if some buffer is pinned to a fixed offset."""
+        return any(b.offset is not None for b in self.buffers)
+
     def with_alignment(self, alignment: int) -> Problem:
-        """A copy where every buffer's alignment is at least ``alignment``."""
+        """A copy where every buffer's alignment is at least ``alignment``.
+
+        A pinned offset that is not a multiple of the new alignment raises
+        :class:`InvalidProblemError`: the pin and the alignment cannot both hold.
+        """
         alignment = check_alignment(alignment)
         return Problem(
             (
-                Buffer(b.id, b.start, b.end, b.nbytes, max(b.alignment, alignment))
+                Buffer(b.id, b.start, b.end, b.nbytes, max(b.alignment, alignment), b.offset)
                 for b in self.buffers
             ),
             capacity=self.capacity,
             name=self.name,
         )
+
+
+def check_pins_fit(problem: Problem, capacity: int | None) -> None:
+    """Raise :class:`InvalidProblemError` if a pinned buffer reaches past ``capacity``."""
+    if capacity is None:
+        return
+    for b in problem.buffers:
+        if b.offset is not None and b.offset + b.nbytes > capacity:
+            raise InvalidProblemError(
+                f"buffer {b.id!r}: pinned at [{b.offset}, {b.offset + b.nbytes}), past the "
+                f"capacity {capacity}",
+                column="offset",
+            )
+
+
+def _check_pins(buffers: tuple[Buffer, ...]) -> None:
+    """Refuse two pins that share bytes while both are live: no plan could keep both."""
+    # A zero-byte pin is a point and follows validate()'s rule: it clashes with a pin strictly
+    # around it; the overlap test below says exactly that for points too.
+    pinned = sorted((b for b in buffers if b.offset is not None),
+                    key=lambda b: (b.start, b.id))
+    # Pins are few (weights, I/O, a repair window's edges): a pairwise check over the pins
+    # live at once is simple and cheap enough.
+    live: list[Buffer] = []
+    for b in pinned:
+        live = [a for a in live if a.end > b.start]
+        for a in live:
+            assert a.offset is not None and b.offset is not None
+            if a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes:
+                raise InvalidProblemError(
+                    f"pinned buffers {a.id!r} [{a.start}, {a.end}) at [{a.offset}, "
+                    f"{a.offset + a.nbytes}) and {b.id!r} [{b.start}, {b.end}) at "
+                    f"[{b.offset}, {b.offset + b.nbytes}) overlap in time and space",
+                    column="offset",
+                )
+        live.append(b)
 
 
 @dataclass(frozen=True, slots=True)

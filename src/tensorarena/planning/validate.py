@@ -30,8 +30,9 @@ __all__ = ["is_valid", "validate"]
 def validate(problem: Problem, plan: Plan, *, capacity: Size | None = None) -> None:
     """Raise :class:`InvalidPlanError` naming the first violation; return if the plan is valid.
 
-    Checks: one non-negative, aligned offset per buffer; no two buffers that are live at the same
-    time share a byte; the height fits ``capacity`` (or ``problem.capacity``) if one is given.
+    Checks: one non-negative, aligned offset per buffer; every pinned buffer at its offset; no
+    two buffers that are live at the same time share a byte; the height fits ``capacity`` (or
+    ``problem.capacity``) if one is given.
     """
     buffers = check_problem(problem).buffers
     if not isinstance(plan, Plan):
@@ -46,6 +47,10 @@ def validate(problem: Problem, plan: Plan, *, capacity: Size | None = None) -> N
         if offset % buffer.alignment:
             raise InvalidPlanError(
                 f"buffer {buffer.id!r}: offset {offset} is not a multiple of {buffer.alignment}"
+            )
+        if buffer.offset is not None and offset != buffer.offset:
+            raise InvalidPlanError(
+                f"buffer {buffer.id!r} is pinned at {buffer.offset}, the plan puts it at {offset}"
             )
     limit = capacity if capacity is not None else problem.capacity
     if limit is not None:

@@ -1,0 +1,70 @@
+"""pangu_2.6B and S_1 against their bound, before and after the windowed repair, in one run.
+
+Issue 26: the target is ≤ 1.002 x the lower bound at ``--time-limit 30``. One ``auto`` run per
+trace; its progress reports give the height after each stage, so "before" (the long-lived-first
+sweep's plan, what ``auto`` returned before the repair existed) and "after" (the repair's) come
+from the same run, on the same machine load. The final plan is checked by the independent
+validator. A trace missing from the data folder is skipped, saying so.
+
+    .venv/bin/python bench/window_repair.py [--data DIR] [--time-limit 30]
+
+The data folder is ``--data DIR`` or ``$TENSORARENA_DATA`` (the folder holding ``idealloc/``).
+Times are wall-clock on whatever else the machine runs: compare columns of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+from tensorarena.bench.plan import DATA_ENV, data_folder
+from tensorarena.planning.csv_io import read_problem
+from tensorarena.planning.planners import plan
+from tensorarena.planning.progress import Progress
+from tensorarena.planning.validate import validate
+
+TRACES = ("somas_tensors/pangu_2.6B.csv", "iopddl/S_1.csv")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help=f"benchmark folder (default ${DATA_ENV})")
+    parser.add_argument("--time-limit", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    data = data_folder(args.data)
+    if data is None:
+        print(f"no data folder: pass --data or set ${DATA_ENV}; nothing measured")
+        return 0
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
+          f"time limit {args.time_limit:g} s")
+    print("| trace | buffers | bound | before repair | after repair | auto | s | planner |")
+    print("|---|---|---|---|---|---|---|---|")
+    for relative in TRACES:
+        path = data / "idealloc" / relative
+        if not path.is_file():
+            print(f"{relative}: missing from {data}, skipped", file=sys.stderr)
+            continue
+        problem = read_problem(path)
+        bound = problem.lower_bound()
+        stages: dict[str, int] = {}
+
+        def record(progress: Progress, stages: dict[str, int] = stages) -> None:
+            if progress.height is not None:
+                stages[progress.stage] = progress.height
+
+        start = time.perf_counter()
+        result = plan(problem, "auto", time_limit=args.time_limit, progress=record)
+        seconds = time.perf_counter() - start
+        validate(problem, result)
+        before = stages.get("long_lived_first", stages.get("heuristics", result.height))
+        after = stages.get("windowed_repair", before)
+        print(f"| {path.stem} | {len(problem)} | {bound} | {before / bound:.4f} | "
+              f"{after / bound:.4f} | {result.height / bound:.4f} | {seconds:.1f} | "
+              f"{result.planner} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

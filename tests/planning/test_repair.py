@@ -1,0 +1,87 @@
+"""Windowed repair: an exact search over the window around a plan's top, with the buffers that
+cross the window's edges pinned, keeps only strictly lower plans that validate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tensorarena.planning import planners
+from tensorarena.planning.planners import plan
+from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.planning.repair import RepairResult, repair
+from tensorarena.planning.validate import validate
+
+# ``long`` crosses the window [1, 2) around ``top``: pinned at 4, it leaves [0, 4) free there.
+HOLE = Problem([Buffer("long", 0, 4, 4), Buffer("top", 1, 2, 4), Buffer("late", 3, 4, 4)])
+HOLE_PLAN = Plan(HOLE, (4, 8, 0))  # height 12, the bound is 8
+
+
+def test_repair_drops_the_top_into_the_hole_below_a_pinned_crosser() -> None:
+    result = repair(HOLE, HOLE_PLAN)
+    validate(HOLE, result.plan)
+    assert result.plan.height == 8
+    assert result.plan.offset_of("long") == 4  # crossing the window: kept where it was
+    assert result.plan.offset_of("top") == 0
+    assert result.plan.planner == "windowed_repair:"
+    assert (result.windows, result.improved) == (1, 1)
+    assert result.nodes > 0
+
+
+def test_repair_keeps_the_plan_when_nothing_lower_exists() -> None:
+    # ``wall`` lives through the window and sits under the top at 0..4; the bound is 12.
+    problem = Problem([Buffer("wall", 0, 4, 4), Buffer("long", 0, 4, 4), Buffer("top", 1, 2, 4)])
+    start = Plan(problem, (0, 4, 8), planner="given")
+    result = repair(problem, start)
+    assert result.plan is start
+    assert result.improved == 0
+
+
+def test_repair_moves_no_pin_and_no_buffer_outside_the_window() -> None:
+    problem = Problem([Buffer("pin", 0, 4, 4, offset=0), Buffer("long", 0, 4, 4),
+                       Buffer("top", 1, 2, 4), Buffer("far", 6, 8, 4)])
+    start = Plan(problem, (0, 4, 8, 4))
+    result = repair(problem, start)
+    validate(problem, result.plan)
+    assert result.plan.offsets == start.offsets  # the pin fills the only hole: no lower plan
+    # Without the pin the repair could only move ``top``: ``far`` is outside every window.
+    free = Problem([Buffer("a", 0, 4, 4), Buffer("long", 0, 4, 4), Buffer("top", 1, 2, 4),
+                    Buffer("far", 6, 8, 4)])
+    moved = repair(free, Plan(free, (8, 4, 12, 4))).plan
+    assert moved.height < 16 and moved.offset_of("far") == 4 and moved.offset_of("long") == 4
+
+
+def test_repair_with_no_nodes_changes_nothing() -> None:
+    result = repair(HOLE, HOLE_PLAN, node_limit=0)
+    assert result.plan is HOLE_PLAN and result.nodes == 0
+
+
+def test_repair_respects_a_raised_alignment() -> None:
+    aligned = HOLE.with_alignment(8)
+    result = repair(HOLE, Plan(HOLE, (8, 16, 0)), alignment=8)
+    validate(aligned, Plan(aligned, result.plan.offsets))
+    assert result.plan.offsets == (8, 0, 0)
+
+
+def test_auto_repairs_large_problems_after_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def spy(problem: Problem, best: Plan, **kwargs: Any) -> RepairResult:
+        result = repair(problem, best, **kwargs)
+        calls.append({"before": best.height, "after": result.plan.height})
+        return result
+
+    monkeypatch.setattr(planners, "repair", spy)
+    # A problem every greedy misses (they need 6; the optimum is its bound, 5).
+    tight = Problem([Buffer("a", 1, 3, 3), Buffer("b", 1, 4, 2), Buffer("c", 3, 6, 1),
+                     Buffer("d", 4, 5, 3)])
+    plan(tight, "auto")
+    assert calls == []  # small: the full search serves it
+    monkeypatch.setattr(planners, "_REPAIR_MIN_BUFFERS", 1)
+    result = plan(tight, "auto")
+    validate(tight, result)
+    assert calls and calls[0]["before"] == 6
+    assert result.height == 5
+    plan(tight, "auto", capacity=6)
+    assert len(calls) == 1  # a decision question stops at the first fit: no repair
