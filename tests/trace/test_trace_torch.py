@@ -193,3 +193,15 @@ def test_an_output_suffix_that_names_no_format_is_refused_unless_to_says(
     assert read_trace(tmp_path / "out.xyz").metadata["format"] == "rmm"
     assert main(["trace", "convert", str(source), "-o", str(tmp_path / "OUT.PKL")]) == 0
     assert read_trace(tmp_path / "OUT.PKL").metadata["format"] == "pytorch_snapshot"
+
+
+def test_a_script_or_module_that_is_not_there_is_refused_and_nothing_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.csv"
+    assert main(["trace", "record", "-o", str(out), "--", sys.executable,
+                 str(tmp_path / "nope.py")]) == 2
+    assert "no script" in capsys.readouterr().err
+    assert main(["trace", "record", "-o", str(out), "--", sys.executable, "-m",
+                 "no_such_module_here.sub"]) == 2
+    assert "no module named 'no_such_module_here.sub'" in capsys.readouterr().err
+    assert not out.exists()

@@ -22,6 +22,7 @@ script this way (:func:`record_script`, in a fresh interpreter).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import runpy
 import signal
@@ -146,6 +147,7 @@ def run_script(command: Sequence[str], *, name: str | None = None,
     if module and len(command) < 2:
         raise InvalidArgumentError("-m needs a module name")
     target = command[1] if module else command[0]
+    _check_runnable(target, module=module)
     argv = list(command[1:] if module else command)
     saved, saved_path = sys.argv[:], sys.path[:]
     sys.argv = argv
@@ -196,6 +198,21 @@ def record_script(command: Sequence[str], *, name: str | None = None,
     if run.error is not None:
         raise run.error
     return run.trace
+
+
+def _check_runnable(target: str, *, module: bool) -> None:
+    """A script that is not there, or a module that cannot be found, is refused before the
+    recording starts (``python`` itself refuses them before running anything)."""
+    if not module:
+        if not os.path.isfile(target):
+            raise InvalidArgumentError(f"no script {target!r} to record")
+        return
+    try:
+        found = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise InvalidArgumentError(f"no module named {target!r} to record")
 
 
 def _run(target: str, *, module: bool) -> None:
