@@ -72,6 +72,8 @@ def test_capacity_from_name() -> None:
         ("id,lower,upper,size,alignment\na,0,2,1,3\n", 2, "alignment", "power of two"),
         ("id,lower,upper,size,gaps\na,0,9,1,2-4\n", 2, "gaps", "not supported"),
         ("id,lower,upper,size\na,0,1_0,1\n", 2, "upper", "not an integer"),
+        ("id,lower,upper,size\na,0,2,1\nb,0,2,١٢\n", 3, "size", "not an integer"),
+        ("id,lower,upper,size\na,0,２,1\n", 2, "upper", "not an integer"),
         ("\n", 1, None, "empty"),
     ],
 )

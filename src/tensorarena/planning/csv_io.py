@@ -46,7 +46,7 @@ __all__ = [
 Source = str | os.PathLike[str] | TextIO
 """A path, a CSV text (any string with a line break), or an open text stream."""
 
-_INT = re.compile(r"^\s*[+-]?\d+\s*$")
+_INT = re.compile(r"^\s*[+-]?\d+\s*$", re.ASCII)  # ASCII digits: "١٢" is not 12
 # More digits than any plannable number has (the planners stop at 2**62, 19 digits); also far
 # below Python's limit on converting long digit strings.
 _MAX_DIGITS = 30
