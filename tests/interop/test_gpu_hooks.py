@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _shim_calls import c_calls
 
 from tensorarena.adaptors import Limiting
 from tensorarena.errors import (
@@ -250,26 +251,12 @@ def test_numba_plugin_over_a_resource_without_memory_info_asks_the_runtime() -> 
 # --- PyTorch's pluggable allocator, through the real compiled shim -----------------------------
 
 
-@pytest.fixture(scope="module")
-def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_shim(tmp_path_factory.mktemp("shim"))
-    except ShimUnavailableError as exc:  # pragma: no cover - a machine without a C compiler
-        pytest.skip(f"cannot build the shim here: {exc}")
-
-
-def _c_calls(path: Path) -> Any:
-    lib = ctypes.CDLL(str(path))
-    lib.ta_malloc.restype = ctypes.c_void_p
-    lib.ta_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.ta_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    return lib
 
 
 def test_the_shim_calls_back_into_the_allocators_resource(shim: Path) -> None:
     resource = Recording(Pool(HostMemory()))
     allocator = TorchAllocator(resource, shim=shim).activate()
-    lib = _c_calls(shim)  # as PyTorch calls the library: by its C symbols
+    lib = c_calls(shim)  # as PyTorch calls the library: by its C symbols
     address = lib.ta_malloc(1 << 20, 0, ctypes.c_void_p(0x40))
     assert address and resource.calls == [("allocate", 1 << 20, 0x40)]
     ctypes.memset(address, 7, 1 << 20)
@@ -282,7 +269,7 @@ def test_the_shim_calls_back_into_the_allocators_resource(shim: Path) -> None:
 
 def test_a_refused_allocation_is_null_and_the_cause_is_kept(shim: Path) -> None:
     allocator = TorchAllocator(Limiting(Pool(HostMemory()), "1MiB"), shim=shim).activate()
-    lib = _c_calls(shim)
+    lib = c_calls(shim)
     assert lib.ta_malloc(2 << 20, 0, None) is None
     assert isinstance(allocator.last_error, OutOfMemoryError) and allocator.failures == 1
     lib.ta_free(0x1000, 64, 0, None)  # a foreign address: kept, never raised into C
@@ -293,7 +280,7 @@ def test_a_factory_makes_one_resource_per_device(shim: Path) -> None:
     pools: dict[int, Pool] = {}
     allocator = TorchAllocator(lambda d: pools.setdefault(d, Pool(HostMemory())), shim=shim)
     allocator.activate()
-    lib = _c_calls(shim)
+    lib = c_calls(shim)
     first, second = lib.ta_malloc(64, 0, None), lib.ta_malloc(64, 1, None)
     assert allocator.resource(1) is pools[1] and sorted(pools) == [0, 1]
     lib.ta_free(first, 64, 0, None)

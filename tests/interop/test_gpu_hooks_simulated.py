@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _shim_calls import c_calls
 
-from tensorarena.errors import ShimUnavailableError, UnsupportedError
+from tensorarena.errors import UnsupportedError
 from tensorarena.interop import DeviceArray, device_empty
 from tensorarena.interop.cupy_allocator import CupyAllocator
 from tensorarena.interop.numba_emm import memory_manager_class
 from tensorarena.interop.stream_pools import stream_ordered_pool
-from tensorarena.interop.torch_allocator import TorchAllocator, build_shim
+from tensorarena.interop.torch_allocator import TorchAllocator
 from tensorarena.memory.cuda import CudaStream, cuda_runtime, register
 from tensorarena.streams import CpuStream
 from tensorarena.testing.cuda import Simulator, simulated
@@ -118,20 +119,6 @@ def test_numba_blocks_freed_after_a_blocking_streams_kernel_wait_for_it(sim: Sim
 # --- frees on a device that is not current, and no context on an unused device ---------------
 
 
-@pytest.fixture(scope="module")
-def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_shim(tmp_path_factory.mktemp("shim"))
-    except ShimUnavailableError as exc:  # pragma: no cover - a machine without a C compiler
-        pytest.skip(f"cannot build the shim here: {exc}")
-
-
-def _c_calls(path: Path) -> Any:
-    lib = ctypes.CDLL(str(path))
-    lib.ta_malloc.restype = ctypes.c_void_p
-    lib.ta_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.ta_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    return lib
 
 
 def test_torch_frees_a_block_of_another_device_than_the_current_one(
@@ -140,7 +127,7 @@ def test_torch_frees_a_block_of_another_device_than_the_current_one(
     # The event was made on the current device (0) and recorded on device 1's stream: CUDA
     # refused, the error was swallowed, and the block stayed live for good.
     allocator = TorchAllocator(shim=shim).activate()
-    lib = _c_calls(shim)
+    lib = c_calls(shim)
     runtime = cuda_runtime()
     runtime.free(0)  # this thread works on device 0
     with runtime.on_device(1):
@@ -155,7 +142,7 @@ def test_torch_frees_a_block_of_another_device_than_the_current_one(
 
 def test_work_on_device_1_never_makes_device_0s_context(sim: Simulator, shim: Path) -> None:
     allocator = TorchAllocator(shim=shim).activate()
-    lib = _c_calls(shim)
+    lib = c_calls(shim)
     for _ in range(3):
         address = lib.ta_malloc(4096, 1, None)
         lib.ta_free(address, 4096, 1, None)
@@ -175,7 +162,7 @@ def test_alloc_and_free_from_two_threads_cannot_deadlock(sim: Simulator, shim: P
     # PyTorch calls the shim with its own lock held and the callback takes the GIL; the
     # callbacks take no lock of ours that could be held while waiting for the GIL.
     allocator = TorchAllocator(shim=shim).activate()
-    lib = _c_calls(shim)
+    lib = c_calls(shim)
     handed: list[int] = []
     ready = threading.Condition()
     done = threading.Event()

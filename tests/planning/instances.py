@@ -7,14 +7,15 @@ import random
 from tensorarena.planning.problem import Buffer, Problem
 
 
-def aligned_instance(seed: int, n: int) -> Problem:
-    """Mixed alignments put the optimum above the lower bound: proving it takes a real search."""
+def aligned_instance(seed: int, n: int, *, shortest: int = 2) -> Problem:
+    """Mixed alignments put the optimum above the lower bound: proving it takes a real search.
+    Lifetimes last ``shortest`` to 6 ticks."""
     rng = random.Random(seed)
     buffers = []
     for k in range(n):
         start = rng.randrange(8)
         size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
-        buffers.append(Buffer(f"b{k}", start, start + rng.randint(2, 6), size, alignment))
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(shortest, 6), size, alignment))
     return Problem(buffers)
 
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import random
 
 import pytest
+from instances import aligned_instance
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.exact_params import SolverParams, Status
 from tensorarena.planning.exact_search import Solver, decide
 from tensorarena.planning.exact_sections import build_sections
-from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
+from tensorarena.planning.problem import Plan, Problem, lower_bound
 from tensorarena.planning.validate import validate
 
 SWITCHES = SolverParams.switches()
@@ -29,13 +29,7 @@ SWITCHES = SolverParams.switches()
 def instance(seed: int, n: int = 9) -> Problem:
     """Mixed alignments put some capacities above the lower bound out of reach, so the search
     must prove infeasibility the long way round, where every technique matters."""
-    rng = random.Random(seed)
-    buffers = []
-    for k in range(n):
-        start = rng.randrange(8)
-        size, alignment = rng.choice((3, 5, 6, 7)), rng.choice((1, 4, 8))
-        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 6), size, alignment))
-    return Problem(buffers)
+    return aligned_instance(seed, n, shortest=1)
 
 
 def _plan_of(problem: Problem, offsets: list[int]) -> Plan:
