@@ -45,7 +45,13 @@ def render() -> str:
     from tensorarena.cli.main import BENCHMARKS, COMMANDS
 
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: fix the width for the page
-    lines: list[str] = []
+    lines = ["| command | does |", "|---|---|"]
+    lines += [f"| [`{name}`](#tensorarena-{name}) | {help_text} |"
+              for name, (_, help_text) in COMMANDS.items()]
+    lines += [f"| [`bench {name}`](#tensorarena-bench-{name}) | {help_text} |"
+              for name, (_, help_text) in BENCHMARKS.items()]
+    lines += ["", "`tensorarena --version` prints the version, the build (compiled or pure) and "
+              "the Python and NumPy it runs on.", ""]
     for name, (module, help_text) in COMMANDS.items():
         lines += _section(2, f"tensorarena {name}",
                           _parser(f"tensorarena {name}", module, help_text))
