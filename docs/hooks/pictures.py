@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mkdocs.structure.files import File, Files
-
 _DPI = 55  # write_png's figure is 12 x 12 inches: about 660 pixels wide
 
 
@@ -78,7 +76,9 @@ PICTURES: dict[str, Callable[[Path], None]] = {
 }
 
 
-def on_files(files: Files, config: Any) -> Files:
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
     with tempfile.TemporaryDirectory() as folder:
         for uri, draw in PICTURES.items():
             path = Path(folder) / Path(uri).name
