@@ -30,10 +30,8 @@ Design choices, and what they cost:
   arenas back (``trim()``), so the steady state does not carry the first step's pool; a block
   that outlived its step keeps only its own pool arena.
 * **Without markers** (``detect_steps=True``): the steps are found by
-  :class:`~tensorarena.learned.period.PeriodDetector` and planned from the last period seen, so
-  a trace can be replayed with no markers (``tensorarena replay --strategy learned``). A step
-  that a plan serves less than half of, three times in a row, means the period was wrong:
-  detection goes on from the history it kept, never offering that period again.
+  :class:`~tensorarena.learned.step_finder.StepFinder` and planned from the last period seen,
+  so a trace can be replayed with no markers (``tensorarena replay --strategy learned``).
 * **Threads.** One re-entrant lock around every call: allocations from many threads are
   correct (each served or fallen back, never aliased); a step's order is then whatever order
   the threads took the lock in, which matches the recording only if the program's is stable.
@@ -46,7 +44,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -55,15 +52,16 @@ from tensorarena.adaptors.counting import Counting
 from tensorarena.core.registry import StrategySpec
 from tensorarena.debug import check
 from tensorarena.errors import (
-    DoubleFreeError,
     InvalidAddressError,
     InvalidArgumentError,
     ResourceClosedError,
     SizeMismatchError,
 )
-from tensorarena.learned.period import Period, PeriodDetector
-from tensorarena.learned.recording import Recorder, StepRecording
-from tensorarena.learned.report import FallbackReason, LearnedPlansReport, PlanSummary
+from tensorarena.learned.period import PeriodDetector
+from tensorarena.learned.plan_cache import PlanCache
+from tensorarena.learned.recording import Recorder
+from tensorarena.learned.report import FallbackReason, LearnedPlansReport
+from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
 from tensorarena.memory.host import HostMemory
 from tensorarena.memory.pool import Pool
@@ -91,17 +89,13 @@ __all__ = ["DEFAULT_LEARNED_NODE_LIMIT", "LearnedPlans"]
 #: same on any machine.
 DEFAULT_LEARNED_NODE_LIMIT = 10_000
 
-#: Without markers, the period is given up after this many steps in a row that a plan served
-#: less than half of: one step to notice a difference, one to re-learn from, one to fail again.
-_LOSE_AFTER = 3
-
 
 class _Block(NamedTuple):
     nbytes: int
     plan: StepPlan | None  #: None: the block is in the pool
     offset: int  #: in the plan's arena
     serial: int  #: the step it was allocated in
-    number: int  #: its number in that step's recording
+    number: int = 0  #: its number in that step's recording
     epoch: int = -1  #: without markers: the history it is logged in
     history: int = -1  #: its number in that history
 
@@ -117,8 +111,11 @@ class LearnedPlans:
 
     ``upstream`` gives the bytes (default :class:`~tensorarena.memory.HostMemory`): the arenas
     in one piece each, and the dynamic pool's arenas (``strategy``, default best fit, default
-    growth). ``node_limit`` is the planner's budget per plan. ``detect_steps=True`` finds the
-    steps without markers (``min_period``/``max_period`` bound the step's allocations).
+    growth). ``max_patterns`` plans at most, looked up by the sizes of a step's first
+    ``key_length`` allocations; ``lookahead`` bounds how far a step may stray from its
+    recording's order and still be served. ``node_limit`` is the planner's budget per plan.
+    ``detect_steps=True`` finds the steps without markers, with ``period_detector`` (default
+    ``PeriodDetector(max_period=65536)``: its options bound and tune the search).
     """
 
     def __init__(
@@ -131,27 +128,29 @@ class LearnedPlans:
         node_limit: int | None = DEFAULT_LEARNED_NODE_LIMIT,
         strategy: StrategySpec = "best_fit",
         detect_steps: bool = False,
-        min_period: int = 2,
-        max_period: int = 1 << 16,
-        base_window: int = 1024,
+        period_detector: PeriodDetector | None = None,
     ) -> None:
         upstream = HostMemory() if upstream is None else check_resource(upstream)
-        self._max_patterns = _positive(max_patterns, "max_patterns")
-        self._key_length = _positive(key_length, "key_length")
-        self._lookahead = _positive(lookahead, "lookahead")
         if node_limit is not None:
             _positive(node_limit, "node_limit")
         if type(detect_steps) is not bool:
             raise InvalidArgumentError(f"detect_steps must be a bool, got {detect_steps!r}")
-        self._node_limit = node_limit
         self._upstream = upstream
-        self._meter = Counting(upstream)  # what is held from the upstream, for reserved bytes
+        self._meter = Counting(upstream)  # what is held from the upstream: reserved bytes
+        self._plans = PlanCache(self._meter, max_patterns=_positive(max_patterns,
+                                                                    "max_patterns"),
+                                key_length=_positive(key_length, "key_length"),
+                                node_limit=node_limit)
+        self._lookahead = _positive(lookahead, "lookahead")
+        if period_detector is None:
+            period_detector = PeriodDetector(max_period=1 << 16)
+        elif not isinstance(period_detector, PeriodDetector):
+            raise InvalidArgumentError(
+                f"period_detector must be a PeriodDetector, got {period_detector!r}")
+        self._finder = StepFinder(period_detector) if detect_steps else None
         self._pool = Pool(self._meter, strategy=strategy, initial_size=0, thread_safe=False)
         self._lock = threading.RLock()
         self._closed = False
-        self._plans: OrderedDict[tuple[int, ...], StepPlan] = OrderedDict()  # LRU first
-        self._retired: list[StepPlan] = []  # arenas that go back when their last block does
-        self._unplanned: OrderedDict[tuple[int, ...], None] = OrderedDict()  # keys seen once
         self._blocks: dict[int, _Block] = {}
         # The step in progress.
         self._serial = 0
@@ -161,23 +160,11 @@ class LearnedPlans:
         self._unknown = False  # no plan matched its first allocations
         self._no_arena = False
         self._step_served = 0
-        # Without markers.
-        self._detect = detect_steps
-        self._detector = PeriodDetector(min_period=min_period, max_period=max_period,
-                                        base_window=base_window)
-        self._history = Recorder()  # every allocation since detection started, never per step
-        self._epoch = 0  # how many times the history started again
-        self._period: Period | None = None
-        self._boundary = 0  # the history number of the next step's first allocation
-        self._partial = False  # the step in progress began before its period was known
-        self._bad_steps = 0  # steps in a row that a plan served less than half of
         # Counters.
         self._live_bytes = self._peak_live = self._total_bytes = 0
         self._peak_blocks = self._allocations = 0
-        self._served = self._out_of_order = 0
+        self._served = self._out_of_order = self._steps = 0
         self._fallbacks = dict.fromkeys(FallbackReason, 0)
-        self._steps = self._learned = self._evicted = 0
-        self._arena_bytes = 0
         self._peak_before_steady: int | None = None  # None: no plan has served yet
 
     # --- properties --------------------------------------------------------------------------
@@ -195,7 +182,7 @@ class LearnedPlans:
     @property
     def detect_steps(self) -> bool:
         """True if the steps are found without markers."""
-        return self._detect
+        return self._finder is not None
 
     # --- the resource protocol ---------------------------------------------------------------
 
@@ -211,17 +198,17 @@ class LearnedPlans:
         with self._lock:
             if self._closed:
                 raise ResourceClosedError(f"this LearnedPlans was closed ({self!r})")
-            if self._detect:
-                self._find_steps(nbytes)
-                history = self._history.allocated(nbytes, alignment)
+            finder = self._finder
+            if finder is not None:
+                self._find_steps(finder, nbytes)
             position = len(self._recorder)
-            if position < self._key_length and not self._unknown:
+            if position < self._plans.key_length and not self._unknown:
                 self._choose(nbytes, position)
             cursor = self._cursor
             if cursor is None:
-                reason = (FallbackReason.NO_ARENA if self._no_arena
-                          else FallbackReason.UNKNOWN_PATTERN)
-                matched: tuple[int, bool] | FallbackReason = reason
+                matched: tuple[int, bool] | FallbackReason = (
+                    FallbackReason.NO_ARENA if self._no_arena
+                    else FallbackReason.UNKNOWN_PATTERN)
             else:
                 saved = cursor.save()
                 matched = cursor.match(nbytes, alignment)
@@ -233,7 +220,7 @@ class LearnedPlans:
                         cursor.restore(saved)
                     raise
                 self._fallbacks[matched] += 1
-                block = _Block(nbytes, None, 0, self._serial, 0)
+                block = _Block(nbytes, None, 0, self._serial)
             else:
                 assert cursor is not None
                 plan, (slot, reordered) = cursor.plan, matched
@@ -244,10 +231,11 @@ class LearnedPlans:
                 self._served += 1
                 self._step_served += 1
                 self._out_of_order += reordered
-                block = _Block(nbytes, plan, offset, self._serial, 0)
+                block = _Block(nbytes, plan, offset, self._serial)
             block = block._replace(number=self._recorder.allocated(nbytes, alignment))
-            if self._detect:
-                block = block._replace(epoch=self._epoch, history=history)
+            if finder is not None:
+                block = block._replace(epoch=finder.epoch,
+                                       history=finder.log(nbytes, alignment))
             self._blocks[address] = block
             self._allocations += 1
             self._live_bytes += nbytes
@@ -280,14 +268,13 @@ class LearnedPlans:
                 self._pool.deallocate(address, nbytes)
             else:
                 plan.occupancy.release(block.offset)
-                if plan.retired and not len(plan.occupancy):
-                    self._release_arena(plan)
+                self._plans.freed_from(plan)
             del self._blocks[address]
             self._live_bytes -= nbytes
             if block.serial == self._serial:
                 self._recorder.freed(block.number)
-            if block.epoch == self._epoch:
-                self._history.freed(block.history)
+            if self._finder is not None:
+                self._finder.freed(block.epoch, block.history)
 
     # --- steps -------------------------------------------------------------------------------
 
@@ -298,7 +285,7 @@ class LearnedPlans:
         if type(failed) is not bool:
             raise InvalidArgumentError(f"failed must be a bool, got {failed!r}")
         with self._lock:
-            if self._detect:
+            if self._finder is not None:
                 raise InvalidArgumentError(
                     "this LearnedPlans finds its steps itself (detect_steps=True): "
                     "make one with detect_steps=False to mark steps")
@@ -319,23 +306,20 @@ class LearnedPlans:
 
     def _end_step(self, *, learn: bool) -> None:
         cursor = self._cursor
-        allocations = len(self._recorder)
         if learn:
             self._steps += 1
             recording = self._recorder.finish()
             if cursor is None:
-                if not self._no_arena and self._recurred(recording):
-                    self._learn(recording)
+                if not self._no_arena:
+                    self._plans.learn_new(recording)
             else:
                 cursor.plan.steps_served += 1
-                self._relearn(cursor.plan, recording)
-            if self._detect:
-                bad = self._step_served * 2 < allocations
-                self._bad_steps = self._bad_steps + 1 if bad else 0
-                if self._bad_steps >= _LOSE_AFTER:
-                    self._lose_period()
-        if self._plans:
-            self._pool.trim()
+                self._plans.learn_again(cursor.plan, recording)
+            if self._finder is not None and self._finder.step_ended(self._step_served,
+                                                                    len(recording)):
+                self._plans.retire_all()  # planned from a wrong period
+        if len(self._plans):
+            self._pool.trim()  # the memory the pool served this step goes back
         self._begin_step()
 
     def _begin_step(self) -> None:
@@ -353,120 +337,33 @@ class LearnedPlans:
         cursor = self._cursor
         if cursor is not None and cursor.plan.matches_prefix(observed):
             return
-        plan = next((p for p in reversed(self._plans.values()) if p.matches_prefix(observed)),
-                    None)
+        plan = self._plans.choose(observed)
         if plan is None:
             self._cursor, self._unknown = None, True
             return
-        if plan.base is None:
-            try:
-                plan.base = self._meter.allocate(max(plan.height, 1), plan.alignment)
-            except MemoryError:
-                self._cursor, self._unknown, self._no_arena = None, True, True
-                return
-            self._arena_bytes += max(plan.height, 1)
+        try:
+            self._plans.take_arena(plan)
+        except MemoryError:
+            self._cursor, self._unknown, self._no_arena = None, True, True
+            return
         if self._peak_before_steady is None:  # the first step a plan serves: steady from here
             self._peak_before_steady = self._meter.statistics().requested_bytes.peak
             self._meter.reset_peak_stats()
-        self._plans.move_to_end(plan.key)
         self._cursor = StepCursor(plan, position, self._lookahead)
 
-    def _recurred(self, recording: StepRecording) -> bool:
-        """True if an unplanned step is to be learned: there is room, or its key came before."""
-        key = recording.key(self._key_length)
-        if len(self._plans) < self._max_patterns or key in self._unplanned:
-            self._unplanned.pop(key, None)
-            return True
-        self._unplanned[key] = None
-        while len(self._unplanned) > 4 * self._max_patterns:
-            self._unplanned.popitem(last=False)
-        return False
-
-    def _learn(self, recording: StepRecording) -> None:
-        """Plan ``recording`` and keep it, making room if ``max_patterns`` plans are held."""
-        if not len(recording):
-            return
-        plan = StepPlan(recording, key_length=self._key_length, node_limit=self._node_limit)
-        if not plan.planned:
-            return
-        old = self._plans.pop(plan.key, None)
-        if old is not None:
-            self._retire(old)
-        while len(self._plans) >= self._max_patterns:
-            victim = next((k for k, p in self._plans.items() if not len(p.occupancy)),
-                          next(iter(self._plans)))
-            self._retire(self._plans.pop(victim))
-        self._plans[plan.key] = plan
-        self._learned += 1
-
-    def _relearn(self, plan: StepPlan, recording: StepRecording) -> None:
-        """Plan the pattern again when two steps in a row differed from it the same way."""
-        signature = recording.signature()
-        if signature == plan.signature:
-            plan.candidate = None
-        elif signature == plan.candidate and recording.key(self._key_length) == plan.key:
-            self._learn(recording)
-        else:
-            plan.candidate = signature
-
-    def _retire(self, plan: StepPlan) -> None:
-        plan.retired = True
-        self._evicted += 1
-        if len(plan.occupancy):
-            self._retired.append(plan)
-        else:
-            self._release_arena(plan)
-
-    def _release_arena(self, plan: StepPlan) -> None:
-        if plan.base is not None:
-            self._meter.deallocate(plan.base, max(plan.height, 1))
-            self._arena_bytes -= max(plan.height, 1)
-            plan.base = None
-        if plan in self._retired:
-            self._retired.remove(plan)
-
-    # --- steps without markers ---------------------------------------------------------------
-
-    def _find_steps(self, nbytes: int) -> None:
-        """Before the next allocation: end a step at its boundary; look for the period while
-        none is known, and plan the last whole period seen when it is found."""
-        detector = self._detector
-        if len(self._history) >= 4 * detector.max_period:  # bound what is kept: start again
-            detector.reset()
-            self._history = Recorder()
-            self._epoch += 1
-            self._period = None
-            self._begin_step()
-        index = len(self._history)
-        period = self._period
-        if period is not None and index == self._boundary:
-            self._boundary += period.length
-            partial, self._partial = self._partial, False
-            self._end_step(learn=not partial)  # may lose the period: then look again
-        found = detector.observe(nbytes, self._live_bytes, evaluate=self._period is None)
-        if found is None or self._period is not None:
-            return
-        # Plan the last whole period before the boundary in the last period seen, then serve
-        # from the next boundary (now, if this allocation is one).
-        recorder = self._history
-        boundary = found.next_boundary(index - found.length + 1)
-        until = recorder.start_of(boundary) if boundary < index else recorder.clock
-        self._learn(recorder.finish(boundary - found.length, boundary, until))
-        self._period = found
-        if boundary == index:
-            self._begin_step()
-            self._boundary = index + found.length
-        else:
-            self._partial = True
-            self._boundary = boundary + found.length
-
-    def _lose_period(self) -> None:
-        """The steps stopped repeating the plan: never offer this period again."""
-        if self._period is not None:
-            self._detector.reject(self._period.length)
-        self._period = None
-        self._partial = False
-        self._bad_steps = 0
+    def _find_steps(self, finder: StepFinder, nbytes: int) -> None:
+        """Without markers, before each allocation: end the step at a boundary; plan the last
+        step seen when the period is found."""
+        learn = finder.at_boundary()
+        if learn is not None:
+            self._end_step(learn=learn)
+        elif finder.period is None and len(self._recorder) >= finder.max_period:
+            self._begin_step()  # no step is known: keep the log of one bounded
+        found = finder.observe(nbytes, self._live_bytes)
+        if found is not None:
+            self._plans.learn(found.recording)
+            if found.begins_now:
+                self._begin_step()
 
     # --- memory back, statistics ---------------------------------------------------------------
 
@@ -475,31 +372,26 @@ class LearnedPlans:
         live block (now, for those that hold none)."""
         with self._lock:
             self._closed = True
-            for plan in list(self._plans.values()):
-                self._retire(plan)
-            self._plans.clear()
+            self._plans.retire_all()
             self._pool.close()
 
     def report(self) -> LearnedPlansReport:
         """What happened so far: steps, plans, served and fallen back (by reason)."""
         with self._lock:
             held = self._meter.statistics().requested_bytes
-            steady = None if self._peak_before_steady is None else held.peak
             fallbacks = {reason.value: n for reason, n in self._fallbacks.items()}
-            plans = tuple(
-                PlanSummary(key=p.key, allocations=len(p.sizes), planned=p.planned,
-                            height=p.height, lower_bound=p.lower_bound, optimal=p.optimal,
-                            planner=p.planner, steps_served=p.steps_served,
-                            live_blocks=len(p.occupancy))
-                for p in self._plans.values())
+            period = None if self._finder is None else self._finder.period
             return LearnedPlansReport(
-                steps=self._steps, plans_learned=self._learned, plans_evicted=self._evicted,
-                allocations=self._allocations, served=self._served,
-                served_out_of_order=self._out_of_order, fell_back=sum(fallbacks.values()),
-                **fallbacks, reserved_bytes=held.current,
+                steps=self._steps, plans_learned=self._plans.learned,
+                plans_evicted=self._plans.evicted, allocations=self._allocations,
+                served=self._served, served_out_of_order=self._out_of_order,
+                fell_back=sum(fallbacks.values()), **fallbacks, reserved_bytes=held.current,
                 peak_reserved_bytes=max(held.peak, self._peak_before_steady or 0),
-                steady_peak_reserved_bytes=steady, arena_bytes=self._arena_bytes,
-                period=None if self._period is None else self._period.length, plans=plans)
+                steady_peak_reserved_bytes=None if self._peak_before_steady is None
+                else held.peak,
+                arena_bytes=self._plans.arena_bytes,
+                period=None if period is None else period.length,
+                plans=self._plans.summaries())
 
     def statistics(self) -> MemoryStatistics:
         """A frozen snapshot in the vocabulary of :mod:`tensorarena.stats`: requested bytes
@@ -527,28 +419,22 @@ class LearnedPlans:
         return len(self._blocks)
 
     def __repr__(self) -> str:
-        mode = "detect_steps" if self._detect else "markers"
+        mode = "markers" if self._finder is None else "detect_steps"
         return (f"LearnedPlans(upstream={type(self._upstream).__name__}, {mode}, "
                 f"plans={len(self._plans)}, steps={self._steps}, live={len(self._blocks)}, "
-                f"arenas={format_size(self._arena_bytes)}, served={self._served}, "
+                f"arenas={format_size(self._plans.arena_bytes)}, served={self._served}, "
                 f"fell_back={sum(self._fallbacks.values())})")
 
     def _not_live(self, address: int) -> InvalidAddressError:
-        for plan in [*self._plans.values(), *self._retired]:
-            if plan.base is not None and plan.base <= address < plan.base + max(plan.height, 1):
-                if address - plan.base in plan.offsets:
-                    return DoubleFreeError(
-                        f"address {address:#x} is a slot of a learned arena with no live "
-                        "block: freed twice?", address=address)
-                return InvalidAddressError(
-                    f"address {address:#x} is inside a learned arena but no block starts "
-                    "there", address=address)
+        error = self._plans.not_live(address)
+        if error is not None:
+            return error
         try:
-            self._pool.size_of(address)
+            self._pool.size_of(address)  # not live here: raises the pool's precise error
         except InvalidAddressError as exc:
             return exc
-        return InvalidAddressError(f"address {address:#x} is not a live block of this "
-                                   "LearnedPlans", address=address)  # pragma: no cover
+        return InvalidAddressError(  # pragma: no cover - every pool block is in _blocks
+            f"address {address:#x} is not a live block of this LearnedPlans", address=address)
 
     def _check_invariants(self) -> None:
         """Raise :class:`~tensorarena.errors.InvariantError` if a live block shares bytes with

@@ -10,9 +10,13 @@ activations raise the level each time, so their tokens never repeat; a warm-up p
 step that makes the optimizer's state) sits at another level and is skipped the same way.
 
 A short loop whose every iteration allocates and frees the same scalars (a ping-pong of two
-sizes at one level) repeats its tokens too. A period is therefore accepted only if its lowest
-level is also the lowest of the last ``max(3 * period, base_window)`` allocations: a whole step
-returns to the base level, a loop inside a step runs above it. A period that its user found
+sizes at one level) repeats its tokens too. A period is therefore accepted when its lowest
+level is also the lowest of the last ``max(3 * period, base_window)`` allocations (a whole step
+returns to the base level, a loop inside a step runs above it), or when it has repeated three
+times and for at least ``min_run`` allocations (a warm-up prefix that made lasting state, an
+optimizer's, sits below the steady base: the level test alone would wait until the window
+slides past it; a loop inside a step rarely runs three times at one level, and one that does
+is rejected by the caller when the steps it cuts do not repeat). A period that its user found
 wrong (:meth:`PeriodDetector.reject`: the steps it gave did not repeat) is not offered again.
 
 Candidate periods come from earlier positions of the same token (the few most recent), and each
@@ -56,7 +60,7 @@ class PeriodDetector:
     """Watches ``(nbytes, live_bytes)`` per allocation and finds the period, if any."""
 
     def __init__(self, *, min_period: int = 2, max_period: int = 1 << 20,
-                 base_window: int = 1024) -> None:
+                 base_window: int = 1024, min_run: int = 64) -> None:
         if type(min_period) is not int or min_period < 1:
             raise InvalidArgumentError(f"min_period must be an int >= 1, got {min_period!r}")
         if type(max_period) is not int or max_period < min_period:
@@ -66,7 +70,10 @@ class PeriodDetector:
             raise InvalidArgumentError(f"base_window must be an int >= 0, got {base_window!r}")
         self.min_period = min_period
         self.max_period = max_period
+        if type(min_run) is not int or min_run < 1:
+            raise InvalidArgumentError(f"min_run must be an int >= 1, got {min_run!r}")
         self.base_window = base_window
+        self.min_run = min_run
         self.reset()
 
     def reset(self) -> None:
@@ -120,8 +127,9 @@ class PeriodDetector:
         for p in sorted(p for p, run in runs.items() if run >= p):
             n = len(tokens) - 1
             lowest = min(levels[n - p + 1:])
-            if lowest > min(levels[max(0, n - max(3 * p, self.base_window) + 1):]):
-                continue  # a loop above the base level, not a step
+            if (runs[p] < max(self.min_run, 2 * p)
+                    and lowest > min(levels[max(0, n - max(3 * p, self.base_window) + 1):])):
+                continue  # a short loop above the base level, not a step
             phase = next(i for i in range(n - p + 1, n + 1) if levels[i] == lowest)
             return Period(p, (phase + self._offset) % p, n + self._offset)
         return None

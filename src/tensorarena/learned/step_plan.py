@@ -90,6 +90,7 @@ class StepPlan:
         self.optimal = made.optimal
         self.planner = made.planner
         self.planned = len(problem)
+        self.arena_bytes = max(self.height, 1)  #: what the arena takes from the upstream
         self.alignment = max([_MIN_ARENA_ALIGNMENT, *(b.alignment for b in problem.buffers)])
         self.base: int | None = None  #: the arena's address while it is held
         self.occupancy = Occupancy()
