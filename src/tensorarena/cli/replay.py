@@ -108,14 +108,17 @@ def _ratio(value: float | None) -> str:
 
 
 def _table(results: dict[str, ReplayResult]) -> str:
-    header = ("configuration", "peak reserved", "footprint", "at end", "frag", "ns/op",
-              "failures", "upstream")
+    steady = any(r.steady_footprint_ratio is not None for r in results.values())
+    header = ("configuration", "peak reserved", "footprint", *(("steady",) if steady else ()),
+              "at end", "frag", "ns/op", "failures", "upstream")
     rows = [header]
     for name, r in results.items():
         rows.append((
             name,
             "-" if r.peak_reserved_bytes is None else format_size(r.peak_reserved_bytes),
-            _ratio(r.footprint_ratio), _ratio(r.end_footprint_ratio),
+            _ratio(r.footprint_ratio),
+            *((_ratio(r.steady_footprint_ratio),) if steady else ()),
+            _ratio(r.end_footprint_ratio),
             "-" if r.fragmentation is None else f"{r.fragmentation:.1%}",
             f"{r.ns_per_op:,.0f}", str(r.failures),
             "-" if r.upstream_allocs is None else str(r.upstream_allocs),

@@ -410,6 +410,16 @@ class LearnedPlans:
                 num_upstream_allocs=held.allocations.total,
                 num_upstream_frees=held.allocations.freed)
 
+    def reset_peak_stats(self) -> None:
+        """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``): the
+        whole run's and the steady state's peaks start again from here."""
+        with self._lock:
+            self._meter.reset_peak_stats()
+            if self._peak_before_steady is not None:
+                self._peak_before_steady = 0
+            self._peak_live = self._live_bytes
+            self._peak_blocks = len(self._blocks)
+
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
         with self._lock:
