@@ -26,9 +26,17 @@ Design choices, and what they cost:
   the pattern is planned again from it. A first step that makes lasting state (an optimizer's)
   is thus replaced by the steady step after two more steps, and a step that differs once is not
   planned at all.
+* **Blocks carried into the next step.** A training loop's gradients are made in the backward
+  pass and freed by the next step's ``zero_grad``: at the marker they outlive their step, so
+  the first plan has no slot for them and the pool holds them beside a full arena. When the
+  next step repeats the recording, the pattern is planned again *cyclically*, from a cut after
+  the last of those frees (:meth:`~tensorarena.learned.recording.StepRecording.rotated`):
+  from the third step on the gradients have slots too and the arena is the whole footprint.
 * **Memory back to the system.** At every marker after a plan exists, the pool gives its empty
-  arenas back (``trim()``), so the steady state does not carry the first step's pool; a block
-  that outlived its step keeps only its own pool arena.
+  arenas back (``trim()``), and again before a plan takes its arena, so the steady state does
+  not carry the first step's pool; a block that outlived its step keeps only its own pool
+  arena. :meth:`LearnedPlans.report` gives the peak reserved since the last new plan began to
+  serve (the steady state) apart from the whole run's.
 * **Without markers** (``detect_steps=True``): the steps are found by
   :class:`~tensorarena.learned.step_finder.StepFinder` and planned from the last period seen,
   so a trace can be replayed with no markers (``tensorarena replay --strategy learned``).
@@ -59,7 +67,7 @@ from tensorarena.errors import (
 )
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
-from tensorarena.learned.recording import Recorder
+from tensorarena.learned.recording import Recorder, StepRecording
 from tensorarena.learned.report import FallbackReason, LearnedPlansReport
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
@@ -160,12 +168,18 @@ class LearnedPlans:
         self._unknown = False  # no plan matched its first allocations
         self._no_arena = False
         self._step_served = 0
+        self._previous: StepRecording | None = None  # the last step's recording, if learned
+        self._carried: set[int] = set()  # its blocks freed in this step
+        self._cut = 0  # allocations of this step before the last of those frees
         # Counters.
         self._live_bytes = self._peak_live = self._total_bytes = 0
         self._peak_blocks = self._allocations = 0
         self._served = self._out_of_order = self._steps = 0
         self._fallbacks = dict.fromkeys(FallbackReason, 0)
-        self._peak_before_steady: int | None = None  # None: no plan has served yet
+        # Reserved bytes: the meter's peak since the steady state began (a plan's first step),
+        # and the highest peak before that.
+        self._peak_before = 0
+        self._steady = False
 
     # --- properties --------------------------------------------------------------------------
 
@@ -273,6 +287,9 @@ class LearnedPlans:
             self._live_bytes -= nbytes
             if block.serial == self._serial:
                 self._recorder.freed(block.number)
+            elif block.serial == self._serial - 1 and self._previous is not None:
+                self._carried.add(block.number)
+                self._cut = len(self._recorder)
             if self._finder is not None:
                 self._finder.freed(block.epoch, block.history)
 
@@ -309,18 +326,29 @@ class LearnedPlans:
         if learn:
             self._steps += 1
             recording = self._recorder.finish()
+            previous, carried = self._previous, self._carried
             if cursor is None:
                 if not self._no_arena:
                     self._plans.learn_new(recording)
+            elif (carried and previous is not None
+                  and previous.signature() == recording.signature()
+                  and not (cursor.plan.cyclic
+                           and cursor.plan.signature == recording.signature())):
+                # The step repeats and carries blocks into the next: plan it cyclically.
+                cursor.plan.steps_served += 1
+                self._plans.learn(previous, cyclic=previous.rotated(carried, self._cut))
             else:
                 cursor.plan.steps_served += 1
                 self._plans.learn_again(cursor.plan, recording)
             if self._finder is not None and self._finder.step_ended(self._step_served,
                                                                     len(recording)):
                 self._plans.retire_all()  # planned from a wrong period
+        else:
+            recording = None
         if len(self._plans):
             self._pool.trim()  # the memory the pool served this step goes back
         self._begin_step()
+        self._previous = recording
 
     def _begin_step(self) -> None:
         self._serial += 1
@@ -329,6 +357,9 @@ class LearnedPlans:
         self._cursor = None
         self._unknown = self._no_arena = False
         self._step_served = 0
+        self._previous = None
+        self._carried = set()
+        self._cut = 0
 
     def _choose(self, nbytes: int, position: int) -> None:
         """Pick the plan for the step in progress from its first allocations."""
@@ -341,14 +372,18 @@ class LearnedPlans:
         if plan is None:
             self._cursor, self._unknown = None, True
             return
+        if plan.base is None:
+            self._pool.trim()  # what the pool holds empty goes back before the arena comes
         try:
             self._plans.take_arena(plan)
         except MemoryError:
             self._cursor, self._unknown, self._no_arena = None, True, True
             return
-        if self._peak_before_steady is None:  # the first step a plan serves: steady from here
-            self._peak_before_steady = self._meter.statistics().requested_bytes.peak
+        if not plan.steps_served and position == 0:  # a new plan's first step: steady from here
+            self._peak_before = max(self._peak_before,
+                                    self._meter.statistics().requested_bytes.peak)
             self._meter.reset_peak_stats()
+            self._steady = True
         self._cursor = StepCursor(plan, position, self._lookahead)
 
     def _find_steps(self, finder: StepFinder, nbytes: int) -> None:
@@ -386,9 +421,8 @@ class LearnedPlans:
                 plans_evicted=self._plans.evicted, allocations=self._allocations,
                 served=self._served, served_out_of_order=self._out_of_order,
                 fell_back=sum(fallbacks.values()), **fallbacks, reserved_bytes=held.current,
-                peak_reserved_bytes=max(held.peak, self._peak_before_steady or 0),
-                steady_peak_reserved_bytes=None if self._peak_before_steady is None
-                else held.peak,
+                peak_reserved_bytes=max(held.peak, self._peak_before),
+                steady_peak_reserved_bytes=held.peak if self._steady else None,
                 arena_bytes=self._plans.arena_bytes,
                 period=None if period is None else period.length,
                 plans=self._plans.summaries())
@@ -400,8 +434,8 @@ class LearnedPlans:
             held = self._meter.statistics()
             live = Count(self._live_bytes, self._peak_live, self._total_bytes)
             reserved = held.requested_bytes
-            reserved = Count(reserved.current,
-                             max(reserved.peak, self._peak_before_steady or 0), reserved.total)
+            reserved = Count(reserved.current, max(reserved.peak, self._peak_before),
+                             reserved.total)
             return MemoryStatistics(
                 requested_bytes=live, allocated_bytes=live, active_bytes=live,
                 reserved_bytes=reserved,
@@ -415,8 +449,7 @@ class LearnedPlans:
         whole run's and the steady state's peaks start again from here."""
         with self._lock:
             self._meter.reset_peak_stats()
-            if self._peak_before_steady is not None:
-                self._peak_before_steady = 0
+            self._peak_before = 0
             self._peak_live = self._live_bytes
             self._peak_blocks = len(self._blocks)
 

@@ -7,6 +7,9 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 * a plan is looked up by the sizes of a step's first allocations, most recently used first;
 * a new pattern is learned at once while there is room, else only when it recurs;
 * a pattern whose steps differ from its plan the same way twice in a row is learned again;
+* a pattern whose step repeats and carries blocks into the next (gradients freed by the next
+  ``zero_grad``) is learned again once, cyclically (:meth:`StepRecording.rotated`), so that
+  those blocks get slots too;
 * to make room the least recently used plan goes, preferring one with no live block; a plan
   that goes while blocks live in its arena is *retired*: the arena goes back with its last block.
 """
@@ -77,11 +80,13 @@ class PlanCache:
         else:
             plan.candidate = signature
 
-    def learn(self, recording: StepRecording) -> None:
-        """Plan ``recording`` and keep the plan, making room if needed."""
+    def learn(self, recording: StepRecording, *, cyclic: StepRecording | None = None) -> None:
+        """Plan ``recording`` (with ``cyclic``'s lifetimes: its rotation) and keep the plan,
+        making room if needed."""
         if not len(recording):
             return
-        plan = StepPlan(recording, key_length=self.key_length, node_limit=self._node_limit)
+        plan = StepPlan(recording, key_length=self.key_length, node_limit=self._node_limit,
+                        cyclic=cyclic)
         if not plan.planned:
             return
         old = self._plans.pop(plan.key, None)

@@ -15,6 +15,7 @@ clock at which the window ends).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from tensorarena.planning.problem import Buffer, Problem
@@ -40,9 +41,10 @@ class RecordedAllocation:
 
 @dataclass(frozen=True, slots=True)
 class StepRecording:
-    """The allocations of one step, in the order they were made."""
+    """The allocations of one step, in the order they were made, over ``ticks`` ticks."""
 
     allocations: tuple[RecordedAllocation, ...]
+    ticks: int = 0
 
     def __len__(self) -> int:
         return len(self.allocations)
@@ -60,6 +62,36 @@ class StepRecording:
     def key(self, length: int) -> tuple[int, ...]:
         """The sizes of the first ``length`` allocations: what a plan is looked up by."""
         return tuple(a.nbytes for a in self.allocations[:length])
+
+    def rotated(self, carried: Collection[int], cut: int) -> StepRecording:
+        """The step seen from a cut after its blocks *carried* into the next step are freed,
+        so that those blocks fit inside one step.
+
+        ``carried`` are the positions of allocations that outlived this step and were freed in
+        the next one, the last of them after the next step's first ``cut`` allocations. A
+        training step makes its gradients in the backward pass and the next step's
+        ``zero_grad`` frees them: cut at the marker, every gradient outlives its step and has
+        no slot. Cut before allocation ``cut`` instead (a repeating step looks the same from
+        any point), the window from there to the end of this step, followed by the next step's
+        first ``cut`` allocations (this step's stand for them), holds each gradient from its
+        birth to the window's end. Positions are kept (a step is still matched from its
+        marker); lifetimes move to the window's clock. A carried block is taken to live to the
+        window's end, a little longer than it does: safe, and exact when the frees come first.
+        A block that would not fit in the window (live across the cut in its own step, or
+        carried but made before the cut) outlives it.
+        """
+        length = self.ticks
+        allocations = self.allocations
+        at = allocations[cut].start if cut < len(allocations) else length
+        rotated = []
+        for i, a in enumerate(allocations):
+            end = a.end if a.end is not None else (length + at if i in carried else None)
+            shift = -at if i >= cut else length - at
+            inside = end is not None and end + shift <= length
+            rotated.append(RecordedAllocation(
+                a.nbytes, a.alignment, a.start + shift,
+                end + shift if inside and end is not None else None))
+        return StepRecording(tuple(rotated), length)
 
     def problem(self) -> Problem:
         """The planning problem: one buffer per allocation that was freed within the step,
@@ -118,10 +150,10 @@ class Recorder:
         window ends at tick ``until`` (default: now); frees after it count as outliving it."""
         last = len(self._sizes) if last is None else last
         until = self._clock if until is None else until
-        base = self._starts[first] if first < last else 0
+        base = self._starts[first] if 0 < first < last else 0  # a window starts at its first
         allocations = tuple(
             RecordedAllocation(
                 self._sizes[i], self._alignments[i], self._starts[i] - base,
                 None if (end := self._ends[i]) is None or end >= until else end - base)
             for i in range(first, last))
-        return StepRecording(allocations)
+        return StepRecording(allocations, until - base)

@@ -67,7 +67,8 @@ class LearnedPlansReport:
     no_arena: int
     reserved_bytes: int  #: held from the upstream now (arenas and the dynamic pool)
     peak_reserved_bytes: int  #: the most ever held
-    #: the most held since the first step a plan served (``None``: none served yet)
+    #: the most held since the last new plan began to serve: the steady state once learning
+    #: has settled (``None``: no plan served yet)
     steady_peak_reserved_bytes: int | None
     arena_bytes: int  #: held in planned arenas now
     period: int | None  #: allocations per step found without markers (``None``: not found)

@@ -74,7 +74,12 @@ class StepPlan:
     """Offsets for a recorded step's allocations in one arena, and the arena's live blocks."""
 
     def __init__(self, recording: StepRecording, *, key_length: int,
-                 node_limit: int | None) -> None:
+                 node_limit: int | None, cyclic: StepRecording | None = None) -> None:
+        # A cyclic plan is made from ``recording.rotated(...)`` (passed as ``cyclic``): its
+        # lifetimes, the unrotated recording's signature.
+        signature = recording.signature()
+        if cyclic is not None:
+            recording = cyclic
         problem = recording.problem()
         made = plan(problem, "auto", node_limit=node_limit, time_limit=math.inf)
         offsets: list[int | None] = [None] * len(recording)
@@ -82,7 +87,8 @@ class StepPlan:
             offsets[int(buffer.id)] = offset
         self.key = recording.key(key_length)
         self.sizes = recording.sizes
-        self.signature = recording.signature()
+        self.signature = signature
+        self.cyclic = cyclic is not None
         self.size_set = frozenset(self.sizes)
         self.offsets: tuple[int | None, ...] = tuple(offsets)
         self.height = made.height
