@@ -9,7 +9,8 @@ each trace, in one run: ``best_fit`` (the default pool: best fit, default growth
   requests of varying shapes): single steps or no exact repeat, so ``learned`` can at best match
   the pool there;
 * ``training_step x8``: the shipped training step repeated eight times, the blocks it leaves
-  live (the gradients) freed at the start of the next step, as ``zero_grad`` does;
+  live (the gradients) freed at the start of the next step, as ``zero_grad`` does; also run
+  with a marker after each step (``step()``) rather than found without markers;
 * ``gpt2_train x6`` / ``bert_serve x8`` (``--record``, needs torch and transformers): six real
   AdamW training steps of a two-layer GPT-2 from a fresh optimizer (the first step makes the
   optimizer's state: a warm-up), and eight fixed-shape requests to a two-layer BERT, recorded
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from tensorarena.learned import LearnedPlans
@@ -58,6 +60,41 @@ def repeat_steps(trace: Trace, steps: int) -> Trace:
         previous = {ident + k * stride: nbytes for ident, nbytes in left.items()}
     out += [Event(FREE, ident, nbytes) for ident, nbytes in previous.items()]
     return Trace.from_events(out, name=f"{trace.name} x{steps}")
+
+
+def marked_replay(step: Trace, steps: int) -> dict[str, Any]:
+    """``step`` run ``steps`` times on LearnedPlans with a marker after each run (what
+    ``repeat_steps`` replays without markers): whole-run and steady footprints."""
+    plans = LearnedPlans(VirtualMemory())
+    events = list(step)
+    left: dict[int, tuple[int, int]] = {}
+    live = peak = 0
+    markers: list[float] = []  # seconds per step(): planning happens there
+    for _ in range(steps):
+        for address, nbytes in left.values():
+            plans.deallocate(address, nbytes)
+            live -= nbytes
+        left = {}
+        for event in events:
+            if event.op == ALLOC:
+                left[event.id] = (plans.allocate(event.nbytes), event.nbytes)
+                live += event.nbytes
+                peak = max(peak, live)
+            else:
+                plans.deallocate(left.pop(event.id)[0], event.nbytes)
+                live -= event.nbytes
+        began = time.perf_counter()
+        plans.step()
+        markers.append(time.perf_counter() - began)
+    for address, nbytes in left.values():
+        plans.deallocate(address, nbytes)
+    report = plans.report()
+    steady = report.steady_peak_reserved_bytes
+    return {"footprint_ratio": round(report.peak_reserved_bytes / peak, 6),
+            "steady_footprint_ratio": None if steady is None else round(steady / peak, 6),
+            "served": report.served, "allocations": report.allocations,
+            "marker_seconds": [round(t, 3) for t in markers],
+            "fallbacks": {r.value: n for r, n in report.fallbacks().items() if n}}
 
 
 def recorded_traces() -> dict[str, Trace]:
@@ -114,8 +151,9 @@ def main(argv: list[str]) -> int:
     if args.record:
         traces.update(recorded_traces())
     rows = {name: measure(trace) for name, trace in traces.items()}
+    marked = marked_replay(traces["training_step"], 8)
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"replays": rows, "training_step x8 with markers": marked}))
         return 0
     print(f"{'trace':18} {'config':13} {'footprint':>9} {'steady':>7} {'at end':>7} "
           f"{'ns/op':>8}")
@@ -127,6 +165,7 @@ def main(argv: list[str]) -> int:
                   f"{'-' if steady is None else f'{steady:.3f}':>7} "
                   f"{r['end_footprint_ratio']:7.3f} {r['ns_per_op']:8,.0f}")
         print(f"{'':18} learned: {row['learned_report']}")
+    print(f"training_step x8 with a marker after each step: {marked}")
     return 0
 
 

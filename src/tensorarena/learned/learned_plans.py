@@ -50,7 +50,6 @@ free, a foreign address, a size mismatch (the errors of :mod:`tensorarena.errors
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,17 +57,17 @@ from typing import NamedTuple
 
 from tensorarena.adaptors.counting import Counting
 from tensorarena.core.registry import StrategySpec
-from tensorarena.debug import check
 from tensorarena.errors import (
     InvalidAddressError,
     InvalidArgumentError,
     ResourceClosedError,
     SizeMismatchError,
 )
+from tensorarena.learned._learned_statistics import LearnedStatistics
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
 from tensorarena.learned.recording import Recorder, StepRecording
-from tensorarena.learned.report import FallbackReason, LearnedPlansReport
+from tensorarena.learned.report import FallbackReason
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
 from tensorarena.memory.host import HostMemory
@@ -88,7 +87,6 @@ from tensorarena.sizes import (
     check_nbytes,
     format_size,
 )
-from tensorarena.stats import Count, MemoryStatistics
 
 __all__ = ["DEFAULT_LEARNED_NODE_LIMIT", "LearnedPlans"]
 
@@ -114,7 +112,7 @@ def _positive(value: object, name: str) -> int:
     return value
 
 
-class LearnedPlans:
+class LearnedPlans(LearnedStatistics):
     """A resource that learns a plan from the first run of a repeating step (module docstring).
 
     ``upstream`` gives the bytes (default :class:`~tensorarena.memory.HostMemory`): the arenas
@@ -410,49 +408,6 @@ class LearnedPlans:
             self._plans.retire_all()
             self._pool.close()
 
-    def report(self) -> LearnedPlansReport:
-        """What happened so far: steps, plans, served and fallen back (by reason)."""
-        with self._lock:
-            held = self._meter.statistics().requested_bytes
-            fallbacks = {reason.value: n for reason, n in self._fallbacks.items()}
-            period = None if self._finder is None else self._finder.period
-            return LearnedPlansReport(
-                steps=self._steps, plans_learned=self._plans.learned,
-                plans_evicted=self._plans.evicted, allocations=self._allocations,
-                served=self._served, served_out_of_order=self._out_of_order,
-                fell_back=sum(fallbacks.values()), **fallbacks, reserved_bytes=held.current,
-                peak_reserved_bytes=max(held.peak, self._peak_before),
-                steady_peak_reserved_bytes=held.peak if self._steady else None,
-                arena_bytes=self._plans.arena_bytes,
-                period=None if period is None else period.length,
-                plans=self._plans.summaries())
-
-    def statistics(self) -> MemoryStatistics:
-        """A frozen snapshot in the vocabulary of :mod:`tensorarena.stats`: requested bytes
-        are the callers' live blocks, reserved bytes what is held from the upstream."""
-        with self._lock:
-            held = self._meter.statistics()
-            live = Count(self._live_bytes, self._peak_live, self._total_bytes)
-            reserved = held.requested_bytes
-            reserved = Count(reserved.current, max(reserved.peak, self._peak_before),
-                             reserved.total)
-            return MemoryStatistics(
-                requested_bytes=live, allocated_bytes=live, active_bytes=live,
-                reserved_bytes=reserved,
-                allocations=Count(len(self._blocks), self._peak_blocks, self._allocations),
-                segments=held.allocations,
-                num_upstream_allocs=held.allocations.total,
-                num_upstream_frees=held.allocations.freed)
-
-    def reset_peak_stats(self) -> None:
-        """Set every peak to its current value (``torch.cuda.reset_peak_memory_stats``): the
-        whole run's and the steady state's peaks start again from here."""
-        with self._lock:
-            self._meter.reset_peak_stats()
-            self._peak_before = 0
-            self._peak_live = self._live_bytes
-            self._peak_blocks = len(self._blocks)
-
     def live_blocks(self) -> dict[int, int]:
         """A copy of the live blocks: address → requested bytes."""
         with self._lock:
@@ -478,21 +433,3 @@ class LearnedPlans:
             return exc
         return InvalidAddressError(  # pragma: no cover - every pool block is in _blocks
             f"address {address:#x} is not a live block of this LearnedPlans", address=address)
-
-    def _check_invariants(self) -> None:
-        """Raise :class:`~tensorarena.errors.InvariantError` if a live block shares bytes with
-        another, lies outside its arena, or the counts drift."""
-        with self._lock:
-            check(self._live_bytes == sum(b.nbytes for b in self._blocks.values()),
-                  "live bytes drift")
-            check(self._served + sum(self._fallbacks.values()) == self._allocations,
-                  "served and fallen back do not add up")
-            ranges = sorted((address, address + b.nbytes) for address, b in self._blocks.items())
-            for (_, end), (start, _) in itertools.pairwise(ranges):
-                check(end <= start, "two live blocks share bytes")
-            for address, b in self._blocks.items():
-                if b.plan is not None:
-                    check(b.plan.base is not None and address == b.plan.base + b.offset
-                          and b.offset + b.nbytes <= b.plan.height, "a block outside its arena")
-            check(len(self._pool) == sum(b.plan is None for b in self._blocks.values()),
-                  "pool blocks drift")
