@@ -391,3 +391,16 @@ def test_arrays_over_the_resource() -> None:
     stats = plans.statistics()
     assert stats.requested_bytes.current == 0 and stats.reserved_bytes.current > 0
     assert report.fallbacks()[FallbackReason.UNKNOWN_PATTERN] == 3
+
+
+def test_an_allocation_the_pool_refuses_leaves_the_step_where_it_was() -> None:
+    from tensorarena.adaptors import Limiting
+    from tensorarena.errors import OutOfMemoryError
+
+    plans = LearnedPlans(Limiting(HostMemory(), "1MiB"))
+    b = Bytes(plans)
+    _step(b)
+    with pytest.raises(OutOfMemoryError):
+        plans.allocate(4 << 20)  # no slot of that size: the pool asks the upstream, refused
+    _step(b)  # the step goes on as if it had not been asked: every allocation served
+    assert plans.report().served == N

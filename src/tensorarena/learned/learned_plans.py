@@ -45,7 +45,9 @@ Design choices, and what they cost:
   the threads took the lock in, which matches the recording only if the program's is stable.
 
 Every error is raised before any state changes: a zero or bad size, a bad alignment, a double
-free, a foreign address, a size mismatch (the errors of :mod:`tensorarena.errors`).
+free, a foreign address, a size mismatch (the errors of :mod:`tensorarena.errors`). An
+allocation the pool refuses (out of memory) leaves the step where it was; only a detector that
+finds steps without markers has seen it.
 """
 
 from __future__ import annotations
@@ -214,6 +216,7 @@ class LearnedPlans(LearnedStatistics):
             if finder is not None:
                 self._find_steps(finder, nbytes)
             position = len(self._recorder)
+            before = (self._cursor, self._unknown, self._no_arena)
             if position < self._plans.key_length and not self._unknown:
                 self._choose(nbytes, position)
             cursor = self._cursor
@@ -227,9 +230,11 @@ class LearnedPlans(LearnedStatistics):
             if isinstance(matched, FallbackReason):
                 try:
                     address = self._pool.allocate(nbytes, alignment)
-                except BaseException:
+                except BaseException:  # the step is where it was (an arena taken stays)
                     if cursor is not None:
                         cursor.restore(saved)
+                    self._cursor, self._unknown, self._no_arena = before
+                    del self._observed[position:]
                     raise
                 self._fallbacks[matched] += 1
                 block = _Block(nbytes, None, 0, self._serial)
