@@ -215,7 +215,8 @@ class LearnedPlans(LearnedStatistics):
             finder = self._finder
             if finder is not None:
                 self._find_steps(finder, nbytes)
-            position = len(self._recorder)
+            recorder = self._recorder
+            position = len(recorder)
             before = (self._cursor, self._unknown, self._no_arena)
             if position < self._plans.key_length and not self._unknown:
                 self._choose(nbytes, position)
@@ -227,7 +228,20 @@ class LearnedPlans(LearnedStatistics):
             else:
                 saved = cursor.save()
                 matched = cursor.match(nbytes, alignment)
-            if isinstance(matched, FallbackReason):
+            plan: StepPlan | None
+            if type(matched) is tuple:
+                assert cursor is not None
+                slot, reordered = matched
+                plan = cursor.plan
+                offset = plan.offsets[slot]
+                assert offset is not None and plan.base is not None
+                plan.occupancy.take(offset, offset + nbytes)
+                address = plan.base + offset
+                self._served += 1
+                self._step_served += 1
+                if reordered:
+                    self._out_of_order += 1
+            else:
                 try:
                     address = self._pool.allocate(nbytes, alignment)
                 except BaseException:  # the step is where it was (an arena taken stays)
@@ -236,29 +250,22 @@ class LearnedPlans(LearnedStatistics):
                     self._cursor, self._unknown, self._no_arena = before
                     del self._observed[position:]
                     raise
-                self._fallbacks[matched] += 1
-                block = _Block(nbytes, None, 0, self._serial)
+                self._fallbacks[matched] += 1  # type: ignore[index]
+                plan, offset = None, 0
+            number = recorder.allocated(nbytes, alignment)
+            if finder is None:
+                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number)
             else:
-                assert cursor is not None
-                plan, (slot, reordered) = cursor.plan, matched
-                offset = plan.offsets[slot]
-                assert offset is not None and plan.base is not None
-                plan.occupancy.take(offset, offset + nbytes)
-                address = plan.base + offset
-                self._served += 1
-                self._step_served += 1
-                self._out_of_order += reordered
-                block = _Block(nbytes, plan, offset, self._serial)
-            block = block._replace(number=self._recorder.allocated(nbytes, alignment))
-            if finder is not None:
-                block = block._replace(epoch=finder.epoch,
-                                       history=finder.log(nbytes, alignment))
-            self._blocks[address] = block
+                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number,
+                                               finder.epoch, finder.log(nbytes, alignment))
             self._allocations += 1
-            self._live_bytes += nbytes
+            live = self._live_bytes + nbytes
+            self._live_bytes = live
             self._total_bytes += nbytes
-            self._peak_live = max(self._peak_live, self._live_bytes)
-            self._peak_blocks = max(self._peak_blocks, len(self._blocks))
+            if live > self._peak_live:
+                self._peak_live = live
+            if len(self._blocks) > self._peak_blocks:
+                self._peak_blocks = len(self._blocks)
             return address
 
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:

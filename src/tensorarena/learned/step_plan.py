@@ -127,13 +127,13 @@ class StepCursor:
         self._lookahead = lookahead
         self._skipped: dict[int, None] = {}  # slots passed over in this step, oldest first
 
-    def save(self) -> tuple[int, dict[int, None]]:
+    def save(self) -> tuple[int, dict[int, None] | None]:
         """The cursor's state, to :meth:`restore` if the allocation it matched fails."""
-        return self.position, dict(self._skipped)
+        return self.position, dict(self._skipped) if self._skipped else None
 
-    def restore(self, state: tuple[int, dict[int, None]]) -> None:
+    def restore(self, state: tuple[int, dict[int, None] | None]) -> None:
         """Go back to a state :meth:`save` returned."""
-        self.position, self._skipped = state[0], dict(state[1])
+        self.position, self._skipped = state[0], dict(state[1] or {})
 
     def match(self, nbytes: int, alignment: int) -> tuple[int, bool] | FallbackReason:
         """The slot for the next allocation and whether it was out of order, or why none."""
