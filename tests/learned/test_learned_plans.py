@@ -404,3 +404,17 @@ def test_an_allocation_the_pool_refuses_leaves_the_step_where_it_was() -> None:
         plans.allocate(4 << 20)  # no slot of that size: the pool asks the upstream, refused
     _step(b)  # the step goes on as if it had not been asked: every allocation served
     assert plans.report().served == N
+
+
+def test_a_cursor_on_a_plan_whose_arena_went_back_falls_back() -> None:
+    from tensorarena.learned.recording import RecordedAllocation, StepRecording
+    from tensorarena.learned.step_plan import StepCursor, StepPlan
+
+    recording = StepRecording((RecordedAllocation(64, 64, 0, 1),
+                               RecordedAllocation(64, 64, 2, 3)), 4)
+    plan = StepPlan(recording, key_length=4, node_limit=100)
+    plan.base = 1 << 20
+    cursor = StepCursor(plan, 0, lookahead=4)
+    assert cursor.match(64, 64) == (0, False)
+    plan.base = None  # retired and given back while a step still pointed at it
+    assert cursor.match(64, 64) is FallbackReason.NO_ARENA

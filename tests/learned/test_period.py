@@ -114,3 +114,4 @@ def test_the_resource_finds_its_steps_and_serves_them(warm_up: bool) -> None:
     assert plan.optimal
     plans._check_invariants()
     assert len(plans) == 0
+

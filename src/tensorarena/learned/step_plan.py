@@ -161,7 +161,8 @@ class StepCursor:
         offset = plan.offsets[slot]
         if offset is None:
             return FallbackReason.OUTLIVED_RECORDING
-        assert plan.base is not None
+        if plan.base is None:  # retired while the step ran, and its arena went back
+            return FallbackReason.NO_ARENA
         if (plan.base + offset) & (alignment - 1):
             return FallbackReason.ALIGNMENT
         if not plan.occupancy.is_free(offset, offset + nbytes):
