@@ -86,12 +86,14 @@ void release(Route* route) {  // under the GIL
   delete route;
 }
 
-// Keep the exception being raised as the route's last error (under the GIL); clears it.
+// Keep the exception being raised as the route's last error (under the GIL); clears it. Without
+// its traceback: the resource's frame links back (f_back) to the program's frames, whose locals
+// (a forward's activations) it would keep alive.
 void keep_error(Route* route) {
   PyObject *type, *value, *trace;
   PyErr_Fetch(&type, &value, &trace);
   PyErr_NormalizeException(&type, &value, &trace);
-  if (value != nullptr && trace != nullptr) PyException_SetTraceback(value, trace);
+  if (value != nullptr) PyException_SetTraceback(value, Py_None);
   Py_XDECREF(route->last_error);
   route->last_error = value;  // the reference moves
   Py_XDECREF(type);
