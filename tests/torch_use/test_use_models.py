@@ -99,3 +99,34 @@ def test_a_refusal_in_the_middle_of_a_forward_raises_and_leaks_nothing(shim: Any
     assert pool.statistics().allocations.current == 0
     loss = model(input_ids=ids, labels=ids).loss  # the program goes on, on torch's allocator
     assert torch.isfinite(loss)
+
+
+class _Kernels(torch.nn.Module):
+    """Ops whose kernels allocate scratch of their own (the planned executor's kernel arena)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.conv = torch.nn.Conv1d(16, 16, 3, padding=1)
+
+    def forward(self, x: Any) -> Any:
+        return self.conv(self.norm(x).transpose(1, 2)).transpose(1, 2).softmax(-1)
+
+
+def test_a_planned_program_with_its_kernel_arena_runs_under_a_route(shim: Any) -> None:
+    from tensorarena.runtime import PlannedProgram
+
+    model, x = _Kernels(), torch.randn(2, 8, 16)
+    with torch.no_grad():
+        expected = model(x)
+    program = PlannedProgram.from_module(model, (x,), kernel_arena="all")
+    program(x)
+    pool = ta.Pool(ta.HostMemory())
+    with use(pool) as route:  # the shim installed twice over: by the route and by each call
+        results = [program(x).clone() for _ in range(3)]
+    assert all(torch.equal(r, expected) for r in results)
+    assert program.report().kernel_served > 0 and route.statistics().allocations.total > 0
+    assert not shim.installed()
+    del results
+    gc.collect()
+    assert route.statistics().allocations.current == 0 and shim.outstanding() == 0

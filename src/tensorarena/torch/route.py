@@ -124,6 +124,7 @@ class Route:
         self._capsule: Any = None
         self._allocator: Any = None
         self._context: Any = None
+        self._resource: MemoryResource | None
         if kind == "cpu":
             self._resource = default_resource() if resource is None else check_resource(
                 resource, name="resource")
@@ -161,7 +162,7 @@ class Route:
     @property
     def threads(self) -> Threads:
         """``"all"`` or ``"calling"``."""
-        return self._threads  # type: ignore[return-value]
+        return self._threads
 
     @property
     def installed(self) -> bool:
@@ -195,7 +196,7 @@ class Route:
         global _exit_hooked
         shim = _shim()
         if self._capsule is None:
-            resource = self._resource
+            resource = self.resource
             self._capsule = shim.new_route(resource.allocate, resource.deallocate, CPU_ALIGNMENT)
         if not _exit_hooked:
             atexit.register(shim.shutdown)  # frees during shutdown must not call into Python
