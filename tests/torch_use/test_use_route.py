@@ -303,3 +303,15 @@ def test_the_default_resource_serves_when_none_is_given(shim: Any) -> None:
         kept = torch.ones(64)
     assert "uninstalled" in repr(route) and "live=1" in repr(route)
     del kept
+
+
+def test_torchs_profiler_and_the_trace_recorder_see_routed_allocations(pool: Any) -> None:
+    from tensorarena.trace.torch_recorder import record_torch
+
+    with record_torch() as recording, use(pool):
+        x = torch.ones(1000)
+        y = (x * 3).sum()
+        del x
+    sizes = [e.nbytes for e in recording.trace.events if e.op == "a"]
+    assert sizes.count(4000) == 2 and float(y) == 3000
+    del y

@@ -1,15 +1,15 @@
 """``tensorarena bench torch-use``: what one allocation costs under ``tensorarena.torch.use``.
 
 For a few sizes, ``torch.empty(n, dtype=torch.uint8)`` is made and dropped in a loop (an allocation
-and a free per iteration) with torch's own CPU allocator, then under a route to a pool
-(``Pool(HostMemory())``, best fit, a thread-safe pool as the default resource is), and under a
-route whose resource only counts calls into a pool (``Counting``), which shows what a plain adaptor
-adds, and under a route to a resource that does almost nothing (one slot, handed out and taken
-back: ``route-slot``), which is the price of the route itself. Each configuration's loop is timed
-in batches; the median batch's ns per iteration is printed, and the overhead over torch's: the
-route's price is one Python call to ``allocate`` and one to ``deallocate`` per tensor, with the GIL
-held (see :mod:`tensorarena.torch.route`). Configurations take turns batch by batch, so a burst of
-load elsewhere on the machine hits them alike. A benchmark, not a test: it asserts nothing.
+and a free per iteration) with torch's own CPU allocator, then under routes to three resources:
+one that does almost nothing (one slot, handed out and taken back: ``route-slot``, the price of
+the route itself: one Python call to ``allocate`` and one to ``deallocate`` per tensor, with the
+GIL held, see :mod:`tensorarena.torch.route`); the default resource (``route-default``: a thread
+cache over a pool, what ``use()`` takes when given none); a plain ``Pool(HostMemory())``, best fit
+(``route-pool``). Each configuration's loop is timed in batches; the median batch's ns per
+iteration is printed, with the overhead over torch's. Configurations take turns batch by batch,
+so a burst of load elsewhere on the machine hits them alike. A benchmark, not a test: it asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tensorarena._version import build
 __all__ = ["configure", "main", "measure", "run"]
 
 SIZES = (64, 4096, 1 << 20)
-CONFIGS = ("torch", "route-slot", "route-pool", "route-counting")
+CONFIGS = ("torch", "route-slot", "route-default", "route-pool")
 
 
 class _OneSlot:
@@ -64,16 +64,15 @@ def measure(sizes: Sequence[int] = SIZES, *, iterations: int = 2000, batches: in
     """Median ns per make-and-drop of a tensor of each size, per configuration."""
     import torch
 
-    from tensorarena.adaptors import Counting
+    from tensorarena.interop import default_resource
     from tensorarena.memory import HostMemory, Pool
     from tensorarena.torch import use
 
     pool = Pool(HostMemory(), strategy="best_fit")
-    counting = Counting(Pool(HostMemory(), strategy="best_fit"))
     slot = _OneSlot(HostMemory(), max(sizes))
     routes: dict[str, Callable[[], Any]] = {
         "torch": lambda: None, "route-slot": lambda: use(slot), "route-pool": lambda: use(pool),
-        "route-counting": lambda: use(counting)}
+        "route-default": lambda: use(default_resource())}
     samples: dict[str, dict[int, list[float]]] = {c: {n: [] for n in sizes} for c in CONFIGS}
     for nbytes in sizes:
         for config in CONFIGS:  # warm up: the shim built, the pools grown
@@ -118,12 +117,12 @@ def run(args: argparse.Namespace) -> int:
                                             for c, r in results.items()}}, indent=2))
         return 0
     print(f"{'bytes':>9}  " + "  ".join(f"{c:>15}" for c in CONFIGS)
-          + "  slot - torch  pool - torch")
+          + "  slot - torch  default - torch")
     for nbytes in SIZES:
         cells = "  ".join(f"{results[c][nbytes]:>12.0f} ns" for c in CONFIGS)
         slot = results["route-slot"][nbytes] - results["torch"][nbytes]
-        pool_extra = results["route-pool"][nbytes] - results["torch"][nbytes]
-        print(f"{nbytes:>9}  {cells}  {slot:>9.0f} ns  {pool_extra:>9.0f} ns")
+        default = results["route-default"][nbytes] - results["torch"][nbytes]
+        print(f"{nbytes:>9}  {cells}  {slot:>9.0f} ns  {default:>12.0f} ns")
     print(f"median of {batches} batches of {iterations} torch.empty + drop per configuration")
     return 0
 

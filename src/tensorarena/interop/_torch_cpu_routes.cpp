@@ -20,6 +20,9 @@
 //  * frees after the interpreter began to shut down (shutdown() at exit, or finalizing): the
 //    block is leaked, since the resource's interpreter is going; the process is ending anyway.
 //  * fork: the table's lock is held across fork, so the child finds it consistent.
+// Each routed allocation and free is reported to torch's profiler as torch's own CPU allocator
+// reports its own (when the thread is profiling memory), so `tensorarena trace record` and
+// torch.profiler(profile_memory=True) see the program's allocations under a route too.
 // A route lives while a Python capsule, a current slot or a live block refers to it; all three
 // counts change under the GIL, and the last one drops the resource's methods.
 #include "_torch_cpu_shim.h"
@@ -141,6 +144,10 @@ void give_back(Route* route, void* data, size_t nbytes) {
   Py_XDECREF(result);
   route->blocks--;
   route->bytes -= nbytes;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(nbytes), route->bytes,
+                                     route->bytes, c10::Device(c10::DeviceType::CPU));
+  }
   in_call--;
   release(route);
   drain();
@@ -218,6 +225,11 @@ c10::DataPtr route_allocate(size_t nbytes) {
     route->bytes += nbytes;
     route->bytes_total += nbytes;
     if (route->bytes > route->bytes_peak) route->bytes_peak = route->bytes;
+    if (c10::memoryProfilingEnabled()) {
+      c10::reportMemoryUsageToProfiler(reinterpret_cast<void*>(address),
+                                       static_cast<int64_t>(nbytes), route->bytes, route->bytes,
+                                       c10::Device(c10::DeviceType::CPU));
+    }
   } else {
     route->ooms++;
   }
