@@ -1,15 +1,16 @@
 """``tensorarena bench torch-use``: what one allocation costs under ``tensorarena.torch.use``.
 
 For a few sizes, ``torch.empty(n, dtype=torch.uint8)`` is made and dropped in a loop (an allocation
-and a free per iteration) with torch's own CPU allocator, then under routes to three resources:
-one that does almost nothing (one slot, handed out and taken back: ``route-slot``, the price of
-the route itself: one Python call to ``allocate`` and one to ``deallocate`` per tensor, with the
-GIL held, see :mod:`tensorarena.torch.route`); the default resource (``route-default``: a thread
-cache over a pool, what ``use()`` takes when given none); a plain ``Pool(HostMemory())``, best fit
+and a free per iteration) with torch's own CPU allocator, then under routes to three resources: one
+that does almost nothing (one slot, handed out and taken back: ``route-slot``, the price of the
+route itself: one Python call to ``allocate`` and one to ``deallocate`` per tensor, with the GIL
+held, see :mod:`tensorarena.torch.route`); the default resource (``route-default``: a thread cache
+over a pool, what ``use()`` takes when given none); a plain ``Pool(HostMemory())``, best fit
 (``route-pool``). Each configuration's loop is timed in batches; the median batch's ns per
-iteration is printed, with the overhead over torch's. Configurations take turns batch by batch,
-so a burst of load elsewhere on the machine hits them alike. A benchmark, not a test: it asserts
-nothing.
+iteration (CPU time) is printed, with the overhead over torch's. Configurations take turns batch by
+batch, so a burst of load elsewhere on the machine hits them alike, and time is the thread's CPU
+time (``time.thread_time_ns``: the loop is single-threaded, and on a shared machine this leaves out
+the time spent descheduled). A benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ class _OneSlot:
 
 def _loop(torch: Any, nbytes: int, iterations: int) -> int:
     empty, uint8 = torch.empty, torch.uint8
-    start = time.perf_counter_ns()
+    start = time.thread_time_ns()
     for _ in range(iterations):
         empty(nbytes, dtype=uint8)
-    return time.perf_counter_ns() - start
+    return time.thread_time_ns() - start
 
 
 def measure(sizes: Sequence[int] = SIZES, *, iterations: int = 2000, batches: int = 15

@@ -21,13 +21,23 @@ CPU alignment), under the GIL: one Python call per allocation, a few microsecond
 (``tensorarena bench torch-use`` measures it), so this route suits programs whose tensors are
 not tiny and many. Zero-byte allocations stay torch's (they hold no memory). ``threads="all"``
 serves every thread (torch's intra-op workers and autograd's too), ``threads="calling"`` only the
-thread that installed it. A resource that raises makes the allocation fail with
+thread that installed it. Under ``"all"`` the resource is called from several threads (one at a
+time for the GIL, but its Python code may be interleaved), so it must be thread-safe, as a
+``Pool`` and the default resource are. A resource that raises makes the allocation fail with
 ``torch.OutOfMemoryError`` (a ``RuntimeError``) naming the cause; the exception itself is
 :attr:`Route.last_error`. Frees come from any thread, with or without the GIL; once the
 interpreter is shutting down, routed blocks freed then are left to the process's exit.
 **CUDA** (``device="cuda"``): the same call goes through ``torch.cuda.use_mem_pool`` over
 :class:`~tensorarena.interop.torch_allocator.TorchAllocator` (the calling thread only, as torch's
 MemPool routes; one CUDA route at a time: PyTorch's pluggable allocator has one pair of hooks).
+
+What went through a route: :meth:`Route.statistics`, ``tensorarena.torch.memory_stats(route)``
+(``torch.cuda.memory_stats()``'s keys). ``torch.cuda.memory._record_memory_history`` records
+CUDA's caching allocator and has no CPU counterpart; instead the resource's own history
+(``tensorarena.report.record_memory_history(resource=pool)``, then ``dump_snapshot`` and
+``tensorarena viz``) shows every routed block, and routed allocations are reported to torch's
+profiler as torch's CPU allocator reports its own, so ``torch.profiler(profile_memory=True)`` and
+``tensorarena trace record`` see them.
 
 Routes nest: the innermost installed route serving a thread wins (a thread's own ``"calling"``
 route before an ``"all"`` one), and uninstalling one that is not innermost takes it out of the
