@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from _resources import FailAfter  # noqa: E402
+from _use_resources import FailAfter  # noqa: E402
 
 import tensorarena as ta  # noqa: E402
 from tensorarena.torch import use  # noqa: E402

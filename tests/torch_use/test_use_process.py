@@ -123,3 +123,33 @@ def test_torchscript_tasks_on_torchs_own_threads_allocate_and_free_through_the_r
         print(seen["calling"].allocations.total, seen["all"].allocations.total >= 4 * 50)
     """)
     assert out == "1 True"
+
+
+def test_an_interrupted_resource_still_interrupts_the_program(shim: Any) -> None:
+    # Ctrl-C inside the resource's allocate must stay a KeyboardInterrupt: as torch's
+    # out-of-memory error, a program catching RuntimeError would swallow it.
+    out = run("""
+        import torch
+        import tensorarena as ta
+        from tensorarena.torch import use
+
+        class Interrupted:
+            memory_kind = ta.MemoryKind.HOST
+            def allocate(self, nbytes, alignment=256, stream=None):
+                raise KeyboardInterrupt("in allocate")
+            def deallocate(self, address, nbytes, stream=None):
+                pass
+
+        route = use(Interrupted())
+        try:
+            try:
+                torch.empty(100)
+            except RuntimeError:
+                pass
+            print("not interrupted")
+        except KeyboardInterrupt as error:
+            print("interrupted", error, route.last_error is error)
+        route.uninstall()
+        print(route.statistics().num_ooms, float(torch.ones(3).sum()))
+    """)
+    assert out == "interrupted in allocate True\n1 3.0"

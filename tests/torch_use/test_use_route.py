@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _resources import FailAfter  # noqa: E402
+from _use_resources import FailAfter  # noqa: E402
 
 import tensorarena as ta  # noqa: E402
 from tensorarena.errors import (  # noqa: E402

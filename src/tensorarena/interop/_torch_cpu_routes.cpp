@@ -11,6 +11,10 @@
 //  * the resource raises (or returns no usable address): the error is kept on the route
 //    (last_error, ooms) and torch gets c10::OutOfMemoryError, which Python sees as
 //    torch.OutOfMemoryError; nothing else changed.
+//  * the resource's Python code was interrupted (Ctrl-C: KeyboardInterrupt): in allocate, the
+//    KeyboardInterrupt itself is thrown (torch's python_error, which torch hands back to Python
+//    as it is), not the out-of-memory error a program catching RuntimeError would swallow; in
+//    deallocate (nowhere to throw), the interrupt is delivered again (PyErr_SetInterrupt).
 //  * a free arrives on a thread without the GIL (an intra-op worker, autograd): it takes it
 //    (PyGILState_Ensure). An exception pending on the thread is kept aside and put back.
 //  * a free arrives while this thread is already inside a call to a resource (Python's cyclic
@@ -28,6 +32,7 @@
 #include "_torch_cpu_shim.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/Exceptions.h>
 
 #include <atomic>
 #include <cstdint>
@@ -139,7 +144,9 @@ void give_back(Route* route, void* data, size_t nbytes) {
   Py_XDECREF(args[1]);
   if (result == nullptr) {  // nowhere to raise: kept on the route; the block stays the resource's
     route->free_failures++;
+    bool interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
     keep_error(route);
+    if (interrupted) PyErr_SetInterrupt();  // raised again at the program's next bytecode
   }
   Py_XDECREF(result);
   route->blocks--;
@@ -185,7 +192,9 @@ c10::DataPtr route_allocate(size_t nbytes) {
   Py_XDECREF(args[1]);
   std::string failure;
   uintptr_t address = 0;
+  bool interrupted = false;
   if (result == nullptr) {
+    interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
     keep_error(route);
     failure = describe(route->last_error);
   } else {
@@ -235,6 +244,14 @@ c10::DataPtr route_allocate(size_t nbytes) {
   }
   in_call--;
   drain();
+  if (interrupted && route->last_error != nullptr) {
+    python_error error;  // torch's; carries the KeyboardInterrupt back to Python as it is
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(route->last_error)), route->last_error);
+    error.persist();
+    PyErr_Restore(saved_type, saved_value, saved_trace);
+    PyGILState_Release(gil);
+    throw error;
+  }
   PyErr_Restore(saved_type, saved_value, saved_trace);
   PyGILState_Release(gil);
   if (address == 0) {

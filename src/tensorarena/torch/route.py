@@ -25,8 +25,9 @@ thread that installed it. Under ``"all"`` the resource is called from several th
 time for the GIL, but its Python code may be interleaved), so it must be thread-safe, as a
 ``Pool`` and the default resource are. A resource that raises makes the allocation fail with
 ``torch.OutOfMemoryError`` (a ``RuntimeError``) naming the cause; the exception itself is
-:attr:`Route.last_error`. Frees come from any thread, with or without the GIL; once the
-interpreter is shutting down, routed blocks freed then are left to the process's exit.
+:attr:`Route.last_error`; a ``KeyboardInterrupt`` (Ctrl-C inside the resource) stays one.
+Frees come from any thread, with or without the GIL; once the interpreter is shutting down,
+routed blocks freed then are left to the process's exit.
 **CUDA** (``device="cuda"``): the same call goes through ``torch.cuda.use_mem_pool`` over
 :class:`~tensorarena.interop.torch_allocator.TorchAllocator` (the calling thread only, as torch's
 MemPool routes; one CUDA route at a time: PyTorch's pluggable allocator has one pair of hooks).
