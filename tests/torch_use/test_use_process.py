@@ -84,8 +84,9 @@ def test_a_forked_child_frees_and_allocates_on_its_copy(shim: Any) -> None:
 def test_torchscript_tasks_on_torchs_own_threads_allocate_and_free_through_the_route(
         shim: Any) -> None:
     # torch.jit.fork inside a scripted function runs its task on torch's inter-op pool: C++
-    # threads with no GIL and no Python thread state. "calling" leaves them to torch (only the
-    # stacked result is the calling thread's); "all" serves theirs (4 tasks x 50 sums at least).
+    # threads with no GIL and no Python thread state. "calling" leaves them to torch (at most the
+    # stacked result is the calling thread's: the script may resume after its wait on the task's
+    # thread); "all" serves theirs (4 tasks x 50 sums at least).
     out = run("""
         import time
         import torch
@@ -120,9 +121,9 @@ def test_torchscript_tasks_on_torchs_own_threads_allocate_and_free_through_the_r
             stats = route.statistics()
             assert stats.allocations.current == 0 and pool.statistics().allocations.current == 0
             seen[threads] = stats
-        print(seen["calling"].allocations.total, seen["all"].allocations.total >= 4 * 50)
+        print(seen["calling"].allocations.total <= 1, seen["all"].allocations.total >= 4 * 50)
     """)
-    assert out == "1 True"
+    assert out == "True True"
 
 
 def test_an_interrupted_resource_still_interrupts_the_program(shim: Any) -> None:
