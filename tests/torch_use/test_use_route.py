@@ -315,3 +315,15 @@ def test_torchs_profiler_and_the_trace_recorder_see_routed_allocations(pool: Any
     sizes = [e.nbytes for e in recording.trace.events if e.op == "a"]
     assert sizes.count(4000) == 2 and float(y) == 3000
     del y
+
+
+def test_memory_stats_of_a_route_over_a_resource_without_statistics(pool: Any) -> None:
+    with use(FailAfter(pool, 5)) as route:
+        kept = torch.empty(100, dtype=torch.uint8)
+    flat = memory_stats(route)
+    assert flat["allocated_bytes.all.current"] == 100 and "reserved_bytes.all.current" in flat
+    bare = use(Misaligned(pool))  # keeps no statistics anywhere below
+    bare.uninstall()
+    assert memory_stats(bare)["allocation.all.current"] == 0
+    assert "reserved_bytes.all.current" not in memory_stats(bare)
+    del kept

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.report.summary import memory_stats as resource_stats
 from tensorarena.stats import Count, flatten
 
@@ -45,7 +46,7 @@ def memory_stats(source: object) -> dict[str, int | float | None]:
         return resource_stats(source)
     try:
         flat = resource_stats(source.upstream)  # type: ignore[attr-defined]
-    except Exception:  # a resource that keeps no statistics: the route's alone
+    except InvalidArgumentError:  # a resource that keeps no statistics: the route's alone
         flat = {}
     flat.update(flatten(route))
     for key in ("current", "peak", "allocated", "freed"):
