@@ -338,7 +338,7 @@ def timeline_from_events(events: Iterable[Event], *, strategy: str = "best_fit",
     nan = float("nan")
     live = 0
     for step, event in enumerate(events):
-        op, ident, nbytes, _, time_us, tag = event
+        op, ident, nbytes, _, time_us, tag, _allocator, _site = event
         if op == ALLOC:
             blocks[ident] = open_block(step, allocate(nbytes), nbytes, tag or "<no tag>")
             live += nbytes
