@@ -144,3 +144,18 @@ def test_a_wrapper_interpreter_runs_the_recording_once(tmp_path: Path) -> None:
     assert main(["trace", "record", "-o", str(out), "--", str(wrapper), str(script)]) == 0
     assert len(count.read_text().splitlines()) == 2  # the import check, the recording
     assert read_trace(out).summary().allocations >= 1
+
+
+def test_sites_travel_through_a_pytorch_snapshot_as_its_frames(tmp_path: Path) -> None:
+    import pickle
+
+    events = [Event("a", 0, 512, 0, 1, "aten::empty", "", "m.py:3 in f; m.py:9 in <module>"),
+              Event("a", 1, 256, 0, 2, "", "", ""), Event("f", 0, 512, 0, 3)]
+    write_trace(events, tmp_path / "s.pickle", format="pytorch_snapshot")
+    data = pickle.loads((tmp_path / "s.pickle").read_bytes())
+    alloc = next(e for e in data["device_traces"][0] if e["action"] == "alloc")
+    assert alloc["frames"] == [{"filename": "<tag>", "line": 0, "name": "aten::empty"},
+                               {"filename": "m.py", "line": 3, "name": "f"},
+                               {"filename": "m.py", "line": 9, "name": "<module>"}]
+    back = [(e.tag, e.site) for e in read_trace(tmp_path / "s.pickle") if e.op == "a"]
+    assert back == [("aten::empty", "m.py:3 in f; m.py:9 in <module>"), ("", "")]
