@@ -153,3 +153,49 @@ def test_every_block_keeps_its_hover_details_when_the_drawing_is_aggregated(
     allocator = timeline.allocators[timeline.block_allocator[block]]
     assert label in shown and allocator in shown and "main.py:3 in <module>" in shown
     assert "MiB" in shown or "KiB" in shown
+
+
+_CLIPPED = """JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .flatMap(plot => {
+    const frame = plot.querySelector('.main-svg').getBoundingClientRect();
+    return Array.from(plot.querySelectorAll('.gtitle, .annotation-text, .xtitle, .ytitle'))
+        .map(t => [t.textContent, t.getBoundingClientRect()])
+        .filter(([, b]) => b.width > 0 && (b.top < frame.top - 0.5 || b.bottom > frame.bottom + 0.5
+                || b.left < frame.left - 0.5 || b.right > frame.right + 0.5))
+        .map(([text]) => text);
+}))"""
+
+
+def test_no_title_of_the_timeline_page_is_clipped(tmp_path: Path) -> None:
+    assert BROWSER is not None
+    page = _page(tmp_path, random_events(800, seed=2), "titles")
+    with Browser(BROWSER, width=900) as browser:  # a narrow window: where titles got cut
+        browser.open(page)
+        clipped = json.loads(browser.evaluate(_CLIPPED))
+        errors = list(browser.errors)
+    assert errors == [] and clipped == []
+
+
+def test_the_comparison_puts_eager_and_planned_on_one_scale_in_units_of_the_data(
+        tmp_path: Path) -> None:
+    from tensorarena.report.compare import write_comparison
+
+    assert BROWSER is not None
+    big = random_events(600, seed=4)
+    small = [e._replace(nbytes=max(1, e.nbytes // 4)) for e in big[:300]]
+    timelines = [timeline_from_events(big, name="eager"),
+                 timeline_from_events(small, name="planned")]
+    page = tmp_path / "compare.html"
+    write_comparison(timelines, ["eager", "planned"], page, heading="gpt2: eager and planned")
+    with Browser(BROWSER, width=1000) as browser:
+        browser.open(page)
+        axes = json.loads(browser.evaluate(
+            "JSON.stringify((() => { const l = document.getElementById('compare')._fullLayout;"
+            " return [l.yaxis.range, l.yaxis2.range, l.yaxis3.range, l.yaxis4.range,"
+            " l.yaxis.title.text, l.xaxis.title.text]; })())"))
+        clipped = json.loads(browser.evaluate(_CLIPPED))
+        errors = list(browser.errors)
+    assert errors == [] and clipped == []
+    assert axes[0] == axes[1] and axes[2] == axes[3]  # each row: one scale for both
+    # live bytes reach several MiB; the longer call lasts 6,000 µs (10 µs a step)
+    assert (axes[4], axes[5]) == ("MiB", "time (µs)")
