@@ -153,6 +153,13 @@ class PoolRecording:
                 labels.append(f"tensorarena/pool{others}")
         return labels
 
+    def label_of(self, pool: object) -> str | None:
+        """The ``allocator`` label of ``pool``'s events, or None if it is not observed."""
+        for (known, _), label in zip(self._observed, self.labels(), strict=True):
+            if known is pool:
+                return label
+        return None
+
     def reports(self) -> list[Report]:
         """What every observed pool did, in the order it happened."""
         labels = self.labels()
