@@ -163,3 +163,17 @@ def test_sites_travel_through_a_pytorch_snapshot_as_its_frames(tmp_path: Path) -
                                {"filename": "m.py", "line": 9, "name": "<module>"}]
     back = [(e.tag, e.site) for e in read_trace(tmp_path / "s.pickle") if e.op == "a"]
     assert back == [("aten::empty", "m.py:3 in f; m.py:9 in <module>"), ("", "")]
+
+
+def test_trace_info_counts_the_allocations_of_each_allocator(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    path = tmp_path / "both.csv"
+    write_trace([Event("a", 0, 64, 0, 0, "", "torch"), Event("a", 1, 8, 0, 1, "", "torch"),
+                 Event("a", 2, 32, 0, 2, "", "tensorarena/default")], path)
+    assert main(["trace", "info", str(path)]) == 0
+    assert "3 allocations (2 torch, 1 tensorarena/default)" in capsys.readouterr().out
+    assert main(["trace", "info", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["allocators"] == {"torch": 2,
+                                                                 "tensorarena/default": 1}

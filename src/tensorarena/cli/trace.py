@@ -29,9 +29,13 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tensorarena.errors import InvalidArgumentError, TensorArenaError
 from tensorarena.sizes import format_size
+
+if TYPE_CHECKING:
+    from tensorarena.trace.model import Trace
 
 __all__ = ["configure", "run"]
 
@@ -156,10 +160,25 @@ def _record(args: argparse.Namespace) -> int:
     write_trace(run.trace, output, format=fmt)  # type: ignore[arg-type]
     summary = run.trace.summary()
     partial = run.trace.metadata.get("partial")
-    print(f"recorded {summary.allocations} allocations ({summary.events} events, peak live "
-          f"{format_size(summary.peak_live_bytes)}) to {output}"
+    print(f"recorded {summary.allocations} allocations{_by_allocator(run.trace)} "
+          f"({summary.events} events, peak live {format_size(summary.peak_live_bytes)}) to "
+          f"{output}"
           + (f"; partial: {partial}" if partial else ""), file=sys.stderr)
     return run.exit_status
+
+
+def _allocators(trace: Trace) -> dict[str, int]:
+    """Allocations per named allocator (empty for a trace that names none)."""
+    counts: dict[str, int] = {}
+    for event in trace:
+        if event.op == "a" and event.allocator:
+            counts[event.allocator] = counts.get(event.allocator, 0) + 1
+    return counts
+
+
+def _by_allocator(trace: Trace) -> str:
+    counts = _allocators(trace)
+    return f" ({', '.join(f'{n} {name}' for name, n in counts.items())})" if counts else ""
 
 
 def _fail(message: str) -> int:
@@ -181,11 +200,12 @@ def run(args: argparse.Namespace) -> int:
         summary = trace.summary()
         if args.json:
             print(json.dumps({"name": trace.name, **summary.as_dict(),
+                              "allocators": _allocators(trace),
                               "metadata": dict(trace.metadata)}))
             return 0
         print(f"{trace.name} ({trace.metadata.get('format', '?')}): {summary.events} events, "
-              f"{summary.allocations} allocations, {summary.frees} frees, "
-              f"{summary.streams} stream(s)")
+              f"{summary.allocations} allocations{_by_allocator(trace)}, {summary.frees} "
+              f"frees, {summary.streams} stream(s)")
         print(f"peak live {format_size(summary.peak_live_bytes)} in "
               f"{summary.peak_live_blocks} blocks (at event {summary.peak_event}); largest "
               f"{format_size(summary.largest_bytes)}; {format_size(summary.total_bytes)} "
