@@ -177,3 +177,24 @@ def test_trace_info_counts_the_allocations_of_each_allocator(
     assert main(["trace", "info", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["allocators"] == {"torch": 2,
                                                                  "tensorarena/default": 1}
+
+
+def test_a_profiler_that_cannot_start_raises_its_own_error_and_leaves_no_observer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorarena.trace import record_torch
+
+    class Broken:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def __enter__(self) -> None:
+            raise RuntimeError("profiler busy")
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    pool = ta.Pool(ta.HostMemory(), initial_size=0)
+    monkeypatch.setattr(torch.profiler, "profile", Broken)
+    with pytest.raises(RuntimeError, match="profiler busy"), record_torch():
+        pass  # was a NameError ('profile' never bound) hiding the cause
+    assert pool._observer is None  # nothing left attached

@@ -125,10 +125,12 @@ def record_torch(*, name: str = "torch", device: str = "cpu", pools: bool = True
     recording = TorchRecording(name, device)
     ours = PoolRecording(stack_depth=depth)
 
+    profile: Any = None  # stays None when the profiler itself fails to start
+
     def finish(partial: str = "") -> None:
         ours.stop()
-        recording._finish(_reports(profile, device, depth) + ours.reports(), partial=partial,
-                          failures=ours.failures)
+        reports = [] if profile is None else _reports(profile, device, depth)
+        recording._finish(reports + ours.reports(), partial=partial, failures=ours.failures)
 
     try:
         with torch.profiler.profile(activities=activities, profile_memory=True,
