@@ -198,3 +198,15 @@ def test_a_profiler_that_cannot_start_raises_its_own_error_and_leaves_no_observe
     with pytest.raises(RuntimeError, match="profiler busy"), record_torch():
         pass  # was a NameError ('profile' never bound) hiding the cause
     assert pool._observer is None  # nothing left attached
+
+
+def test_the_command_records_a_script_using_both_allocators(tmp_path: Path) -> None:
+    script = tmp_path / "both.py"
+    script.write_text("import numpy as np, torch\nimport tensorarena as ta\n"
+                      "a = torch.empty(1 << 16)\nb = ta.empty((1 << 16,), dtype=np.float32)\n")
+    out = tmp_path / "both.csv"
+    assert main(["trace", "record", "-o", str(out), "--", sys.executable, str(script)]) == 0
+    made = {(e.allocator, e.site.split(";")[0]) for e in read_trace(out)
+            if e.op == "a" and e.nbytes == 1 << 18}
+    assert made == {("torch", "both.py:3 in <module>"),
+                    ("tensorarena/default", "both.py:4 in <module>")}

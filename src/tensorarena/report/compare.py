@@ -6,7 +6,9 @@ Every panel of a row shares its y axis (the same bytes at the same height: a sma
 *looks* smaller) and every time axis the same unit (each run from its own start). Units come
 from the data (:func:`~tensorarena.report.viz.time_unit`, :func:`~tensorarena.report.viz.byte_unit`
 over all the timelines). A table gives each run's peak live, peak reserved and block count.
-The figure's id is ``compare``; titles get their own margin so none is clipped.
+The table says where each run's addresses come from (a snapshot's own, or a trace replayed on a
+pool), since reserved bytes mean that allocator's. The figure's id is ``compare``; titles get
+their own margin so none is clipped.
 """
 
 from __future__ import annotations
@@ -121,7 +123,8 @@ def render_comparison(timelines: Sequence[Timeline], titles: Sequence[str], *,
     chart = pio.to_html(figure, full_html=False, include_plotlyjs=True, div_id="compare",
                         config={"responsive": True, "displaylogo": False})
     rows = "".join(f"<tr><th>{html.escape(title)}</th><td>{_peak(t.live)}</td>"
-                   f"<td>{_peak(t.reserved)}</td><td>{t.blocks:,}</td></tr>"
+                   f"<td>{_peak(t.reserved)}</td><td>{t.blocks:,}</td>"
+                   f"<td>{html.escape(t.source)}</td></tr>"
                    for title, t in zip(titles, timelines, strict=True))
     title = html.escape(heading)
     return (
@@ -130,7 +133,7 @@ def render_comparison(timelines: Sequence[Timeline], titles: Sequence[str], *,
         "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1600px}"
         "th,td{text-align:left;padding-right:1.5em}td{font-family:monospace}</style></head>"
         f"<body><h1>{title}</h1><table id='summary'><tr><th></th><th>peak live</th>"
-        f"<th>peak reserved</th><th>blocks</th></tr>{rows}</table>"
+        f"<th>peak reserved</th><th>blocks</th><th>addresses from</th></tr>{rows}</table>"
         "<p>Each row of charts shares one scale: the same bytes at the same height. Time runs "
         "from each call's own start.</p>"
         f"<section>{chart}</section><p>Made by tensorarena.</p></body></html>\n"
