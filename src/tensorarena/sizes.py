@@ -35,6 +35,7 @@ from tensorarena.errors import (
 
 __all__ = [
     "ALIGNMENTS",
+    "INTEGER_TEXT",
     "MAX_SIZE",
     "SIZE_RULE",
     "Size",
@@ -59,6 +60,11 @@ _UNITS: dict[str, int] = {
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$", re.ASCII)
 _SIGNED_RE = re.compile(r"^\s*-\s*(\d+(?:\.\d*)?|\.\d+)\s*[a-zA-Z]*\s*$", re.ASCII)
+
+#: What a number in a text file may look like: an optional sign and ASCII digits, blanks around.
+#: ``int()`` alone also takes ``"١٢"`` (Arabic-Indic), ``"１２"`` (fullwidth) and ``"1_000"``;
+#: the CSV readers (problems, traces) refuse those with this pattern.
+INTEGER_TEXT = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
 
 #: Sizes above this are refused outright: no machine has 2**60 bytes (1 EiB).
 MAX_SIZE = 1 << 60

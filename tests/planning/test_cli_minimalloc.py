@@ -182,6 +182,27 @@ def test_garbage_on_stdin_is_one_error_line_that_names_stdin_once(
     assert line.count("<stdin>") == 1
 
 
+def test_json_with_offsets_and_sizes_gives_each_buffer_its_place(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["plan", str(TOY), "--json", "--offsets", "--sizes"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    problem = read_problem(TOY)
+    assert summary["sizes"] == {b.id: b.nbytes for b in problem.buffers}
+    places = {b: (summary["offsets"][b], summary["offsets"][b] + n)
+              for b, n in summary["sizes"].items()}
+    assert max(end for _, end in places.values()) == summary["height"]  # the plan's top
+    assert cli_main.main(["plan", str(TOY), "--json"]) == 0
+    assert "sizes" not in json.loads(capsys.readouterr().out)  # only when asked
+
+
+@pytest.mark.parametrize("flag", ["--offsets", "--sizes"])
+def test_a_json_addition_without_json_is_refused(flag: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["plan", str(TOY), flag]) == 2
+    captured = capsys.readouterr()
+    assert flag in captured.err and "--json" in captured.err and captured.out == ""
+
+
 def test_offsets_without_json_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main.main(["plan", str(TOY), "--offsets"]) == 2  # was 0, and no offset shown
     captured = capsys.readouterr()

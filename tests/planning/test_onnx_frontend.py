@@ -110,6 +110,23 @@ def test_bad_input_shapes_are_rejected(shapes: dict[str, Any], match: str) -> No
         problem_from_onnx(model, input_shapes=shapes)
 
 
+@pytest.mark.parametrize(("batch", "shape", "says"), [
+    (2, (3, 4), "[2, 4], which the shape given, [3, 4], contradicts (dimension 0 is 2, not 3)"),
+    ("batch", (3, 5), "['batch', 4], which the shape given, [3, 5], contradicts (dimension 1 "
+                      "is 4, not 5)"),
+])
+def test_a_shape_that_contradicts_a_static_export_is_refused_not_ignored(
+        batch: int | str, shape: tuple[int, int], says: str) -> None:
+    # The static (2, 4) export was planned at (3, 4) without a word: another model's plan.
+    model = small_graph(batch=batch)
+    with pytest.raises(InvalidProblemError) as info:
+        problem_from_onnx(model, input_shapes={"x": shape})
+    assert "input 'x' was exported with the static shape " + says in str(info.value)
+    # the export's own static dimensions are accepted, the symbolic ones filled in
+    assert problem_from_onnx(small_graph(), input_shapes={"x": (2, 4)}).problem.lower_bound() \
+        == problem_from_onnx(small_graph()).problem.lower_bound()
+
+
 def test_bad_options_are_refused_before_the_model_is_read() -> None:
     model = small_graph(batch="batch")
     with pytest.raises(InvalidArgumentError, match="input_shapes must map"):
@@ -332,3 +349,15 @@ def test_exported_transformer_is_in_the_ballpark_of_torch(
     reference = model_problem(name, size="tiny")
     assert 0.5 <= gp.lower_bound() / reference.lower_bound() <= 2.0
     check_consistent(gp)
+
+
+def test_the_plan_command_refuses_a_shape_a_static_export_contradicts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorarena.cli.main import main
+
+    path = tmp_path / "static.onnx"
+    onnx.save(small_graph(), str(path))
+    assert main(["plan", str(path), "--input-shape", "x=3,4"]) == 2
+    err = capsys.readouterr().err
+    assert "input 'x' was exported with the static shape [2, 4]" in err and "[3, 4]" in err
+    assert main(["plan", str(path), "--input-shape", "x=2,4", "--json"]) == 0

@@ -90,10 +90,11 @@ def test_demo_prints_the_report_and_writes_the_memory_timeline(
     assert main(["demo", "--size", "tiny", "--repeats", "2"]) == 0
     captured = capsys.readouterr()
     page = (tmp_path / "tensorarena-demo.html").read_text(encoding="utf-8")
-    assert "Memory timeline: gpt2 (tiny, inference), one planned call" in page
+    assert "gpt2 (tiny, inference): eager and planned" in page  # side by side, one page
+    assert "eager: live and reserved" in page and "planned: block layout" in page
     assert "arena: aten.addmm.default" in page  # the planned slots, by the op that writes them
     assert "<script src=" not in page  # self-contained: plotly inlined, nothing to fetch
-    assert "wrote tensorarena-demo.html" in captured.err
+    assert "wrote tensorarena-demo.html: one eager and one planned call" in captured.err
     assert "gpt2 (tiny, inference): eager and planned, each in a fresh process" in captured.out
     for line in ("live peak", "process peak", "held, dropped", "lower bound", "planned arena",
                  "no reuse", "latency", "correctness"):

@@ -136,3 +136,34 @@ def test_a_large_file_is_streamed_and_fixed_finds_its_smallest_arena(
     fixed = _json(capsys, str(trace_file), "--growth", "fixed")["results"]["best_fit"]
     assert fixed["failures"] == 0 and fixed["upstream_allocs"] == 1
     assert fixed["footprint_ratio"] <= in_memory["results"]["best_fit"]["footprint_ratio"]
+
+
+def test_every_column_of_the_table_is_explained_once(
+        trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorarena.cli.replay import LEGEND
+
+    assert main(["replay", str(trace_file), "--strategy", "best_fit,tlsf,first_fit"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("configuration"))
+    columns = [c.strip() for c in header.split("  ") if c.strip()][1:]
+    explained = [line.split(":")[0] for line in LEGEND]
+    assert explained == columns  # each column, in order, none left out
+    for line in LEGEND:
+        assert out.count(line) == 1  # once, not per configuration
+
+
+def test_one_allocator_of_a_trace_naming_several_is_replayed_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorarena.trace import Event
+
+    path = tmp_path / "both.csv"
+    write_csv([Event("a", 0, 4096, 0, 0, "", "torch"),
+               Event("a", 1, 1000, 0, 1, "", "tensorarena/default"),
+               Event("f", 0, 4096, 0, 2, "", "torch"),
+               Event("a", 2, 8192, 0, 3, "", "torch")], path)
+    assert _json(capsys, str(path), "--allocator", "torch")["trace"]["peak_live"] == 8192
+    assert _json(capsys, str(path), "--allocator", "tensorarena/default")["trace"][
+        "allocations"] == 1
+    assert main(["replay", str(path), "--allocator", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "no event of allocator 'cuda'" in err and "'torch'" in err

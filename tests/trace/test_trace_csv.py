@@ -69,6 +69,11 @@ def test_the_writer_adds_only_the_columns_the_events_use(tmp_path: Path) -> None
         ("op,id,size,stream\na,0,1,s\n", 2, "stream", "not an integer"),
         ("op,id,size,time_us\na,0,1,now\n", 2, "time_us", "not an integer"),
         ("# tensorarena trace, version 9\nop,id,size\n", 1, None, "version 9"),
+        # int() takes these as numbers; a trace's numbers are ASCII digits
+        ("op,id,size\na,\u0661\u0662,10\n", 2, "id", "ASCII digits"),
+        ("op,id,size\na,0,\uff11\uff12\n", 2, "size", "ASCII digits"),
+        ("op,id,size,time_us\na,0,1,1_000\n", 2, "time_us", "ASCII digits"),
+        ("op,id,size,stream\na,0,1,0\nf,0,1,\u0967\n", 3, "stream", "ASCII digits"),
     ],
 )
 def test_malformed_input_names_its_line_and_column(text: str, line: int, column: str | None,
@@ -114,8 +119,8 @@ def test_the_streaming_writer_appears_only_when_closed(tmp_path: Path) -> None:
         writer(Event("a", 0, 10, 1, 3, "x"))
         writer(Event("f", 0, 10, 1, 4, ""))
         assert not target.exists()
-    assert [tuple(e) for e in iter_csv(target)] == [("a", 0, 10, 1, 3, "x"),
-                                                    ("f", 0, 10, 1, 4, "")]
+    assert [tuple(e) for e in iter_csv(target)] == [("a", 0, 10, 1, 3, "x", "", ""),
+                                                    ("f", 0, 10, 1, 4, "", "", "")]
     aborted = CsvWriter(tmp_path / "gone.csv")
     aborted(Event("a", 0, 10))
     aborted.abort()

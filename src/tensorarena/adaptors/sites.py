@@ -20,7 +20,15 @@ import os
 import sys
 from collections.abc import Iterable
 
-__all__ = ["Frame", "Stack", "as_frames", "capture", "format_site", "format_stack"]
+__all__ = [
+    "Frame",
+    "Stack",
+    "as_frames",
+    "capture",
+    "format_site",
+    "format_stack",
+    "is_tensorarena_file",
+]
 
 Frame = tuple[str, int, str]
 """``(filename, line, function)``: one frame of an allocation site."""
@@ -42,6 +50,11 @@ def _is_ours(filename: str) -> bool:
             _ours.clear()
         _ours[filename] = known
     return known
+
+
+def is_tensorarena_file(filename: str) -> bool:
+    """Whether ``filename`` (a code object's) is inside the tensorarena package (cached)."""
+    return _is_ours(filename)
 
 
 def capture(depth: int) -> Stack:

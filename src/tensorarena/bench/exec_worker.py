@@ -18,7 +18,8 @@ configuration and any of:
              it, and ``live_peak``, that plus the arena (``arena_bytes``). For ``planned`` also
              ``details``: the plan (:meth:`~tensorarena.runtime.PlannedProgram.report`), the
              allocator calls, the poisoned check (``verify``), a memory snapshot (``snapshot``:
-             a pickle path). Last, in a job that times nothing after: ``rss_after_delete``,
+             a pickle path). For another execution, ``trace`` (a path): one call recorded as
+             our CSV trace. Last, in a job that times nothing after: ``rss_after_delete``,
              resident above the baseline once the execution is deleted and
              :func:`tensorarena.empty_cache` ran (what it leaves in the process for good).
 ``latency``  executions to time in this process after everything above: built, checked against
@@ -119,6 +120,17 @@ def _measure_memory(execution: Execution, baseline: int, calls: int,
         result["planned_allocations"] = trace.planned_allocations
         result["scalar_allocations"] = trace.small_planned_allocations
     return result
+
+
+def _record_call(execution: Execution, path: str) -> None:
+    """One call's allocations, torch's and tensorarena's, as our CSV trace at ``path`` (the
+    demo draws an eager call from it beside the planned call's snapshot)."""
+    from tensorarena.trace import record_torch, write_csv
+
+    with record_torch(name=execution.name, stack_depth=0) as recording:
+        out = execution.call()
+        del out
+    write_csv(recording.trace, path)
 
 
 def _rss_after_delete(baseline: int) -> int | None:
@@ -239,6 +251,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                                         training=config["training"], options=job.get("options"))
             result["memory"] = _measure_memory(execution, baseline, int(job.get("calls", 2)),
                                                inputs)
+            if job.get("trace") and execution.program is None:
+                _record_call(execution, job["trace"])
             if execution.program is not None:
                 result["details"] = _details(execution, job, inputs)
             if job.get("latency"):

@@ -14,8 +14,10 @@ two-layer configs (seconds), ``--reorder`` the order :func:`tensorarena.planning
 
 It also records one planned call (:meth:`~tensorarena.runtime.PlannedProgram.record_memory`:
 every planned buffer at its place in the arena, the dynamic pool, torch's own allocations) and
-writes it as a self-contained HTML memory timeline, ``tensorarena-demo.html`` in the current
-directory unless ``--html PATH`` or ``--no-html`` says otherwise. The page needs plotly (the
+one eager call (:func:`~tensorarena.trace.record_torch`, its blocks laid out by a best-fit pool)
+and writes them side by side on one scale as a self-contained HTML page
+(:mod:`tensorarena.report.compare`), ``tensorarena-demo.html`` in the current directory unless
+``--html PATH`` or ``--no-html`` says otherwise. The page needs plotly (the
 ``viz`` extra); without it the demo says so and carries on.
 """
 
@@ -86,18 +88,24 @@ def _html_path(path: str | None) -> Path | None:
     return Path(path)
 
 
-def _write_timeline(snapshot: dict[str, Any], path: Path, name: str) -> None:
-    from tensorarena.report.timeline import timeline_from_snapshot
-    from tensorarena.report.viz import write_html
+def _write_timeline(snapshot: dict[str, Any], eager: Path | None, path: Path, name: str) -> None:
+    """The page: the eager call (when its trace was recorded) beside the planned call."""
+    from tensorarena.report.compare import write_comparison
+    from tensorarena.report.timeline import load_timeline, timeline_from_snapshot
 
-    timeline = timeline_from_snapshot(snapshot, name=name)
-    write_html(timeline, path)
-    print(f"wrote {path}: the memory timeline of one planned call ({timeline.blocks:,} "
-          "blocks: the arena's slots, the dynamic pool, torch's allocations)", file=sys.stderr)
+    planned = timeline_from_snapshot(snapshot, name="planned")
+    timelines, titles = [planned], ["planned"]
+    if eager is not None and eager.exists():
+        timelines.insert(0, load_timeline(eager))
+        titles.insert(0, "eager")
+    write_comparison(timelines, titles, path, heading=f"{name}: eager and planned")
+    print(f"wrote {path}: one {' and one '.join(titles)} call side by side on one scale "
+          f"({planned.blocks:,} planned blocks: the arena's slots, the dynamic pool, torch's "
+          "allocations)", file=sys.stderr)
 
 
-def _measure(args: argparse.Namespace, snapshot: Path | None) -> tuple[Any, dict[str, Any],
-                                                                      dict[str, Any]]:
+def _measure(args: argparse.Namespace, snapshot: Path | None, trace: Path | None
+             ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Eager and planned, each in its own process, both at once (two cores): the config and
     both processes' results."""
     from tensorarena.bench.exec_configs import Config, suite
@@ -109,7 +117,8 @@ def _measure(args: argparse.Namespace, snapshot: Path | None) -> tuple[Any, dict
     options = {} if args.reorder is None else {"reorder": args.reorder}
     run = RunOptions(executions=("eager", "planned"), repeats=args.repeats, calls=1,
                      threads=args.threads or None, options=options, timeout=1800.0)
-    eager_job = make_job(config, run, memory="eager")
+    eager_job = make_job(config, run, memory="eager",
+                         trace=None if trace is None else str(trace))
     planned_job = make_job(config, run, memory="planned", latency=("eager", "planned"),
                            verify=True, snapshot=None if snapshot is None else str(snapshot))
     step = Progress(sys.stderr).step(f"{config.label}: eager and planned, each in a fresh "
@@ -139,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     html = _html_path(args.html)
     with tempfile.TemporaryDirectory(prefix="tensorarena-demo-") as folder:
         snapshot_path = None if html is None else Path(folder) / "snapshot.pickle"
-        config, eager, planned = _measure(args, snapshot_path)
+        eager_path = None if html is None else Path(folder) / "eager.csv"
+        config, eager, planned = _measure(args, snapshot_path, eager_path)
         for name, result in (("eager", eager), ("planned", planned)):
             if _failure(result):
                 print(f"tensorarena demo: the {name} process failed: {_failure(result)}",
@@ -148,8 +158,7 @@ def run(args: argparse.Namespace) -> int:
         if snapshot_path is not None and html is not None and snapshot_path.exists():
             with snapshot_path.open("rb") as file:
                 snapshot = pickle.load(file)  # written by our own worker, just now
-            _write_timeline(snapshot, html, f"{args.model} ({args.size}, {mode}), "
-                            "one planned call")
+            _write_timeline(snapshot, eager_path, html, f"{args.model} ({args.size}, {mode})")
     numbers = {"eager": eager["memory"], "planned": planned["memory"]}
     latency = planned["latency"]
     for name, ms in latency["ms"].items():

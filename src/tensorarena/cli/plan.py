@@ -7,7 +7,9 @@ A contract other tools rely on. With ``--json`` stdout holds exactly one JSON ob
      "validate_seconds": float, "stopped_by": str, "nodes": int, "node_limit": int | null,
      "time_limit": float | null}
 
-plus ``"offsets": {id: offset}`` with ``--offsets``. ``feasible`` means the plan fits
+plus ``"offsets": {id: offset}`` with ``--offsets`` and ``"sizes": {id: bytes}`` with ``--sizes``
+(each buffer's size as planned, alignment padding not included: with both, every buffer's place
+is ``[offset, offset + size)``). ``feasible`` means the plan fits
 ``--capacity`` (always true without one); ``impossible`` that no plan can fit it (proven: the
 bound is above it, or the exact search exhausted every plan); ``optimal`` means proven, which
 includes a height equal to the bound. ``lower_bound`` is the peak of live bytes and ``ratio`` is
@@ -117,6 +119,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="print exactly one JSON object on stdout")
     parser.add_argument("--offsets", action="store_true",
                         help="with --json: include every buffer's offset ({id: offset})")
+    parser.add_argument("--sizes", action="store_true",
+                        help="with --json: include every buffer's size ({id: bytes}); with "
+                             "--offsets, each buffer's place is [offset, offset + size)")
     parser.add_argument("--validate", action="store_true",
                         help="minimalloc's flag; accepted: every plan is validated anyway")
     solver = parser.add_argument_group(
@@ -286,11 +291,12 @@ def run(args: argparse.Namespace) -> int:
         shapes = dict(parse_input_shape(text) for text in args.input_shape)
         if args.out == "-" and args.json:
             raise InvalidArgumentError("--output - and --json both want stdout: choose one")
-        if args.offsets and not args.json:
-            raise InvalidArgumentError(
-                "--offsets adds the offsets to --json's object: add --json, or write them "
-                "with --output FILE (- for stdout)"
-            )
+        for flag, wanted in (("--offsets", args.offsets), ("--sizes", args.sizes)):
+            if wanted and not args.json:
+                raise InvalidArgumentError(
+                    f"{flag} adds to --json's object: add --json, or write the plan with "
+                    "--output FILE (- for stdout)"
+                )
     except TensorArenaError as exc:
         return _fail(str(exc))
     try:
@@ -346,6 +352,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.offsets:
         summary["offsets"] = result.as_dict()
+    if args.sizes:
+        summary["sizes"] = {buffer.id: buffer.nbytes for buffer in problem.buffers}
     if args.out is not None and fits:
         try:
             write_solution(result, sys.stdout if args.out == "-" else args.out)

@@ -69,6 +69,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recommend", action="store_true",
                         help="replay every strategy x growth policy (and a ThreadCached front) "
                              "and print the configuration to use, with the numbers behind it")
+    parser.add_argument("--allocator", metavar="NAME",
+                        help="replay only the events of one allocator of a trace that names "
+                             "several (torch, tensorarena/default...: its allocator column)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress on stderr (shown only on a terminal anyway)")
@@ -107,6 +110,34 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _one_allocator(trace: Trace, name: str) -> Trace:
+    """The events of allocator ``name`` (ids stay theirs: each allocator's are its own)."""
+    from tensorarena.errors import InvalidArgumentError
+    from tensorarena.trace.model import Trace
+
+    kept = [event for event in trace if event.allocator == name]
+    if not kept:
+        named = sorted({event.allocator for event in trace if event.allocator})
+        raise InvalidArgumentError(
+            f"no event of allocator {name!r}; the trace names "
+            + (", ".join(repr(n) for n in named) if named else "none (one allocator)"))
+    return Trace.from_events(kept, name=f"{trace.name} ({name})", metadata=trace.metadata)
+
+
+#: What each column of the table means, printed once under it.
+LEGEND = (
+    "peak reserved: the most bytes the configuration held from its upstream at once",
+    "footprint: peak reserved / peak live bytes (1.000 is no overhead; the trace's peak live "
+    "is every allocator's lower bound)",
+    "at end: reserved / live bytes when the trace ended",
+    "frag: fragmentation when the live bytes first peak, 1 - largest free block / free bytes "
+    "(0%: the free bytes are one block)",
+    "ns/op: wall time per allocate or free, the replay loop included",
+    "failures: allocations refused for lack of memory (skipped, and so is their free)",
+    "upstream: calls to the upstream for memory (arenas taken; - for the system allocators)",
+)
+
+
 def _table(results: dict[str, ReplayResult]) -> str:
     steady = any(r.steady_footprint_ratio is not None for r in results.values())
     header = ("configuration", "peak reserved", "footprint", *(("steady",) if steady else ()),
@@ -128,6 +159,7 @@ def _table(results: dict[str, ReplayResult]) -> str:
                        for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.insert(1, "-" * len(lines[0]))
+    lines += ["", *(f"  {line}" for line in LEGEND)]
     return "\n".join(lines)
 
 
@@ -173,7 +205,10 @@ def run(args: argparse.Namespace) -> int:
         configs = [configuration(name, growth=args.growth) for name in _names(args.strategy)]
         fmt = detect_format(path)
         progress = not args.quiet and not args.json
-        if fmt != "pytorch_snapshot" and os.path.getsize(path) > _STREAM_ABOVE:
+        if args.allocator is not None:
+            trace = _one_allocator(read_all(path), args.allocator)
+            summary, source = trace.summary(), trace
+        elif fmt != "pytorch_snapshot" and os.path.getsize(path) > _STREAM_ABOVE:
             from tensorarena.trace.formats import iter_events
 
             live = LiveSet()

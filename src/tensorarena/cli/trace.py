@@ -1,7 +1,9 @@
 """``tensorarena trace record|convert|info``: make, convert and describe allocation traces.
 
 * ``tensorarena trace record [-o out.csv] -- python my_script.py ARGS`` runs the script (or
-  ``python -m module``) under PyTorch's profiler and writes every allocation it made
+  ``python -m module``) under PyTorch's profiler and writes every allocation it made, torch's
+  and tensorarena's pools' (``allocator`` column; ``--no-tensorarena`` for torch's only), each
+  with its Python site (``--stack-depth N`` frames, default 8; 0 for none)
   (:func:`tensorarena.trace.run_script`; ``-o`` defaults to ``SCRIPT.trace.csv``). The trace is
   written however the script ends: one that raises, exits non-zero or is interrupted (Ctrl-C,
   SIGTERM) leaves the trace of what it did, marked partial (a ``# partial: why`` line in our
@@ -27,9 +29,13 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tensorarena.errors import InvalidArgumentError, TensorArenaError
 from tensorarena.sizes import format_size
+
+if TYPE_CHECKING:
+    from tensorarena.trace.model import Trace
 
 __all__ = ["configure", "run"]
 
@@ -39,15 +45,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from tensorarena.trace.formats import FORMATS
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    record = actions.add_parser("record", help="record a Python program's torch allocations",
+    record = actions.add_parser("record", help="record a Python program's allocations",
                                 description="Run a Python program under PyTorch's profiler "
-                                "and write every allocation it made.")
+                                "and write every allocation it made, torch's and "
+                                "tensorarena's, with its Python site.")
     record.add_argument("-o", "--output", metavar="OUT",
                         help="trace file to write (.csv, .log for RMM's, .pickle a snapshot; "
                              "default SCRIPT.trace.csv)")
     record.add_argument("--to", choices=FORMATS, help="format (default: from OUT's suffix)")
     record.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="whose allocator to record (default cpu)")
+    record.add_argument("--stack-depth", type=int, default=8, metavar="N",
+                        help="Python frames kept per allocation, its site (0: none; default 8)")
+    record.add_argument("--no-tensorarena", dest="tensorarena", action="store_false",
+                        help="record torch's allocator only, not tensorarena's pools")
     record.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python SCRIPT ...",
                         help="the program: python SCRIPT [ARGS] or python -m MODULE [ARGS]")
     convert = actions.add_parser("convert", help="convert a trace between formats")
@@ -132,22 +143,42 @@ def _record(args: argparse.Namespace) -> int:
     check_writable(output)  # now, not after the whole program has run
     other = _another_interpreter(named)
     if other is not None:  # record under the interpreter the user named, with its packages
+        # The program alone after --: the child runs it itself. Naming the interpreter again
+        # would make a wrapper (pyenv's shim, a venv's link to a script) delegate forever, as
+        # its real path is never the child's own sys.executable.
         command = [other, "-m", "tensorarena", "trace", "record", "-o", output,
-                   "--device", args.device, *(["--to", args.to] if args.to else []),
-                   "--", other, *program]
+                   "--device", args.device, "--stack-depth", str(args.stack_depth),
+                   *(["--to", args.to] if args.to else []),
+                   *([] if args.tensorarena else ["--no-tensorarena"]), "--", *program]
         with contextlib.suppress(KeyboardInterrupt):  # the child gets Ctrl-C too, and ends
             return subprocess.call(command)
         return 130
-    run = run_script(program, device=args.device)
+    run = run_script(program, device=args.device, pools=args.tensorarena,
+                     stack_depth=args.stack_depth)
     if run.error is not None and not isinstance(run.error, SystemExit):
         traceback.print_exception(run.error)
     write_trace(run.trace, output, format=fmt)  # type: ignore[arg-type]
     summary = run.trace.summary()
     partial = run.trace.metadata.get("partial")
-    print(f"recorded {summary.allocations} allocations ({summary.events} events, peak live "
-          f"{format_size(summary.peak_live_bytes)}) to {output}"
+    print(f"recorded {summary.allocations} allocations{_by_allocator(run.trace)} "
+          f"({summary.events} events, peak live {format_size(summary.peak_live_bytes)}) to "
+          f"{output}"
           + (f"; partial: {partial}" if partial else ""), file=sys.stderr)
     return run.exit_status
+
+
+def _allocators(trace: Trace) -> dict[str, int]:
+    """Allocations per named allocator (empty for a trace that names none)."""
+    counts: dict[str, int] = {}
+    for event in trace:
+        if event.op == "a" and event.allocator:
+            counts[event.allocator] = counts.get(event.allocator, 0) + 1
+    return counts
+
+
+def _by_allocator(trace: Trace) -> str:
+    counts = _allocators(trace)
+    return f" ({', '.join(f'{n} {name}' for name, n in counts.items())})" if counts else ""
 
 
 def _fail(message: str) -> int:
@@ -169,11 +200,12 @@ def run(args: argparse.Namespace) -> int:
         summary = trace.summary()
         if args.json:
             print(json.dumps({"name": trace.name, **summary.as_dict(),
+                              "allocators": _allocators(trace),
                               "metadata": dict(trace.metadata)}))
             return 0
         print(f"{trace.name} ({trace.metadata.get('format', '?')}): {summary.events} events, "
-              f"{summary.allocations} allocations, {summary.frees} frees, "
-              f"{summary.streams} stream(s)")
+              f"{summary.allocations} allocations{_by_allocator(trace)}, {summary.frees} "
+              f"frees, {summary.streams} stream(s)")
         print(f"peak live {format_size(summary.peak_live_bytes)} in "
               f"{summary.peak_live_blocks} blocks (at event {summary.peak_event}); largest "
               f"{format_size(summary.largest_bytes)}; {format_size(summary.total_bytes)} "

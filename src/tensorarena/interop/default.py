@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_INITIAL_SIZE",
     "check_host_accessible",
     "default_resource",
+    "default_resource_if_made",
     "set_default_resource",
 ]
 
@@ -89,6 +90,11 @@ def default_resource() -> MemoryResource:
     if resource is not None:
         return resource
     return _create_default()
+
+
+def default_resource_if_made() -> MemoryResource | None:
+    """The default resource, or None while nothing has asked for it (it is not made here)."""
+    return _default
 
 
 def _create_default() -> MemoryResource:

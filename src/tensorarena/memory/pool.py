@@ -41,7 +41,6 @@ from __future__ import annotations
 import threading
 import weakref
 from types import TracebackType
-from typing import Protocol
 
 from tensorarena.core.arena import Arena
 from tensorarena.core.registry import StrategySpec, strategy_factory
@@ -57,6 +56,7 @@ from tensorarena.errors import (
 from tensorarena.memory._pool_arenas import PoolArenas, release_arenas
 from tensorarena.memory._pool_statistics import ArenaSnapshot, PoolStatistics
 from tensorarena.memory.growth import GrowthPolicy, NextPowerOfTwo
+from tensorarena.memory.pool_observers import ObserverFanOut, PoolObserver, register_pool
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -76,17 +76,6 @@ from tensorarena.sizes import (
 )
 
 __all__ = ["ArenaSnapshot", "Pool"]
-
-
-class PoolObserver(Protocol):
-    """What :meth:`Pool._set_observer` takes: told of each successful call and each
-    out-of-memory error, with the pool's lock held (see there)."""
-
-    def allocated(self, address: int, nbytes: int) -> None: ...
-
-    def freed(self, address: int, nbytes: int) -> None: ...
-
-    def out_of_memory(self, nbytes: int) -> None: ...
 
 
 class Pool(PoolArenas, PoolStatistics):
@@ -138,7 +127,9 @@ class Pool(PoolArenas, PoolStatistics):
         self._thread_safe = thread_safe
         # allocate/deallocate take _call_lock: None when the caller serialises.
         self._call_lock: threading.RLock | None = self._lock if thread_safe else None
-        self._observer: PoolObserver | None = None  # see _set_observer
+        self._observers: tuple[PoolObserver, ...] = ()  # see add_observer
+        self._observer: PoolObserver | None = None  # what the calls tell: None, one, a fan-out
+        self._history: PoolObserver | None = None  # the one _set_observer installed
         self._closed = False
         self._arenas: list[Arena] = []  # in creation order: the order requests try them
         self._blocks: dict[int, tuple[Arena, int]] = {}  # live address -> (arena, rounded bytes)
@@ -156,6 +147,7 @@ class Pool(PoolArenas, PoolStatistics):
         finalizer.atexit = False  # at interpreter exit the process's memory goes anyway
         if initial:
             self._add_arena(initial, DEFAULT_ALIGNMENT, None, requested=initial)
+        register_pool(self)  # a whole-program recording sees every pool (pool_observers)
 
     # --- properties ------------------------------------------------------------------------
 
@@ -285,17 +277,39 @@ class Pool(PoolArenas, PoolStatistics):
             if lock is not None:
                 lock.release()
 
-    def _set_observer(self, observer: PoolObserver | None) -> None:
-        """Tell ``observer`` of every later allocation, free and out-of-memory (None: stop).
+    def add_observer(self, observer: PoolObserver) -> None:
+        """Tell ``observer`` of every later allocation, free and out-of-memory error.
 
-        The hook :func:`~tensorarena.report.record_memory_history` records through. It is
-        called inside ``allocate``/``deallocate`` with the pool's lock held (a thread-safe
-        pool), so a free is observed before its address can be handed out again, and a bound
-        ``pool.allocate`` taken earlier is observed too. An observer must not raise; one that
-        takes a lock of its own must never call into the pool while holding it.
+        It is called inside ``allocate``/``deallocate`` with the pool's lock held (a
+        thread-safe pool), so a free is observed before its address can be handed out again,
+        and a bound ``pool.allocate`` taken earlier is observed too. An observer must not
+        raise; one that takes a lock of its own must never call into the pool while holding
+        it (:class:`~tensorarena.memory.pool_observers.PoolObserver`).
         """
         with self._lock:
-            self._observer = observer
+            self._observers += (observer,)
+            self._observer = _called(self._observers)
+
+    def remove_observer(self, observer: PoolObserver) -> None:
+        """Stop telling ``observer`` (one that is not observing is ignored)."""
+        with self._lock:
+            kept = list(self._observers)
+            for index, known in enumerate(kept):
+                if known is observer:
+                    del kept[index]
+                    break
+            self._observers = tuple(kept)
+            self._observer = _called(self._observers)
+
+    def _set_observer(self, observer: PoolObserver | None) -> None:
+        """Replace the observer :func:`~tensorarena.report.record_memory_history` installed
+        (None: remove it), leaving the others."""
+        with self._lock:
+            if self._history is not None:
+                self.remove_observer(self._history)
+            self._history = observer
+            if observer is not None:
+                self.add_observer(observer)
 
     def _grow_for(self, nbytes: int, alignment: int, stream: Stream) -> Arena:
         """:meth:`_grow`, telling the observer of an out-of-memory error."""
@@ -414,3 +428,10 @@ class Pool(PoolArenas, PoolStatistics):
             "an arena given back by trim() no longer counts)",
             address=address,
         )
+
+
+def _called(observers: tuple[PoolObserver, ...]) -> PoolObserver | None:
+    """What the pool's calls tell: nobody, the one observer, or all of them in turn."""
+    if not observers:
+        return None
+    return observers[0] if len(observers) == 1 else ObserverFanOut(observers)

@@ -33,7 +33,7 @@ from typing import BinaryIO, TextIO
 from tensorarena.errors import InvalidArgumentError, InvalidProblemError
 from tensorarena.planning.options import check_capacity, check_problem
 from tensorarena.planning.problem import Buffer, Plan, Problem
-from tensorarena.sizes import Size
+from tensorarena.sizes import INTEGER_TEXT, Size
 
 __all__ = [
     "capacity_from_name",
@@ -46,7 +46,7 @@ __all__ = [
 Source = str | os.PathLike[str] | TextIO
 """A path, a CSV text (any string with a line break), or an open text stream."""
 
-_INT = re.compile(r"^\s*[+-]?\d+\s*$", re.ASCII)  # ASCII digits: "١٢" is not 12
+_INT = INTEGER_TEXT  # ASCII digits: "١٢" is not 12
 # More digits than any plannable number has (the planners stop at 2**62, 19 digits); also far
 # below Python's limit on converting long digit strings.
 _MAX_DIGITS = 30

@@ -49,8 +49,14 @@ UNFOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
 
 
 def pin_inputs(graph: Any, input_shapes: Mapping[str, Sequence[int]]) -> None:
-    """Give the graph inputs named in ``input_shapes`` those concrete shapes (in place)."""
+    """Give the graph inputs named in ``input_shapes`` those concrete shapes (in place).
+
+    Only symbolic dimensions are filled in: a shape that contradicts a static one of the export
+    is refused (:class:`~tensorarena.errors.InvalidProblemError` naming the input and both
+    shapes), never silently planned as another model; nothing is changed when it raises.
+    """
     inputs = {value.name: value for value in graph.input}
+    pending: list[tuple[Any, list[int]]] = []
     for input_name, shape in input_shapes.items():
         if input_name not in inputs:
             raise InvalidProblemError(
@@ -77,7 +83,21 @@ def pin_inputs(graph: Any, input_shapes: Mapping[str, Sequence[int]]) -> None:
                 column=input_name,
             )
         shape = [int(d) for d in shape]  # NumPy's ints too
-        tensor_shape = inputs[input_name].type.tensor_type.shape
+        fixed = [(axis, d.dim_value) for axis, d in enumerate(dims) if d.HasField("dim_value")]
+        clashes = [(axis, value) for axis, value in fixed if value != shape[axis]]
+        if clashes:  # a static export: replacing its dims would plan another model
+            exported = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                        for d in dims]
+            which = ", ".join(f"dimension {axis} is {value}, not {shape[axis]}"
+                              for axis, value in clashes)
+            raise InvalidProblemError(
+                f"input {input_name!r} was exported with the static shape {exported}, which "
+                f"the shape given, {shape}, contradicts ({which}): export the model with "
+                "dynamic axes to plan it at another shape, or give its own shape",
+                column=input_name,
+            )
+        pending.append((inputs[input_name].type.tensor_type.shape, shape))
+    for tensor_shape, shape in pending:  # every input checked first: all or nothing
         del tensor_shape.dim[:]
         for d in shape:
             tensor_shape.dim.add().dim_value = d

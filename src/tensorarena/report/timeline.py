@@ -15,8 +15,11 @@ Two sources, one result (:class:`Timeline`, NumPy arrays):
   picture shows how *our* allocator would lay the workload out. The file is streamed: memory
   grows with the number of allocations, never with a text of the whole trace.
 
-Time is ``time_us`` where every action has one, else the action's index. A block's ``site`` is
-the innermost frame of its stack (snapshots) or its tag (traces).
+Time is ``time_us`` where every action has one, else the action's index. A block's ``site`` (what
+it is grouped and labelled by) is the first frame of its Python stack outside the libraries, else
+its tag (:mod:`tensorarena.report.site_labels`); its whole stack stays with it
+(``block_stack``), for a page to show on hover, and so does the allocator that served it
+(``block_allocator``: a trace recorded from torch and tensorarena together names both).
 
 Memory ``y``: addresses are mapped onto the concatenation of the regions that were ever held
 (segments, or the blocks themselves where a snapshot names no segments), so arenas that lie far
@@ -37,7 +40,16 @@ from tensorarena.errors import InvalidArgumentError
 from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryKind, Stream
 from tensorarena.memory.virtual import VirtualMemory
-from tensorarena.trace import ALLOC, FREE, Event, MalformedTraceError, detect_format, iter_events
+from tensorarena.report.site_labels import site_label
+from tensorarena.trace import (
+    ALLOC,
+    FREE,
+    SITE_SEPARATOR,
+    Event,
+    MalformedTraceError,
+    detect_format,
+    iter_events,
+)
 from tensorarena.trace.model import check_events
 from tensorarena.trace.plain_pickle import load_plain
 
@@ -71,6 +83,10 @@ class Timeline:
     sites: tuple[str, ...]
     regions: np.ndarray
     source: str  #: where the addresses come from: "snapshot" or "replayed on Pool(...)"
+    block_allocator: np.ndarray | None = None  #: index into ``allocators`` per block
+    allocators: tuple[str, ...] = ("",)  #: ``""``: the source names none
+    block_stack: np.ndarray | None = None  #: index into ``stacks`` per block
+    stacks: tuple[str, ...] = ("",)  #: each distinct Python stack, ``""`` for none
 
     @property
     def steps(self) -> int:
@@ -148,6 +164,11 @@ class _Builder:
         self.size: list[int] = []
         self.site: list[int] = []
         self.site_index: dict[str, int] = {}
+        self.allocator: list[int] = []
+        self.allocator_index: dict[str, int] = {"": 0}
+        self.stack: list[int] = []
+        self.stack_index: dict[str, int] = {"": 0}
+        self.label_of: dict[tuple[str, str], int] = {}  # (stack, tag) -> site index
         self.regions: list[tuple[int, int]] = []
 
     def site_of(self, name: str) -> int:
@@ -156,12 +177,22 @@ class _Builder:
             index = self.site_index[name] = len(self.site_index)
         return index
 
-    def open(self, step: int, address: int, nbytes: int, site: str) -> int:
+    def open(self, step: int, address: int, nbytes: int, tag: str, stack: str = "",
+             allocator: str = "") -> int:
+        """A block from ``step``, labelled by its stack's first frame outside the libraries
+        (else its tag): computed once per distinct (stack, tag)."""
+        key = (stack, tag)
+        site = self.label_of.get(key)
+        if site is None:
+            site = self.label_of[key] = self.site_of(site_label(stack, tag))
         self.start.append(step)
         self.end.append(-1)
         self.address.append(address)
         self.size.append(nbytes)
-        self.site.append(self.site_of(site))
+        self.site.append(site)
+        self.stack.append(self.stack_index.setdefault(stack, len(self.stack_index)))
+        self.allocator.append(self.allocator_index.setdefault(allocator,
+                                                              len(self.allocator_index)))
         return len(self.start) - 1
 
     def finish(self, name: str, source: str, *, reserved: bool,
@@ -196,20 +227,30 @@ class _Builder:
             sites=tuple(self.site_index),
             regions=_merge(ranges),
             source=source,
+            block_allocator=np.array(self.allocator, dtype=np.int32),
+            allocators=tuple(self.allocator_index),
+            block_stack=np.array(self.stack, dtype=np.int32),
+            stacks=tuple(self.stack_index),
         )
 
 
 # --- from a snapshot -------------------------------------------------------------------------
 
 
-def _frame_site(frames: object) -> str:
-    if isinstance(frames, list) and frames and isinstance(frames[0], dict):
-        frame = frames[0]
+def _frame_site(frames: object) -> tuple[str, str]:
+    """(the Python stack as a site, the ``<tag>`` frame's name) of a snapshot's frames."""
+    if not isinstance(frames, list):
+        return "", ""
+    tag, stack = "", []
+    for frame in frames[:64]:
+        if not isinstance(frame, dict):
+            continue
         if frame.get("filename") == "<tag>":
-            return str(frame.get("name", _NO_SITE))
-        filename = str(frame.get("filename", "?"))
-        return f"{os.path.basename(filename)}:{frame.get('line', '?')} in {frame.get('name', '?')}"
-    return _NO_SITE
+            tag = tag or str(frame.get("name", ""))
+        else:
+            stack.append(f"{frame.get('filename', '?')}:{frame.get('line', '?')} in "
+                         f"{frame.get('name', '?')}")
+    return SITE_SEPARATOR.join(stack), tag
 
 
 def timeline_from_snapshot(data: object, *, device: int | None = None,
@@ -257,7 +298,8 @@ def timeline_from_snapshot(data: object, *, device: int | None = None,
         else:
             opened.discard(address)
         seen.add(address)
-    early: list[tuple[int, int, str]] = [(a, n, _NO_SITE) for a, n in pending.items()]
+    early: list[tuple[int, int, tuple[str, str]]] = [(a, n, ("", _NO_SITE))
+                                                     for a, n in pending.items()]
     live_at_end = set(opened)
     for s in segments:
         for block in s.get("blocks") or []:
@@ -267,8 +309,8 @@ def timeline_from_snapshot(data: object, *, device: int | None = None,
                               _frame_site(block.get("frames"))))
     live = 0
     blocks: dict[int, int] = {}
-    for address, nbytes, site in early:
-        blocks[address] = builder.open(0, address, nbytes, site)
+    for address, nbytes, (stack, tag) in early:
+        blocks[address] = builder.open(0, address, nbytes, tag, stack)
         live += nbytes
     for index, e in enumerate(actions):
         kind = e["action"]
@@ -282,7 +324,8 @@ def timeline_from_snapshot(data: object, *, device: int | None = None,
         stamp = e.get("time_us")
         address, nbytes = int(e["addr"]), int(e["size"])
         if kind == "alloc":
-            blocks[address] = builder.open(step, address, nbytes, _frame_site(e.get("frames")))
+            stack, tag = _frame_site(e.get("frames"))
+            blocks[address] = builder.open(step, address, nbytes, tag, stack)
             live += nbytes
         else:
             block = blocks.pop(address, None)
@@ -338,9 +381,10 @@ def timeline_from_events(events: Iterable[Event], *, strategy: str = "best_fit",
     nan = float("nan")
     live = 0
     for step, event in enumerate(events):
-        op, ident, nbytes, _, time_us, tag = event
+        op, ident, nbytes, _, time_us, tag, allocator, site = event
         if op == ALLOC:
-            blocks[ident] = open_block(step, allocate(nbytes), nbytes, tag or "<no tag>")
+            blocks[ident] = open_block(step, allocate(nbytes), nbytes, tag or "<no tag>", site,
+                                       allocator)
             live += nbytes
         elif op == FREE:
             index = blocks.pop(ident, -1)

@@ -29,6 +29,7 @@ from tensorarena.trace.formats import (
 from tensorarena.trace.model import (
     ALLOC,
     FREE,
+    SITE_SEPARATOR,
     Event,
     LiveSet,
     MalformedTraceError,
@@ -37,6 +38,7 @@ from tensorarena.trace.model import (
     summarize,
 )
 from tensorarena.trace.plain_pickle import UnsafePickleError
+from tensorarena.trace.pool_recorder import PoolRecording
 from tensorarena.trace.pytorch_like import BlockState, PyTorchLike, SegmentState
 from tensorarena.trace.recommend import Recommendation, recommend
 from tensorarena.trace.recorder import EventRecorder, trace_from_log
@@ -65,6 +67,7 @@ __all__ = [
     "ALLOC",
     "FORMATS",
     "FREE",
+    "SITE_SEPARATOR",
     "WORKLOADS",
     "BlockState",
     "CsvWriter",
@@ -72,6 +75,7 @@ __all__ = [
     "EventRecorder",
     "LiveSet",
     "MalformedTraceError",
+    "PoolRecording",
     "PyTorchLike",
     "Recommendation",
     "ReplayResult",

@@ -2,19 +2,24 @@
 
 ::
 
-    # tensorarena trace, version 1
-    op,id,size,stream,time_us,tag
-    a,0,4096,0,12,aten::empty
-    a,1,512,0,15,
-    f,0,4096,0,20,
+    # tensorarena trace, version 2
+    op,id,size,stream,time_us,tag,allocator,site
+    a,0,4096,0,12,aten::empty,torch,train.py:30 in step; train.py:51 in main
+    a,1,512,0,15,,tensorarena/default,train.py:33 in step
+    f,0,4096,0,20,,torch,
 
 ``op`` is ``a`` (allocate) or ``f`` (free); ``id`` a non-negative integer naming one live
 allocation; ``size`` its bytes (a free may leave it empty or 0: the reader fills it in from the
-allocate). ``stream`` (default 0), ``time_us`` (empty: unknown) and ``tag`` are optional columns,
-in any order after the header. The version line is written by :func:`write_csv` and optional on
-reading (a file of a later version is refused: it may mean something we do not know); other
-lines starting with ``#`` and blank lines are skipped. Unknown columns are refused rather than
-silently ignored, so a misspelt ``time_us`` is not lost.
+allocate). ``stream`` (default 0), ``time_us`` (empty: unknown), ``tag``, ``allocator`` (which
+allocator served it) and ``site`` (its Python stack) are optional columns, in any order after the
+header. Numbers are ASCII digits (``int()`` alone would take ``"١٢"`` and ``"1_000"``).
+
+Version 2 added ``allocator`` and ``site``: a file is written as version 1 when it uses neither,
+so that older readers still read it, and every version-1 file reads as it always did. The version
+line is written by :func:`write_csv` and optional on reading (a file of a later version is
+refused: it may mean something we do not know); other lines starting with ``#`` and blank lines
+are skipped. Unknown columns are refused rather than silently ignored, so a misspelt ``time_us``
+is not lost.
 
 Reading streams (:func:`iter_csv`); every fault is a
 :class:`~tensorarena.trace.model.MalformedTraceError` with its line and column. Writing is atomic
@@ -32,6 +37,7 @@ from contextlib import ExitStack
 from types import TracebackType
 from typing import IO
 
+from tensorarena.sizes import INTEGER_TEXT
 from tensorarena.trace._text import Source, int_cell, open_lines, source_name
 from tensorarena.trace.atomic import atomic_text
 from tensorarena.trace.model import (
@@ -45,12 +51,19 @@ from tensorarena.trace.model import (
 
 __all__ = ["COLUMNS", "FORMAT_VERSION", "CsvWriter", "iter_csv", "write_csv"]
 
-#: The version this module writes and the newest it reads.
-FORMAT_VERSION = 1
+#: The newest version this module writes and reads.
+FORMAT_VERSION = 2
 #: Every column, in the order they are written.
-COLUMNS = ("op", "id", "size", "stream", "time_us", "tag")
+COLUMNS = ("op", "id", "size", "stream", "time_us", "tag", "allocator", "site")
 _REQUIRED = ("op", "id", "size")
-_VERSION_LINE = f"# tensorarena trace, version {FORMAT_VERSION}\n"
+_SINCE_2 = ("allocator", "site")  # a file with neither is written as version 1
+_NUMBERS = ("id", "size", "stream", "time_us")
+
+
+def _version_line(columns: Iterable[str]) -> str:
+    version = FORMAT_VERSION if any(c in _SINCE_2 for c in columns) else 1
+    return f"# tensorarena trace, version {version}\n"
+
 _PARTIAL = "# partial: "
 _VERSION_RE = re.compile(r"^#\s*tensorarena trace, version (\d+)\s*$")
 
@@ -113,6 +126,10 @@ def iter_csv(source: Source, *, live: LiveSet | None = None) -> Iterator[Event]:
         i_stream = columns.get("stream")
         i_time = columns.get("time_us")
         i_tag = columns.get("tag")
+        i_allocator = columns.get("allocator")
+        i_site = columns.get("site")
+        numeric = [columns[c] for c in _NUMBERS if c in columns]
+        interned: dict[str, str] = {}  # one string per distinct site or allocator
         reader = csv.reader(lines)
         check = live.check
         while True:
@@ -140,33 +157,50 @@ def iter_csv(source: Source, *, live: LiveSet | None = None) -> Iterator[Event]:
                 nbytes = int(row[i_size]) if op == ALLOC or row[i_size] else 0
                 stream = int(row[i_stream]) if i_stream is not None and row[i_stream] else 0
                 time_us = int(row[i_time]) if i_time is not None and row[i_time] else None
+                digits = "".join([row[i] for i in numeric])
+                if "_" in digits or not digits.isascii():  # int() took more than digits
+                    raise ValueError(digits)
             except ValueError:
                 ident, nbytes, stream, time_us = _cells(row, op, line, i_id, i_size, i_stream,
                                                         i_time)
             if ident < 0:
                 raise MalformedTraceError(f"id {ident} is negative", line=line, column="id")
             tag = row[i_tag] if i_tag is not None else ""
-            yield check(Event(op, ident, nbytes, stream, time_us, tag), line)
+            allocator = row[i_allocator] if i_allocator is not None else ""
+            site = row[i_site] if i_site is not None else ""
+            if allocator or site:
+                allocator = interned.setdefault(allocator, allocator)
+                site = interned.setdefault(site, site)
+            yield check(Event(op, ident, nbytes, stream, time_us, tag, allocator, site), line)
 
 
 def _cells(row: list[str], op: str, line: int, i_id: int, i_size: int, i_stream: int | None,
            i_time: int | None) -> tuple[int, int, int, int | None]:
-    """The numbers of a row that ``int()`` refused, each checked with its column's name."""
-    ident = int_cell(row[i_id], line=line, column="id")
+    """The numbers of a row that ``int()`` refused (or took, but are not ASCII digits), each
+    checked with its column's name."""
+    ident = _number(row[i_id], line, "id")
     text = row[i_size]
-    nbytes = int_cell(text, line=line, column="size") if op == ALLOC or text.strip() else 0
+    nbytes = _number(text, line, "size") if op == ALLOC or text.strip() else 0
     stream = 0
     if i_stream is not None and row[i_stream].strip():
-        stream = int_cell(row[i_stream], line=line, column="stream")
+        stream = _number(row[i_stream], line, "stream")
     time_us = None
     if i_time is not None and row[i_time].strip():
-        time_us = int_cell(row[i_time], line=line, column="time_us")
+        time_us = _number(row[i_time], line, "time_us")
     return ident, nbytes, stream, time_us
 
 
+def _number(text: str, line: int, column: str) -> int:
+    if not INTEGER_TEXT.match(text):
+        raise MalformedTraceError(f"{column} {text.strip()!r:.40} is not an integer (ASCII "
+                                  "digits)", line=line, column=column)
+    return int_cell(text, line=line, column=column)
+
+
 def _row(event: Event) -> tuple[object, ...]:
-    op, ident, nbytes, stream, time_us, tag = event
-    return op, ident, nbytes, stream, "" if time_us is None else time_us, tag
+    op, ident, nbytes, stream, time_us, tag, allocator, site = event
+    return (op, ident, nbytes, stream, "" if time_us is None else time_us, tag, allocator,
+            site)
 
 
 def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
@@ -183,7 +217,9 @@ def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
         events = list(events)
         used = {"stream": any(e.stream for e in events),
                 "time_us": any(e.time_us is not None for e in events),
-                "tag": any(e.tag for e in events)}
+                "tag": any(e.tag for e in events),
+                "allocator": any(e.allocator for e in events),
+                "site": any(e.site for e in events)}
         chosen = [c for c in COLUMNS if c in _REQUIRED or used[c]]
     else:
         chosen = list(columns)
@@ -193,7 +229,7 @@ def write_csv(events: Iterable[Event], path: str | os.PathLike[str], *,
                                       f", got {chosen}")
     indices = [COLUMNS.index(c) for c in chosen]
     with atomic_text(path) as handle:
-        handle.write(_VERSION_LINE)
+        handle.write(_version_line(chosen))
         if partial:
             handle.write(f"{_PARTIAL}{' '.join(partial.split())}\n")
         writer = csv.writer(handle, lineterminator="\n")
@@ -216,7 +252,7 @@ class CsvWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._stack = ExitStack()
         self._handle: IO[str] = self._stack.enter_context(atomic_text(path))
-        self._handle.write(_VERSION_LINE)
+        self._handle.write(_version_line(COLUMNS))
         self._writer = csv.writer(self._handle, lineterminator="\n")
         self._writer.writerow(COLUMNS)
         self.path = path

@@ -5,8 +5,12 @@ an integer ``id`` (unique among the live ones: an id may come back after its fre
 does) and gives its ``nbytes``; a *free* event names a live ``id``. Optional fields: ``stream``
 (an integer; 0 is the default stream), ``time_us`` (microseconds from any origin, never
 decreasing in a recorded trace but not required to) and ``tag`` (free text: the op or layer that
-allocated). Every format this package reads comes down to this, and every format it writes is
-made from it; addresses (PyTorch's, RMM's) are the formats' business and become ids on reading.
+allocated), ``allocator`` (which allocator served it: ``"torch"``, ``"tensorarena/default"``,
+``"tensorarena/pool2"``...; empty when the trace has one) and ``site`` (the Python stack of the
+code that allocated, innermost frame first, frames as ``file.py:12 in function`` joined by
+``"; "``: :data:`SITE_SEPARATOR`). Every format this package reads comes down to this, and every
+format it writes is made from it; addresses (PyTorch's, RMM's) are the formats' business and
+become ids on reading.
 
 Events are named tuples, not dataclasses: a replay of a million of them unpacks each one in its
 hot loop, and a tuple unpacks several times faster than attribute reads.
@@ -31,6 +35,7 @@ from tensorarena.sizes import MAX_SIZE
 __all__ = [
     "ALLOC",
     "FREE",
+    "SITE_SEPARATOR",
     "Event",
     "LiveSet",
     "MalformedTraceError",
@@ -44,6 +49,8 @@ __all__ = [
 ALLOC = "a"
 #: The ``op`` of a free event.
 FREE = "f"
+#: What joins the frames of an event's ``site``.
+SITE_SEPARATOR = "; "
 
 
 class Event(NamedTuple):
@@ -55,6 +62,8 @@ class Event(NamedTuple):
     stream: int = 0
     time_us: int | None = None
     tag: str = ""
+    allocator: str = ""
+    site: str = ""
 
 
 class LiveSet:
@@ -228,6 +237,9 @@ class Trace:
 
         Raises :class:`MalformedTraceError` naming the 1-based event number of the first fault.
         """
+        if isinstance(events, Trace):  # checked when it was made: its summary holds
+            return cls(events.events, name, MappingProxyType(dict(metadata or {})),
+                       events.summary())
         live = LiveSet()
         checked = list(check_events(events, live))
         streams = {event.stream for event in checked}
@@ -259,9 +271,10 @@ class Trace:
 
 def _coerce(raw: object, number: int) -> Event:
     """A plain tuple as an Event, its fields checked for type (the edge for in-memory events)."""
-    if not isinstance(raw, tuple) or not 3 <= len(raw) <= 6:
+    if not isinstance(raw, tuple) or not 3 <= len(raw) <= 8:
         raise MalformedTraceError(
-            f"expected an Event or a tuple (op, id, nbytes[, stream, time_us, tag]), got {raw!r}",
+            f"expected an Event or a tuple (op, id, nbytes[, stream, time_us, tag, allocator, "
+            f"site]), got {raw!r}",
             line=number,
         )
     op, ident, nbytes, *rest = raw
@@ -275,7 +288,8 @@ def _coerce(raw: object, number: int) -> Event:
     if type(event.stream) is not int or (event.time_us is not None
                                          and type(event.time_us) is not int):
         raise MalformedTraceError(f"stream and time_us must be ints, got {raw!r}", line=number)
-    if not isinstance(event.tag, str):
-        raise MalformedTraceError(f"tag must be a string, got {event.tag!r}", line=number,
-                                  column="tag")
+    for column in ("tag", "allocator", "site"):
+        if not isinstance(getattr(event, column), str):
+            raise MalformedTraceError(f"{column} must be a string, got "
+                                      f"{getattr(event, column)!r}", line=number, column=column)
     return event

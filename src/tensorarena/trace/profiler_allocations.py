@@ -8,12 +8,18 @@ its *scope*: the innermost enclosing range whose name starts with a chosen prefi
 (``torch.profiler.record_function`` ranges, as the planned runtime puts around each node).
 :func:`~tensorarena.trace.record_torch` and the runtime's measurements both read it.
 
+With ``stack_depth`` (a profile run with ``with_stack=True``), each allocation also gets the Python
+stack it was made from, innermost first: the caller frame (file, line, function) of each Python
+call event above it, as PyTorch's ``record_memory_history(stacks="python")`` gives. Frames are
+interned (one tuple per distinct frame), so a loop's million allocations share them.
+
 The walk keeps its own stack instead of recursing: a deep model's tree does not reach Python's
 recursion limit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +40,7 @@ class ProfiledAllocation:
     device: str
     op: str
     scope: str
+    stack: tuple[tuple[str, int, str], ...] = ()  #: innermost first; () without stacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +52,33 @@ class ProfilerAllocations:
     scopes: tuple[tuple[str, int, int], ...]
 
 
-def profiler_allocations(profile: Any, *, scope_prefix: str | None = None
+def _python_stack(event: Any, depth: int, python: tuple[Any, ...],
+                  frames: dict[tuple[str, int, str], tuple[str, int, str]],
+                  keep: Callable[[str], bool]) -> tuple[tuple[str, int, str], ...]:
+    """Up to ``depth`` caller frames of the Python call events above ``event``."""
+    stack: list[tuple[str, int, str]] = []
+    parent = event.parent
+    while parent is not None and len(stack) < depth:
+        if parent.tag in python:
+            caller = parent.extra_fields.caller
+            frame = (str(caller.file_name), int(caller.line_number), str(caller.function_name))
+            if keep(frame[0]):
+                stack.append(frames.setdefault(frame, frame))
+        parent = parent.parent
+    return tuple(stack)
+
+
+def profiler_allocations(profile: Any, *, scope_prefix: str | None = None,
+                         stack_depth: int = 0,
+                         keep_frame: Callable[[str], bool] = lambda filename: True
                          ) -> ProfilerAllocations:
     """The allocations of a finished ``torch.profiler.profile`` (run with
-    ``profile_memory=True``) and, with ``scope_prefix``, the ranges named with it."""
+    ``profile_memory=True``) and, with ``scope_prefix``, the ranges named with it; with
+    ``stack_depth``, up to that many Python frames each (of the files ``keep_frame`` keeps)."""
     from torch._C._profiler import _EventType
+
+    python = (_EventType.PyCall, _EventType.PyCCall)
+    frames: dict[tuple[str, int, str], tuple[str, int, str]] = {}
 
     allocations: list[ProfiledAllocation] = []
     scopes: list[tuple[str, int, int]] = []
@@ -63,7 +92,9 @@ def profiler_allocations(profile: Any, *, scope_prefix: str | None = None
             allocations.append(ProfiledAllocation(
                 event.start_time_ns, int(fields.ptr), int(fields.alloc_size),
                 int(fields.total_allocated), fields.device.type,
-                str(parent.name) if parent is not None else "", scope))
+                str(parent.name) if parent is not None else "", scope,
+                _python_stack(event, stack_depth, python, frames, keep_frame)
+                if stack_depth else ()))
             continue
         if scope_prefix is not None:
             name = str(event.name)

@@ -159,7 +159,7 @@ class _Loop:
         live, streams = self.live, self.streams
         level, peak, count, allocations = self.level, self.peak, self.events, self.allocations
         try:
-            for op, ident, nbytes, stream, _, _ in events:
+            for op, ident, nbytes, stream, _, _, _, _ in events:
                 count += 1
                 if op == ALLOC:
                     allocations += 1

@@ -154,7 +154,7 @@ def _clock(time_us: int | None) -> str:
 def _rows(events: Iterable[Event]) -> Iterator[tuple[object, ...]]:
     addresses: dict[int, int] = {}
     cursor = _BASE_ADDRESS
-    for op, ident, nbytes, stream, time_us, _ in events:
+    for op, ident, nbytes, stream, time_us, _, _, _ in events:
         if op == ALLOC:
             address = addresses[ident] = cursor
             cursor += (nbytes + 255) & -256  # 256-aligned, as RMM hands out

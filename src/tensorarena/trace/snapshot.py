@@ -43,6 +43,7 @@ from tensorarena.trace.atomic import atomic_binary
 from tensorarena.trace.model import (
     ALLOC,
     FREE,
+    SITE_SEPARATOR,
     Event,
     MalformedTraceError,
     Trace,
@@ -85,15 +86,34 @@ class SnapshotAction:
     stream: int = 0
     time_us: int | None = None
     tag: str = ""
+    site: str = ""  #: an event's Python stack, ``file.py:12 in f; ...`` (innermost first)
 
 
-def _frames(tag: str) -> list[dict[str, Any]]:
-    return [{"filename": TAG_FILENAME, "line": 0, "name": tag}] if tag else []
+def _frames(tag: str, site: str = "") -> list[dict[str, Any]]:
+    """The tag as a ``<tag>`` frame, then the site's frames as PyTorch's viewer shows them."""
+    frames = [{"filename": TAG_FILENAME, "line": 0, "name": tag}] if tag else []
+    for text in site.split(SITE_SEPARATOR) if site else ():
+        place, _, name = text.rpartition(" in ")
+        filename, _, line = place.rpartition(":")
+        frames.append({"filename": filename or place, "line": int(line) if line.isdecimal()
+                       and line.isascii() else 0, "name": name})
+    return frames
+
+
+def _site(entry: Mapping[str, Any], known: dict[str, str]) -> str:
+    """The Python frames of an entry (all but a ``<tag>`` one) as an event's ``site``."""
+    frames = entry.get("frames")
+    if not isinstance(frames, list):
+        return ""
+    text = SITE_SEPARATOR.join(
+        f"{f.get('filename', '?')}:{f.get('line', 0)} in {f.get('name', '?')}"
+        for f in frames[:64] if isinstance(f, dict) and f.get("filename") != TAG_FILENAME)
+    return known.setdefault(text, text)
 
 
 def _entry(action: str, item: SnapshotAction) -> dict[str, Any]:
     entry: dict[str, Any] = {"action": action, "addr": item.address, "size": item.nbytes,
-                             "stream": item.stream, "frames": _frames(item.tag)}
+                             "stream": item.stream, "frames": _frames(item.tag, item.site)}
     if action == "oom":
         entry = {"action": "oom", "size": item.nbytes, "stream": item.stream,
                  "device_free": 0, "frames": entry["frames"]}
@@ -196,7 +216,7 @@ def snapshot_of(source: Iterable[Event] | Pool, *, device: int = 0,
     def record(action: str, address: int, nbytes: int, stream: int) -> None:
         event = current[0]
         actions.append(SnapshotAction(action, address, nbytes, stream, event.time_us,
-                                      event.tag))
+                                      event.tag, event.site if action == "alloc" else ""))
 
     allocator = PyTorchLike(on_action=record)
     addresses: dict[int, int] = {}
@@ -285,6 +305,7 @@ def snapshot_events(snapshot: object, *, device: int | None = None
     events: list[Event] = []
     early: list[Event] = []
     next_id = 0
+    sites: dict[str, str] = {}  # one string per distinct stack
     start = None
     for line, entry in enumerate(entries, 1):
         where = f"device_traces[{device}][{line - 1}]"
@@ -304,7 +325,8 @@ def snapshot_events(snapshot: object, *, device: int | None = None
                     raise MalformedTraceError(f"{where}: alloc at {address:#x}, which is already "
                                               "live", line=line, column="addr")
                 ids[address] = (next_id, nbytes)
-                events.append(Event(ALLOC, next_id, nbytes, stream, time_us, _tag(entry)))
+                events.append(Event(ALLOC, next_id, nbytes, stream, time_us, _tag(entry), "",
+                                    _site(entry, sites)))
                 next_id += 1
                 continue
             known = ids.pop(address, None)

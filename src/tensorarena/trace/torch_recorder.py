@@ -14,6 +14,13 @@ unknown size was allocated before the profiling started"). Where a device's prof
 such a free, the block becomes an allocation at the start of the trace, counted in
 ``metadata["preexisting"]`` (the convention of PyTorch's own memory viewer).
 
+tensorarena's own memory is recorded too (``pools=True``, the default): every pool of the process,
+the default resource's included (:mod:`tensorarena.trace.pool_recorder`), merged with torch's
+allocations by time. Each event says which allocator served it (``allocator``: ``"torch"``,
+``"tensorarena/default"``, ``"tensorarena/pool1"``...) and, with ``stack_depth`` > 0 (8 by
+default), where it was made (``site``: the program's Python frames, innermost first; the
+profiler runs ``with_stack=True`` for torch's).
+
 The profiler slows the program down (each op is recorded): record for the allocation pattern,
 never for time. ``tensorarena trace record -o out.csv -- python script.py`` records a whole
 script this way (:func:`record_script`, in a fresh interpreter).
@@ -33,8 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorarena._optional import require
+from tensorarena.adaptors.tracking import check_stack_depth
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.trace.model import ALLOC, FREE, Event, Trace
+from tensorarena.trace.pool_recorder import PoolRecording, Report, keep_frame, site_text
 from tensorarena.trace.profiler_allocations import profiler_allocations
 
 __all__ = ["ScriptRun", "TorchRecording", "record_script", "record_torch", "run_script"]
@@ -56,64 +65,84 @@ class TorchRecording:
                                        "with block")
         return self._trace
 
-    def _finish(self, raw: list[tuple[int, int, int, str]], *, partial: str = "") -> None:
-        """Turn ``(time_ns, ptr, signed size, op)`` reports, in order, into the trace;
+    def _finish(self, raw: list[Report], *, partial: str = "", failures: int = 0) -> None:
+        """Turn ``(time_ns, ptr, signed size, op, allocator, site)`` reports into the trace;
         ``partial`` says why it ends early (``metadata["partial"]``)."""
         raw.sort(key=lambda report: report[0])
         start = raw[0][0] if raw else 0
-        ids: dict[int, tuple[int, int]] = {}  # live pointer -> (id, nbytes)
+        ids: dict[tuple[str, int], tuple[int, int]] = {}  # live (allocator, ptr) -> (id, nbytes)
         early: list[Event] = []
         events: list[Event] = []
         next_id = 0
-        for time_ns, pointer, size, op in raw:
+        for time_ns, pointer, size, op, allocator, site in raw:
             time_us = (time_ns - start) // 1000
+            key = (allocator, pointer)
             if size > 0:
-                if pointer in ids:  # a report lost by the profiler: close the older one
-                    old, nbytes = ids.pop(pointer)
-                    events.append(Event(FREE, old, nbytes, 0, time_us, ""))
-                ids[pointer] = (next_id, size)
-                events.append(Event(ALLOC, next_id, size, 0, time_us, op))
+                if key in ids:  # a report lost by the profiler: close the older one
+                    old, nbytes = ids.pop(key)
+                    events.append(Event(FREE, old, nbytes, 0, time_us, "", allocator))
+                ids[key] = (next_id, size)
+                events.append(Event(ALLOC, next_id, size, 0, time_us, op, allocator, site))
                 next_id += 1
             elif size < 0:
-                known = ids.pop(pointer, None)
+                known = ids.pop(key, None)
                 if known is None:  # allocated before the recording started
                     known = (next_id, -size)
                     next_id += 1
-                    early.append(Event(ALLOC, known[0], -size, 0, 0, "preexisting"))
-                events.append(Event(FREE, known[0], known[1], 0, time_us, ""))
+                    early.append(Event(ALLOC, known[0], -size, 0, 0, "preexisting", allocator))
+                events.append(Event(FREE, known[0], known[1], 0, time_us, "", allocator))
         metadata = {"format": "torch_profiler", "device": self.device,
                     "preexisting": str(len(early))}
+        if failures:
+            metadata["failures"] = str(failures)
         if partial:
             metadata["partial"] = partial
         self._trace = Trace.from_events(early + events, name=self.name, metadata=metadata)
 
 
-def _reports(profile: Any, device: str) -> list[tuple[int, int, int, str]]:
-    """``(time_ns, ptr, signed size, op name)`` of every allocator report on ``device``, latest
-    in the tree first: the order that reports of one nanosecond have always kept."""
-    return [(a.time_ns, a.address, a.nbytes, a.op)
-            for a in reversed(profiler_allocations(profile).allocations)
-            if a.device == device and a.nbytes]
+def _reports(profile: Any, device: str, stack_depth: int) -> list[Report]:
+    """The reports of every allocator call on ``device``, latest in the tree first: the order
+    that reports of one nanosecond have always kept."""
+    sites: dict[Any, str] = {}
+    found = profiler_allocations(profile, stack_depth=stack_depth, keep_frame=keep_frame)
+    return [(a.time_ns, a.address, a.nbytes, a.op, "torch", site_text(a.stack, sites))
+            for a in reversed(found.allocations) if a.device == device and a.nbytes]
 
 
 @contextlib.contextmanager
-def record_torch(*, name: str = "torch", device: str = "cpu") -> Iterator[TorchRecording]:
-    """Record the PyTorch allocations of the ``with`` block (see the module docstring)."""
+def record_torch(*, name: str = "torch", device: str = "cpu", pools: bool = True,
+                 stack_depth: int = 8) -> Iterator[TorchRecording]:
+    """Record the PyTorch allocations of the ``with`` block and, with ``pools``, those of
+    every tensorarena pool, each with ``stack_depth`` frames of its site (see the module
+    docstring)."""
     torch = require("torch", extra="torch", feature="tensorarena.trace.record_torch")
     if device not in ("cpu", "cuda"):
         raise InvalidArgumentError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    depth = check_stack_depth(stack_depth)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     recording = TorchRecording(name, device)
+    ours = PoolRecording(stack_depth=depth)
+
+    profile: Any = None  # stays None when the profiler itself fails to start
+
+    def finish(partial: str = "") -> None:
+        ours.stop()
+        reports = [] if profile is None else _reports(profile, device, depth)
+        recording._finish(reports + ours.reports(), partial=partial, failures=ours.failures)
+
     try:
-        with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+        with torch.profiler.profile(activities=activities, profile_memory=True,
+                                    with_stack=depth > 0) as profile:
+            if pools:
+                ours.start()
             yield recording
+            ours.stop()  # before the profiler's own teardown allocates
     except BaseException as exc:  # what ran until then is the trace, marked partial
-        recording._finish(_reports(profile, device),
-                          partial=f"the block raised {type(exc).__name__}")
+        finish(f"the block raised {type(exc).__name__}")
         raise
-    recording._finish(_reports(profile, device))
+    finish()
 
 
 @dataclass(frozen=True)
@@ -133,13 +162,14 @@ class _Terminated(BaseException):
 
 
 def run_script(command: Sequence[str], *, name: str | None = None,
-               device: str = "cpu") -> ScriptRun:
+               device: str = "cpu", pools: bool = True, stack_depth: int = 8) -> ScriptRun:
     """Run a Python program in this interpreter under :func:`record_torch`, whatever its end.
 
     ``command`` is what follows ``python``: ``["script.py", "arg"...]`` or
     ``["-m", "module", "arg"...]``; ``sys.argv`` is set as the program expects. A program that
     raises, exits non-zero or is interrupted (Ctrl-C; SIGTERM, where this is the main thread)
-    still gives the trace of what it did, marked partial.
+    still gives the trace of what it did, marked partial. ``pools`` and ``stack_depth`` are
+    :func:`record_torch`'s.
     """
     if not command:
         raise InvalidArgumentError("nothing to record: give a script (or -m MODULE)")
@@ -154,11 +184,12 @@ def run_script(command: Sequence[str], *, name: str | None = None,
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
     recording = TorchRecording("", device)
-    status, error = 0, None
+    status: int = 0
+    error: BaseException | None = None
     try:
         with _terminating_raises(), record_torch(
                 name=name or os.path.splitext(os.path.basename(target))[0],
-                device=device) as recording:
+                device=device, pools=pools, stack_depth=stack_depth) as recording:
             _run(target, module=module)
     except SystemExit as exit_:
         status = _exit_status(exit_.code)
@@ -192,9 +223,9 @@ def _why_partial(error: BaseException, status: int) -> str:
 
 
 def record_script(command: Sequence[str], *, name: str | None = None,
-                  device: str = "cpu") -> Trace:
+                  device: str = "cpu", pools: bool = True, stack_depth: int = 8) -> Trace:
     """:func:`run_script`, raising what ended the program early instead of returning it."""
-    run = run_script(command, name=name, device=device)
+    run = run_script(command, name=name, device=device, pools=pools, stack_depth=stack_depth)
     if run.error is not None:
         raise run.error
     return run.trace
