@@ -28,6 +28,10 @@ the node itself is the only generator, driven by :func:`drive` on a list rather 
 interpreter's stack (no ``sys.setrecursionlimit``, a process-wide setting every thread shares):
 each node *yields* the call it would have made and is sent the child's answer. That costs a
 generator and a ``StopIteration`` per node, a few percent of a node.
+
+:mod:`~tensorarena.planning.exact_lists` is the same node on lists of ints for mypyc to compile;
+a change to a technique here must be made there too (tests/planning/test_exact_engines.py
+compares the two node for node).
 """
 
 from __future__ import annotations
