@@ -9,19 +9,25 @@ compiled build, to C loops over native integers. Interpreted (the pure build), t
 slower than NumPy, so :class:`~tensorarena.planning.exact_search.Solver` uses this module only
 when it runs compiled (:func:`compiled`), unless asked otherwise.
 
-Two things differ in form, not in effect:
+What differs is form, not effect:
 
 - the floor test (``unallocated_floor``) stops at the first section that fails and, inside a
-  section, at the first member low enough to pass it: a section fails only when *every* unplaced
-  member's lowest offset is above ``cap - unplaced bytes``;
+  section, at the first member low enough to pass it (a section fails only when *every* unplaced
+  member's lowest offset is above ``cap - unplaced bytes``), asking first the member that let the
+  section pass last time (its witness);
+- a child's window is its parent's unplaced buffers (the same set, without the placed buffers
+  the child would only skip);
 - the nodes run on an explicit stack of :class:`_Frame` records rather than generators: each frame
   holds its candidate keys and where it is in them, and a split (``dynamic_decomposition``) is a
-  frame walking its windows.
+  frame walking its windows;
+- failed states are keyed by a 126-bit multiply-xorshift hash of their buffers and lowest offsets,
+  computed in the node's one pass over its buffers (the NumPy node hashes the same numbers with
+  BLAKE2b: packing a list into bytes costs more than this whole hash compiled). As with BLAKE2b,
+  a collision would refute a state wrongly; over a search's few million keys its odds are below
+  2^-80. A group of nogoods is one flat tuple of int rows, which the garbage collector stops
+  tracking.
 
-Failed states are keyed by a 126-bit multiply-xorshift hash of their buffers and lowest offsets
-(the NumPy node uses BLAKE2b digests of the same numbers: packing a list into bytes costs more
-than this whole hash compiled), and a group of nogoods is one flat tuple of int rows, which the
-garbage collector stops tracking. This module imports only the standard library.
+This module imports only the standard library.
 """
 
 from __future__ import annotations
