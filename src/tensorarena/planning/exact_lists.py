@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 if TYPE_CHECKING:  # native 64-bit integers for mypyc; plain ints interpreted
     from mypy_extensions import i64
@@ -259,12 +259,20 @@ class ListSearch:
         g2: i64 = _SEEDS[1]
         s1: i64 = _SEEDS[2] ^ tag
         s2: i64 = _SEEDS[3] ^ tag
-        for i in part:
+        # The copies into idx and low move the int objects themselves (lists of Any): an int
+        # unboxed and boxed again would be a new object, an allocation per buffer per node.
+        items: list[Any] = part
+        offsets: list[Any] = minoff
+        kept: list[Any] = idx
+        lows: list[Any] = low
+        for item in items:
+            i: int = item
             if not free[i]:
                 continue
-            v = minoff[i]
-            idx.append(i)
-            low.append(v)
+            value = offsets[i]
+            v: int = value
+            kept.append(item)
+            lows.append(value)
             nbytes = size[i]
             if v + nbytes < lowest_top:
                 lowest_top = v + nbytes
@@ -447,7 +455,8 @@ class ListSearch:
         top = offset + nbytes
         minoff = self.minoff
         ov = self.overlaps[i]
-        before = [minoff[j] for j in ov]
+        objects: list[Any] = minoff  # copied and stored as objects: no int boxed again
+        before: list[Any] = [objects[j] for j in ov]
         if self.aligned:
             mask = self.mask
             for j in ov:
@@ -456,9 +465,10 @@ class ListSearch:
                 if raised > minoff[j]:
                     minoff[j] = raised
         else:
+            boxed: Any = top  # one object for every neighbour it raises
             for j in ov:
                 if top > minoff[j]:
-                    minoff[j] = top
+                    objects[j] = boxed
         self.free[i] = False
         minoff[i] = self.cap
         total = self.total
@@ -474,11 +484,12 @@ class ListSearch:
         for s in range(self.first[i], self.last[i]):
             total[s] += nbytes
         self.free[i] = True
-        minoff = self.minoff
+        objects: list[Any] = self.minoff
+        saved: list[Any] = before
         ov = self.overlaps[i]
         for k in range(len(ov)):
-            minoff[ov[k]] = before[k]
-        minoff[i] = prior
+            objects[ov[k]] = saved[k]
+        self.minoff[i] = prior
 
     def _decompose(self, i: int) -> list[int]:
         """Lower the cuts inside buffer ``i``'s span; the boundaries that now cut to zero."""
