@@ -38,6 +38,8 @@ COMPILED_MODULES = (
     "tensorarena.adaptors._thread_cache",
     "tensorarena.interop._torch_route",
     "tensorarena.interop.arrays",
+    # The exact planner's node (its NumPy twin, planning/exact_node.py, serves the pure build).
+    "tensorarena.planning.exact_lists",
 )
 
 #: The hand-written C extensions the compiled build adds (their sources are ``.c`` files beside

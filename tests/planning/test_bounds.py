@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_exact import permutation_optimum
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.planning.bounds import aligned_lower_bound, gap_of, good_enough
+from tensorarena.planning.bounds import aligned_lower_bound, distinct, gap_of, good_enough
 from tensorarena.planning.heuristics import portfolio
 from tensorarena.planning.planners import plan
 from tensorarena.planning.problem import Buffer, Problem, lower_bound
@@ -115,3 +116,11 @@ def test_a_progress_callback_that_raises_cancels_the_planner() -> None:
         plan(_wide(5), gap=0.0, progress=cancel)
     with pytest.raises(InvalidArgumentError, match="progress"):
         plan(_wide(5), progress="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("values", [[], [7], [3, 3], [5, -1, 5, 2, -1, 9],
+                                    list(range(40, 0, -3)) * 2])
+def test_distinct_gives_each_value_once_ascending(values: list[int]) -> None:
+    array = np.array(values, dtype=np.int64)
+    assert distinct(array).tolist() == sorted(set(values))
+    assert distinct(array).dtype == np.int64

@@ -275,8 +275,8 @@ def test_bounded_memory_and_scattered_floors_change_no_answer(
     sections = build_sections(problem.buffers)
     capacities = range(lower_bound(problem), greedy_plan(problem).height + 1)
     usual = [decide(sections, c, deadline=float("inf")).status for c in capacities]
-    monkeypatch.setattr(exact_search, "_MEMBERS_LIMIT", 0)
-    monkeypatch.setattr(exact_search, "_NOGOOD_CELLS", 12)
+    monkeypatch.setattr(exact_search, "MEMBERS_LIMIT", 0)
+    monkeypatch.setattr(exact_search, "NOGOOD_CELLS", 12)
     for capacity, expected in zip(capacities, usual, strict=True):
         found = decide(sections, capacity, deadline=float("inf"))
         assert found.status == expected

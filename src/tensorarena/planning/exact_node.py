@@ -28,6 +28,10 @@ the node itself is the only generator, driven by :func:`drive` on a list rather 
 interpreter's stack (no ``sys.setrecursionlimit``, a process-wide setting every thread shares):
 each node *yields* the call it would have made and is sent the child's answer. That costs a
 generator and a ``StopIteration`` per node, a few percent of a node.
+
+:mod:`~tensorarena.planning.exact_lists` is the same node on lists of ints for mypyc to compile;
+a change to a technique here must be made there too (tests/planning/test_exact_engines.py
+compares the two node for node).
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ import numpy.typing as npt
 from tensorarena.planning.exact_params import SolverParams, Status
 from tensorarena.planning.exact_sections import Sections
 
-__all__ = ["Search", "Step", "drive"]
+__all__ = [
+    "CLOCK_EVERY", "CLOCK_WORK", "GROUP_LIMIT", "MEMBERS_LIMIT", "MEMORY_LIMIT", "NOGOOD_CELLS",
+    "Search", "Step", "drive", "section_members",
+]
 
 FOUND, EXHAUSTED, STOPPED = Status.FOUND, Status.EXHAUSTED, Status.STOPPED
 
@@ -55,17 +62,17 @@ Step = Generator["Step", Status, Status]
 
 # How many nodes pass between two looks at the clock: a clock read costs about as much as a node
 # of a small problem. A node costs time linear in the problem, so large ones look more often.
-_CLOCK_EVERY = 256
-_CLOCK_WORK = 60_000  # buffers x nodes between two looks at the clock, at most
+CLOCK_EVERY = 256
+CLOCK_WORK = 60_000  # buffers x nodes between two looks at the clock, at most
 # Most nogoods kept per set of unplaced buffers (each check scans them all).
-_GROUP_LIMIT = 64
+GROUP_LIMIT = 64
 # Most failed states remembered (about 150 bytes each) before the memory starts afresh.
-_MEMORY_LIMIT = 1_000_000
+MEMORY_LIMIT = 1_000_000
 # Most lowest offsets kept in nogoods (8 bytes each: a row per nogood, a column per unplaced
 # buffer), so that large problems cannot fill the memory with them.
-_NOGOOD_CELLS = 16_000_000
+NOGOOD_CELLS = 16_000_000
 # Largest section → members table (sum of every buffer's section count) built for the floors.
-_MEMBERS_LIMIT = 4_000_000
+MEMBERS_LIMIT = 4_000_000
 _NEVER = 1 << 62
 
 
@@ -92,6 +99,22 @@ def drive(root: Step) -> Status:
         push(child)
         node = child
         reply = None
+
+
+def section_members(sections: Sections) -> tuple[npt.NDArray[np.int32], IntArray] | None:
+    """Every section's member buffers (placed or not), section by section, and where each
+    section's run starts (one more entry: the end); None when the table would pass
+    :data:`MEMBERS_LIMIT` entries."""
+    lengths = sections.last - sections.first
+    count = int(lengths.sum())
+    if count > MEMBERS_LIMIT:
+        return None
+    owner = np.repeat(np.arange(len(sections), dtype=np.int32), lengths)
+    where = np.arange(count) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    where += np.repeat(sections.first, lengths)
+    start = np.zeros(sections.n_sections + 1, dtype=np.int64)
+    np.cumsum(np.bincount(where, minlength=sections.n_sections), out=start[1:])
+    return owner[np.argsort(where, kind="stable")], start
 
 
 class Search:
@@ -152,19 +175,15 @@ class Search:
         self.total = self.total_ext[:-1]
         self.spans = np.stack([sec.first, sec.last], axis=1)
         # Section → member buffers (placed or not), when that table stays small.
-        lengths = sec.last - sec.first
-        self.by_section: npt.NDArray[np.int32] | None = None
+        table = section_members(sec)
+        self.by_section: npt.NDArray[np.int32] | None = None if table is None else table[0]
         self.section_start = np.zeros(sec.n_sections + 1, dtype=np.int64)
-        if int(lengths.sum()) <= _MEMBERS_LIMIT:
-            owner = np.repeat(np.arange(n, dtype=np.int32), lengths)
-            where = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-            where += np.repeat(sec.first, lengths)
-            self.by_section = owner[np.argsort(where, kind="stable")]
-            np.cumsum(np.bincount(where, minlength=sec.n_sections), out=self.section_start[1:])
+        if table is not None:
+            self.section_start = table[1]
         self.cuts = sec.cuts.copy()
         self.offsets = np.zeros(n, dtype=np.int64)
         self.deadline = deadline
-        self.clock_every = max(1, min(_CLOCK_EVERY, _CLOCK_WORK // n))
+        self.clock_every = max(1, min(CLOCK_EVERY, CLOCK_WORK // n))
         self.failed = failed
         self.nogoods = nogoods
         self.stored = stored
@@ -467,18 +486,18 @@ class Search:
         nogoods = self.nogoods
         if clean and self.use_nogoods:
             stored = self.stored
-            if stored[0] + len(low) > _NOGOOD_CELLS or len(nogoods) >= _MEMORY_LIMIT:
+            if stored[0] + len(low) > NOGOOD_CELLS or len(nogoods) >= MEMORY_LIMIT:
                 nogoods.clear()  # a bounded memory: forgetting only costs nodes
                 stored[0] = 0
                 group = None
             if group is None:
                 nogoods[group_key] = low[None, :]
                 stored[0] += len(low)
-            elif len(group) < _GROUP_LIMIT:
+            elif len(group) < GROUP_LIMIT:
                 nogoods[group_key] = np.vstack([group, low])
                 stored[0] += len(low)
         elif self.remember:
             failed = self.failed
-            if len(failed) >= _MEMORY_LIMIT:
+            if len(failed) >= MEMORY_LIMIT:
                 failed.clear()  # a bounded memory: forgetting only costs nodes
             failed[state] = last_key

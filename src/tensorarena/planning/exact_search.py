@@ -40,9 +40,12 @@ a compact plan pushes only the free buffers down, and its listing by offset stil
 one at its lowest offset and each pinned one at its pin.
 
 The sorted listing of every fully compact plan survives every cut above, which is all that
-completeness needs. The inner loop is NumPy calls on arrays of a few hundred elements, so a node
-costs tens of microseconds: minimalloc's C++ visits nodes one to two orders of magnitude faster.
-The search touches no process-wide setting: it runs on a list, not on the interpreter's stack.
+completeness needs. The node exists twice, one search in two engines (:data:`ENGINES`): NumPy
+calls on arrays of a few hundred elements (:mod:`~tensorarena.planning.exact_node`, ~100 µs a
+node, the pure build's) and native loops over lists of ints that mypyc compiles
+(:mod:`~tensorarena.planning.exact_lists`, 13-55 µs, the compiled build's); minimalloc's C++
+node costs 1-5 µs. The search touches no process-wide setting: it runs on a list, not on the
+interpreter's stack.
 """
 
 from __future__ import annotations
@@ -50,20 +53,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tensorarena.planning.exact_node import Search
+from tensorarena.errors import InvalidArgumentError
+from tensorarena.planning import exact_lists, exact_node
+from tensorarena.planning.exact_lists import ListSearch
+from tensorarena.planning.exact_node import Search, section_members
 from tensorarena.planning.exact_params import Decision, SolverParams, Status
 from tensorarena.planning.exact_sections import Sections
 
-__all__ = ["EXHAUSTED", "FOUND", "STOPPED", "Decision", "Solver", "SolverParams", "Status",
-           "decide"]
+__all__ = ["ENGINES", "EXHAUSTED", "FOUND", "STOPPED", "Decision", "Solver", "SolverParams",
+           "Status", "decide"]
 
 FOUND, EXHAUSTED, STOPPED = Status.FOUND, Status.EXHAUSTED, Status.STOPPED
 
 IntArray = npt.NDArray[np.int64]
+
+#: The two implementations of the node: ``"numpy"`` (:class:`~tensorarena.planning.exact_node.
+#: Search`, fast interpreted) and ``"lists"`` (:class:`~tensorarena.planning.exact_lists.
+#: ListSearch`, fast compiled). Both visit the same nodes and find the same plans.
+ENGINES = ("numpy", "lists")
+_STATUS = {exact_lists.FOUND: FOUND, exact_lists.EXHAUSTED: EXHAUSTED,
+           exact_lists.STOPPED: STOPPED}
 
 
 def decide(
@@ -84,10 +98,19 @@ def decide(
 
 
 class Solver:
-    """The decision search with a set of techniques (:class:`SolverParams`)."""
+    """The decision search with a set of techniques (:class:`SolverParams`).
 
-    def __init__(self, params: SolverParams | None = None) -> None:
+    ``engine`` picks the node's implementation (:data:`ENGINES`); by default the list engine
+    when it runs compiled (mypyc), NumPy's otherwise. Problems with pinned buffers, or whose
+    section table is too large, always take NumPy's. The engine changes the speed, never the
+    nodes visited or the answer.
+    """
+
+    def __init__(self, params: SolverParams | None = None, *, engine: str | None = None) -> None:
+        if engine is not None and engine not in ENGINES:
+            raise InvalidArgumentError(f"engine must be one of {ENGINES} or None, got {engine!r}")
         self.params = SolverParams() if params is None else params
+        self.engine = engine
 
     def __repr__(self) -> str:
         off = [name for name in SolverParams.switches() if not getattr(self.params, name)]
@@ -123,20 +146,26 @@ class Solver:
         ranks = [sections.preorder_rank(h) if h else np.arange(n, dtype=np.int64)
                  for h in preorders]
         # Failed states stay failed across the restarts of one preorder (same capacity, rank).
-        caches: list[dict[bytes, int]] = [{} for _ in ranks]
+        # (Keyed by digests in NumPy's engine, by hashes in the list engine's.)
+        caches: list[dict[Any, int]] = [{} for _ in ranks]
         # True nogoods hold whatever the order: all preorders share them.
-        nogoods: dict[bytes, IntArray] = {}
+        nogoods: dict[Any, Any] = {}
         stored = [0]  # lowest offsets held in ``nogoods``, against _NOGOOD_CELLS
-        searches: list[Search | None] = [None] * len(ranks)  # built when first needed
+        searches: list[Search | ListSearch | None] = [None] * len(ranks)  # built when needed
         spent = [0]  # nodes of the runs already finished, for on_tick
         tick = None if on_tick is None else (lambda k: on_tick(spent[0] + k))
+        lists = self._lists(sections)
 
-        def search(k: int) -> Search:
+        def search(k: int) -> Search | ListSearch:
             built = searches[k]
             if built is None:
-                built = searches[k] = Search(params, sections, capacity, ranks[k],
-                                              preorders[k], deadline, caches[k], nogoods,
-                                              stored, tick)
+                if lists is not None:
+                    built = lists.search(capacity, ranks[k], preorders[k], deadline, caches[k],
+                                         nogoods, stored, tick)
+                else:
+                    built = Search(params, sections, capacity, ranks[k], preorders[k],
+                                   deadline, caches[k], nogoods, stored, tick)
+                searches[k] = built
             return built
 
         # Windows between zero cuts share no buffer: each gets its own round robin, so a window
@@ -164,7 +193,12 @@ class Solver:
                     if left is not None and left <= 0:
                         return Decision(STOPPED, None, nodes)
                     current = search(k)
-                    status = current.run(inside, lo, hi, limit, left)
+                    if isinstance(current, ListSearch):
+                        status = _STATUS[current.run(np.flatnonzero(inside).tolist(), lo, hi,
+                                                     -1 if limit is None else limit,
+                                                     -1 if left is None else left)]
+                    else:
+                        status = current.run(inside, lo, hi, limit, left)
                     nodes += current.nodes
                     spent[0] = nodes
                     if status is FOUND:
@@ -174,5 +208,52 @@ class Solver:
                         return Decision(EXHAUSTED, None, nodes)
                     if current.timed_out:
                         return Decision(STOPPED, None, nodes, timed_out=True)
-            offsets[inside] = solved.offsets[inside]
+            offsets[inside] = np.asarray(solved.offsets, dtype=np.int64)[inside]
         return Decision(FOUND, offsets, nodes)
+
+    def engine_for(self, sections: Sections) -> str:
+        """The engine (:data:`ENGINES`) that :meth:`solve` runs on these sections."""
+        return "numpy" if self._lists(sections) is None else "lists"
+
+    def _lists(self, sections: Sections) -> _ListInputs | None:
+        """The list engine's inputs when it is the one to run, else None."""
+        if self.engine == "numpy" or (self.engine is None and not exact_lists.compiled()):
+            return None
+        if bool((sections.pin >= 0).any()):
+            return None
+        table = section_members(sections)
+        if table is None:
+            return None
+        return _ListInputs(self.params, sections, table)
+
+
+class _ListInputs:
+    """What every :class:`ListSearch` of one decision shares, as lists, built once."""
+
+    def __init__(self, params: SolverParams, sections: Sections,
+                 table: tuple[npt.NDArray[np.int32], IntArray]) -> None:
+        self.switches = (params.canonical_only, params.section_inference,
+                         params.check_dominance, params.unallocated_floor,
+                         params.dynamic_decomposition, params.window_preordering,
+                         params.remember_failures, params.nogoods)
+        self.sections = sections
+        self.size: list[int] = sections.size.tolist()
+        self.align: list[int] = sections.align.tolist()
+        self.first: list[int] = sections.first.tolist()
+        self.last: list[int] = sections.last.tolist()
+        self.width: list[int] = sections.width.tolist()
+        self.overlaps: list[list[int]] = [ov.tolist() for ov in sections.overlaps]
+        self.by_section: list[int] = table[0].tolist()
+        self.section_start: list[int] = table[1].tolist()
+
+    def search(self, capacity: int, rank: IntArray, heuristic: str, deadline: float,
+               failed: dict[int, int], nogoods: dict[int, tuple[int, ...]],
+               stored: list[int], tick: Callable[[int], None] | None) -> ListSearch:
+        """A fresh search under one preorder (its own copies of the state it changes)."""
+        sec = self.sections
+        limits = (exact_node.CLOCK_EVERY, exact_node.CLOCK_WORK, exact_node.GROUP_LIMIT,
+                  exact_node.MEMORY_LIMIT, exact_node.NOGOOD_CELLS)
+        return ListSearch(self.switches, capacity, self.size, self.align, self.first, self.last,
+                          self.width, self.overlaps, sec.total.tolist(), sec.cuts.tolist(),
+                          self.by_section, self.section_start, rank.tolist(), heuristic,
+                          deadline, failed, nogoods, stored, tick, limits)

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tensorarena.errors import InvalidProblemError
-from tensorarena.planning.bounds import aligned_lower_bound, good_enough
+from tensorarena.planning.bounds import aligned_lower_bound, distinct, good_enough
 from tensorarena.planning.options import check_capacity, check_gap, check_int64, check_problem
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.sizes import Size, check_alignment
@@ -126,7 +126,7 @@ def breadth_order(arrays: _Arrays) -> Int64Array:
     n = arrays.n
     if n == 0:
         return np.zeros(0, np.int64)
-    ticks = np.unique(np.concatenate((arrays.start, arrays.end)))
+    ticks = distinct(np.concatenate((arrays.start, arrays.end)))
     first = np.searchsorted(ticks, arrays.start)
     stop = np.searchsorted(ticks, arrays.end)  # exclusive: lifetimes are half-open
     diff = np.zeros(len(ticks) + 1, np.int64)
@@ -149,7 +149,7 @@ def breadth_order(arrays: _Arrays) -> Int64Array:
     level[(1 << (level + 1)) <= length] += 1
     level[(1 << level) > length] -= 1
     step = np.empty(n, np.int64)
-    for k in np.unique(level).tolist():
+    for k in distinct(level).tolist():
         members = np.flatnonzero(level == k)
         row = table[k]
         step[members] = np.minimum(row[first[members]], row[stop[members] - (1 << k)])

@@ -13,8 +13,7 @@ run every parameter through the validator):
 ``long_lived_first``      long-lived buffers placed first by birth, the rest by size, over a
                           sweep of lifetime thresholds (:mod:`~.long_lived_first`)
 ``auto`` (default)        the portfolio; if it is not good enough, the long-lived-first sweep,
-                          on large problems the windowed repair (:mod:`~.repair`), then the
-                          exact search within its node budget, seeded with the best
+                          then the exact search within its node budget, seeded with the best
                           plan, unless the problem is too large for the search to start within
                           the limit (then the heuristics' plan stands, and
                           ``statistics.exact_skipped`` says so). On a decision problem the
@@ -71,7 +70,6 @@ from tensorarena.planning.problem import (
     lower_bound,
 )
 from tensorarena.planning.progress import ProgressCallback, Reporter
-from tensorarena.planning.repair import repair
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
@@ -100,9 +98,9 @@ _AUTO_EXACT_MAX_PAIRS = 50_000_000
 #: 2-core VM), so that the budget, not the clock, ends the search.
 DEFAULT_TIME_LIMIT = 300.0
 
-# Windowed repair (:mod:`~tensorarena.planning.repair`) is for plans the full search cannot
-# improve: large problems. The challenging suite (at most a few hundred buffers) never sees it.
-_REPAIR_MIN_BUFFERS = 5_000
+# Windowed repair (:mod:`~tensorarena.planning.repair`) is not a stage of ``auto``: on the large
+# traces it was meant for (pangu_2.6B, S_1) it lowered nothing and cost ~17 s of pangu's 30
+# (bench/window_repair.py). Call :func:`~tensorarena.planning.repair.repair` on a plan to try it.
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +247,6 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
     # a minimisation (or a decision the search cannot take up) needs.
     if not options.decision and not done() and left() > 0:
         sweep()
-        if len(problem) >= _REPAIR_MIN_BUFFERS and not done() and left() > 0:
-            # Before the full search, not after: on the large problems it serves, the full
-            # search gains nothing and runs to the clock (pangu_2.6B: 78 nodes in 30 s).
-            repaired = repair(problem, best, time_limit=left(), alignment=options.alignment)
-            best = repaired.plan
-            report.update("windowed_repair", height=best.height, bound=bound)
     if not done():
         pairs = overlapping_pairs(problem)
         limit = _AUTO_EXACT_MAX_PAIRS if not guard else min(
