@@ -210,3 +210,15 @@ def test_the_command_records_a_script_using_both_allocators(tmp_path: Path) -> N
             if e.op == "a" and e.nbytes == 1 << 18}
     assert made == {("torch", "both.py:3 in <module>"),
                     ("tensorarena/default", "both.py:4 in <module>")}
+
+
+def test_torchs_reports_of_blocks_a_pool_served_are_dropped_once_each() -> None:
+    from tensorarena.trace.torch_recorder import without_routed
+
+    pool = "tensorarena/pool1"
+    pooled = [(1, 4096, 64, "", pool, ""), (3, 4096, -64, "", pool, "")]
+    torch_side = [(2, 4096, 64, "aten::empty", "torch", ""), (4, 4096, -64, "", "torch", ""),
+                  (5, 4096, 64, "aten::empty", "torch", ""),  # glibc's, later, same address
+                  (6, 8192, 64, "aten::empty", "torch", "")]
+    kept = without_routed(torch_side, pooled)
+    assert [report[0] for report in kept] == [5, 6]

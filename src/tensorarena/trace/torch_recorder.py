@@ -28,6 +28,7 @@ script this way (:func:`record_script`, in a fresh interpreter).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.util
 import os
@@ -46,7 +47,8 @@ from tensorarena.trace.model import ALLOC, FREE, Event, Trace
 from tensorarena.trace.pool_recorder import PoolRecording, Report, keep_frame, site_text
 from tensorarena.trace.profiler_allocations import profiler_allocations
 
-__all__ = ["ScriptRun", "TorchRecording", "record_script", "record_torch", "run_script"]
+__all__ = ["ScriptRun", "TorchRecording", "record_script", "record_torch", "run_script",
+           "without_routed"]
 
 
 class TorchRecording:
@@ -109,6 +111,21 @@ def _reports(profile: Any, device: str, stack_depth: int) -> list[Report]:
             for a in reversed(found.allocations) if a.device == device and a.nbytes]
 
 
+def without_routed(reports: list[Report], pooled: list[Report]) -> list[Report]:
+    """Torch's reports less those of blocks a tensorarena pool served: a route
+    (:func:`tensorarena.torch.use`) reports its allocations to torch's profiler too, and the
+    pool's report of the same block (its allocator and site) is the one kept."""
+    served = collections.Counter((address, signed) for _, address, signed, _, _, _ in pooled)
+    kept = []
+    for report in reports:
+        key = (report[1], report[2])  # the address and the size, negative for a free
+        if served[key]:
+            served[key] -= 1
+        else:
+            kept.append(report)
+    return kept
+
+
 @contextlib.contextmanager
 def record_torch(*, name: str = "torch", device: str = "cpu", pools: bool = True,
                  stack_depth: int = 8) -> Iterator[TorchRecording]:
@@ -129,8 +146,10 @@ def record_torch(*, name: str = "torch", device: str = "cpu", pools: bool = True
 
     def finish(partial: str = "") -> None:
         ours.stop()
+        pooled = ours.reports()
         reports = [] if profile is None else _reports(profile, device, depth)
-        recording._finish(reports + ours.reports(), partial=partial, failures=ours.failures)
+        recording._finish(without_routed(reports, pooled) + pooled, partial=partial,
+                          failures=ours.failures)
 
     try:
         with torch.profiler.profile(activities=activities, profile_memory=True,
