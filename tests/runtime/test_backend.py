@@ -35,12 +35,16 @@ def test_a_backend_refuses_a_bad_option_when_made_not_inside_dynamo() -> None:
     Backend(poison=True, unplaceable="dynamic", resource=CountingMemory())
 
 
-def test_the_options_record_is_the_programs_keyword_options_with_their_defaults() -> None:
-    # The backend learns the options from ProgramOptions: an option added to PlannedProgram
-    # and not there would be refused by the backend.
+def test_the_program_takes_the_options_record_and_no_other_option() -> None:
+    # One list of options: PlannedProgram names only those of its graph and workspace and
+    # passes the rest to ProgramOptions, which the backend also checks against.
     parameters = inspect.signature(PlannedProgram.__init__).parameters
-    program = {name: p.default for name, p in parameters.items()
-               if p.kind is p.KEYWORD_ONLY and name not in ("name", "reference", "ranges",
-                                                              "workspace")}
-    record = {f.name: f.default for f in dataclasses.fields(ProgramOptions)}
-    assert record == program
+    keywords = {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert keywords == {"name", "reference", "ranges", "workspace"}
+    assert [p.kind for p in parameters.values()][-1] is inspect.Parameter.VAR_KEYWORD
+    assert not keywords & {f.name for f in dataclasses.fields(ProgramOptions)}
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    with pytest.raises(TypeError, match="'bogus'"):
+        PlannedProgram(gm, lambda graph, bindings: None, None, bogus=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="max_plans"):
+        PlannedProgram(gm, lambda graph, bindings: None, None, max_plans=0)  # type: ignore[arg-type]
