@@ -10,7 +10,7 @@ from _resources import CountingMemory
 
 torch = pytest.importorskip("torch")
 
-from tensorarena.errors import InvalidArgumentError, UnknownPlannerError  # noqa: E402
+from tensorarena.errors import InvalidArgumentError, UnknownNameError  # noqa: E402
 from tensorarena.runtime import Backend, PlannedProgram, Workspace  # noqa: E402
 from tensorarena.runtime.options import ProgramOptions  # noqa: E402
 
@@ -21,7 +21,7 @@ def test_a_backend_refuses_a_bad_option_when_made_not_inside_dynamo() -> None:
     # Otherwise each surfaced at the first compiled call, wrapped in BackendCompilerFailed.
     with pytest.raises(InvalidArgumentError, match=r"no option \['bogus'\]"):
         Backend(bogus=1)
-    with pytest.raises(UnknownPlannerError, match="'nope'"):
+    with pytest.raises(UnknownNameError, match="'nope'"):
         Backend(planner="nope")
     with pytest.raises(InvalidArgumentError, match="must be a Workspace, got str"):
         Backend(workspace="shared")  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
+from tensorarena.errors import InvalidArgumentError, UnknownNameError
 from tensorarena.memory.resource import check_resource
 from tensorarena.planning.options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
@@ -77,8 +77,9 @@ def check_options(
     if type(max_plans) is not int or max_plans < 1:
         raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
     if not isinstance(planner, str) or planner not in PLANNERS:
-        raise UnknownPlannerError(
-            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}"
+        raise UnknownNameError(
+            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}",
+            kind="planner", name=planner, known=tuple(PLANNERS),
         )
     check_time_limit(time_limit)
     for name, value in (("resource", resource), ("pool", pool)):
