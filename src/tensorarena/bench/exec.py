@@ -28,7 +28,7 @@ outputs, and the plan's details (``planned``: lower bound, arena, paths, allocat
 execution that fails, crashes or runs past ``--timeout`` is listed under ``skipped`` with the
 reason; ``--no-compile`` leaves Inductor out, ``--no-export`` the exported module. ``--json``
 prints ``{"models": {LABEL: {...}}, "machine": {...}, ...}``. A benchmark, not a test: it
-asserts nothing; on a shared machine expect latency noise of ±20 % or more (``--threads``,
+asserts nothing; on a shared machine expect noticeable latency noise (``--threads``,
 default 1, keeps the noise down), and resident memory that differs by up to a third between
 identical processes (glibc's heap: ``--processes 3`` keeps the median of three).
 """
