@@ -198,8 +198,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python bench/exec.py``)."""
-    parser = argparse.ArgumentParser(prog="bench/exec.py", description=__doc__,
+    """Stand-alone entry point: ``python -m tensorarena.bench.exec``."""
+    parser = argparse.ArgumentParser(prog="tensorarena bench exec", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

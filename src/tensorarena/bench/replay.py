@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run as a script: ``python bench/replay.py [--json] [--quick]``."""
+    """Run as a script: ``python -m tensorarena.bench.replay [--json] [--quick]``."""
     parser = argparse.ArgumentParser(prog="tensorarena bench replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)

@@ -124,8 +124,8 @@ def _print_summary(rows: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python bench/schedule.py``)."""
-    parser = argparse.ArgumentParser(prog="bench/schedule.py", description=__doc__)
+    """Stand-alone entry point (``python -m tensorarena.bench.schedule``)."""
+    parser = argparse.ArgumentParser(prog="tensorarena bench schedule", description=__doc__)
     configure(parser)
     return run(parser.parse_args(argv))
 
