@@ -11,6 +11,7 @@ BIN    := $(VENV)/bin
 BUILD      := $(if $(filter-out 0,$(TENSORARENA_PURE)),pure,compiled)
 STAMP_RUN  := $(VENV)/.stamp-run-$(BUILD)
 STAMP_TEST := $(VENV)/.stamp-test-$(BUILD)
+STAMP_DOCS := $(VENV)/.stamp-docs
 VERSION_PY := src/tensorarena/_version.py
 # Every module in _version.COMPILED_MODULES (the core, and the array path outside it) and the
 # source of each of _version.NATIVE_EXTENSIONS.
@@ -20,7 +21,7 @@ BUILD_DEPS := setup.py $(wildcard src/tensorarena/core/*.py) \
 # The test set-up pins torch to the CPU build on disk (see the file); users get only the extra's floor.
 CONSTRAINTS := constraints-test.txt
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,10 +47,27 @@ run: $(STAMP_RUN)
 test: $(STAMP_TEST)
 	$(BIN)/python -m pytest -q
 
+# `make docs` fails on a failing example as on a broken link: the pages' code blocks run first
+# (Sybil, through pytest: the test install), then the strict build. The site's pictures are drawn
+# at build time by the package and the CLI page imports each command's parser. The docs and plot
+# extras' requirements are installed as read from pyproject.toml, not with `pip install -e
+# '.[docs]'`, which would rebuild (recompile) the package itself.
+EXTRA = $(BIN)/python -c "import sys, tomllib; extras = tomllib.load(open('pyproject.toml', 'rb'))\
+	['project']['optional-dependencies']; print('\\n'.join(r for e in sys.argv[1:] for r in extras[e]))"
+$(STAMP_DOCS): $(STAMP_TEST) pyproject.toml
+	$(EXTRA) docs plot > $(VENV)/docs-requirements.txt
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -r $(VENV)/docs-requirements.txt
+	touch $@
+
+docs: $(STAMP_DOCS)
+	$(BIN)/python -m pytest -q docs README.md
+	@# The banner about MkDocs 2.0 is not about this site: keep the output to what matters.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) site build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	find src -name '*.so' -delete

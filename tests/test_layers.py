@@ -26,6 +26,9 @@ LAYERS = [
     ("adaptors", {"adaptors"}),
     ("interop", {"interop"}),
     ("planning", {"planning"}),
+    # plans learned at run time: a resource (memory, adaptors) that plans (planning); trace's
+    # replay runs it, so it sits before trace.
+    ("learned", {"learned"}),
     # trace uses only the layers up to adaptors; it sits below runtime so that the runtime can
     # take its snapshots and its profiler walk from trace instead of keeping copies.
     ("trace", {"trace"}),

@@ -39,6 +39,7 @@ from tensorarena.errors import (
     InvalidSizeError,
     SizeMismatchError,
 )
+from tensorarena.learned import LearnedPlans
 from tensorarena.memory.cuda import CudaHostAllocBackend, CudaMemory, CudaRuntime, ManagedMemory
 from tensorarena.memory.growth import Doubling, SameAsRequested
 from tensorarena.memory.host import HostMemory
@@ -102,7 +103,19 @@ RESOURCES = [
         lambda: StreamOrdered(Pool(HostMemory()), default_stream=CpuStream()),
         id="stream-ordered-cpu-stream",
     ),
+    pytest.param(lambda: LearnedPlans(HostMemory()), id="learned-recording"),
+    pytest.param(lambda: _learned_serving(), id="learned-serving"),
+    pytest.param(lambda: LearnedPlans(VirtualMemory(), detect_steps=True), id="learned-detect"),
 ]
+
+
+def _learned_serving() -> LearnedPlans:
+    """A LearnedPlans with a plan that serves the step in progress (sizes the suite uses)."""
+    plans = LearnedPlans(HostMemory())
+    for nbytes in (1, 64, 100, 4096, 1000, 256):
+        plans.deallocate(plans.allocate(nbytes), nbytes)
+    plans.step()
+    return plans
 
 # ---------------------------------------------------------------------------------------------
 

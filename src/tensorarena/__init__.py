@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         to_host,
         zeros,
     )
+    from tensorarena.learned import LearnedPlans, LearnedPlansReport
     from tensorarena.memory import (
         HostMemory,
         LockedHostMemory,
@@ -155,6 +156,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tensorarena.interop": (
         "DeviceArray", "current_scope", "default_resource", "device_empty", "empty", "empty_cache",
         "scope", "set_default_resource", "to_device", "to_host", "zeros",
+    ),
+    "tensorarena.learned": (
+        "LearnedPlans", "LearnedPlansReport",
     ),
     "tensorarena.memory": (
         "HostMemory", "LockedHostMemory", "MemoryResource", "PinnedHostMemory", "Pool",

@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "pool-pair": ("tensorarena.bench.pool_pair", "a pool's pair: one arena vs a fragmented first"),
     "thread-cache": ("tensorarena.bench.thread_cache", "ThreadCached's hit path, ns per pair"),
     "outputs": ("tensorarena.bench.outputs", "fresh vs handed-over outputs, calls interleaved"),
+    "learned": ("tensorarena.bench.learned", "plans learned from repeating steps, replayed"),
 }
 
 

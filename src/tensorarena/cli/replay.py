@@ -17,7 +17,10 @@ replay (failures are reported, not fatal); 2 for a malformed trace (with its lin
 file or a bad option, as one line on stderr.
 
 ``--strategy`` takes a strategy (``best_fit``...), a baseline (``pytorch_like``, ``glibc``,
-``jemalloc``, ``mimalloc``), a comma-separated list, or ``all`` (every strategy and baseline).
+``jemalloc``, ``mimalloc``), ``learned`` (plans learned from the trace's repeating steps, found
+without markers; its result adds ``steady_footprint_ratio``: peak reserved during the steps
+served from a plan over peak live, ``null`` when no step was), a comma-separated list, or ``all``
+(every strategy and baseline; ``all,learned`` adds learned).
 A baseline that cannot run here (a library not installed) is listed under ``skipped``.
 """
 
@@ -57,7 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("trace", metavar="TRACE", help="trace file (CSV, RMM log or snapshot)")
     parser.add_argument("--strategy", default="best_fit", metavar="NAME",
-                        help="a strategy, a baseline (" + ", ".join(BASELINES) + "), a "
+                        help="a strategy, a baseline (" + ", ".join(BASELINES) + "), "
+                             "'learned' (plans learned from the repeating steps), a "
                              "comma-separated list, or 'all' (default best_fit)")
     parser.add_argument("--growth", default=DEFAULT_GROWTH, choices=list(GROWTH_POLICIES),
                         help=f"growth policy of the pools (default {DEFAULT_GROWTH}; fixed: "
@@ -79,9 +83,12 @@ def _names(text: str) -> list[str]:
     from tensorarena.core.registry import STRATEGIES
     from tensorarena.trace.configs import BASELINES
 
-    if text.strip() == "all":
-        return [*STRATEGIES, *BASELINES]
-    names = [part.strip() for part in text.split(",") if part.strip()]
+    names: list[str] = []
+    for part in (part.strip() for part in text.split(",")):
+        if part == "all":
+            names += [*STRATEGIES, *BASELINES]
+        elif part:
+            names.append(part)
     if not names:
         raise TensorArenaError("--strategy is empty")
     return names
@@ -101,14 +108,17 @@ def _ratio(value: float | None) -> str:
 
 
 def _table(results: dict[str, ReplayResult]) -> str:
-    header = ("configuration", "peak reserved", "footprint", "at end", "frag", "ns/op",
-              "failures", "upstream")
+    steady = any(r.steady_footprint_ratio is not None for r in results.values())
+    header = ("configuration", "peak reserved", "footprint", *(("steady",) if steady else ()),
+              "at end", "frag", "ns/op", "failures", "upstream")
     rows = [header]
     for name, r in results.items():
         rows.append((
             name,
             "-" if r.peak_reserved_bytes is None else format_size(r.peak_reserved_bytes),
-            _ratio(r.footprint_ratio), _ratio(r.end_footprint_ratio),
+            _ratio(r.footprint_ratio),
+            *((_ratio(r.steady_footprint_ratio),) if steady else ()),
+            _ratio(r.end_footprint_ratio),
             "-" if r.fragmentation is None else f"{r.fragmentation:.1%}",
             f"{r.ns_per_op:,.0f}", str(r.failures),
             "-" if r.upstream_allocs is None else str(r.upstream_allocs),
@@ -127,7 +137,7 @@ def _recommendation_text(advice: Recommendation) -> str:
 
     results: dict[str, ReplayResult] = {}
     for entry in advice.ranking:
-        mark = " (baseline)" if entry.configuration.kind != "pool" else ""
+        mark = " (baseline)" if entry.configuration.kind not in ("pool", "learned") else ""
         results[entry.configuration.name + mark] = entry.result
     lines.append(_table(results))
     if advice.best is None:

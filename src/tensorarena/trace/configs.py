@@ -12,7 +12,10 @@ A :class:`Configuration` is plain data with a name the command line takes:
 * ``pytorch_like`` — :class:`~tensorarena.trace.PyTorchLike` over VirtualMemory, streams kept
   apart as PyTorch keeps them;
 * ``glibc``, ``jemalloc``, ``mimalloc`` — the system allocators, each in a child process
-  (:mod:`tensorarena.trace.system`).
+  (:mod:`tensorarena.trace.system`);
+* ``learned`` — :class:`~tensorarena.learned.LearnedPlans` over VirtualMemory, finding the
+  trace's steps itself (``detect_steps=True``): its result also carries the footprint of the
+  steps it served from a plan (``steady_footprint_ratio``).
 
 Names: a strategy alone (``best_fit``) uses the growth given to :func:`configuration` (default
 ``next_power_of_two``); ``best_fit/doubling`` names both; a ``thread_cached/`` prefix adds the
@@ -27,6 +30,7 @@ from dataclasses import dataclass, replace
 from tensorarena.adaptors.thread_cached import ThreadCached
 from tensorarena.core.registry import STRATEGIES
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.learned.learned_plans import LearnedPlans
 from tensorarena.memory.growth import Doubling, Fixed, GrowthPolicy, NextPowerOfTwo, SameAsRequested
 from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
@@ -42,6 +46,7 @@ __all__ = [
     "BASELINES",
     "DEFAULT_GROWTH",
     "GROWTH_POLICIES",
+    "LEARNED",
     "Configuration",
     "configuration",
     "read_all",
@@ -61,6 +66,8 @@ _GROWTH_CODE = {"fixed": "Fixed()", "same_as_requested": "SameAsRequested()",
 DEFAULT_GROWTH = "next_power_of_two"
 #: Everything that is not one of our pools.
 BASELINES = ("pytorch_like", *SYSTEM_ALLOCATORS)
+#: Plans learned from the trace's first steps (not in ``all``: name it, as in ``all,learned``).
+LEARNED = "learned"
 _FIXED_PRECISION = 1.002  # bisection stops when the bounds are within 0.2 %
 
 
@@ -69,7 +76,7 @@ class Configuration:
     """One way to serve a trace (see the module docstring)."""
 
     name: str
-    kind: str  #: "pool", "pytorch_like" or "system"
+    kind: str  #: "pool", "learned", "pytorch_like" or "system"
     strategy: str | None = None
     growth: str | None = None
     thread_cached: bool = False
@@ -79,6 +86,8 @@ class Configuration:
         """A fresh resource (pools and pytorch_like; the system allocators run in a child)."""
         if self.kind == "pytorch_like":
             return PyTorchLike(VirtualMemory())
+        if self.kind == "learned":
+            return LearnedPlans(VirtualMemory(), detect_steps=True)
         if self.kind != "pool" or self.strategy is None or self.growth is None:
             raise InvalidArgumentError(f"{self.name} is not made in this process")
         pool = Pool(VirtualMemory(), strategy=self.strategy,
@@ -90,6 +99,8 @@ class Configuration:
         """How to build it, as Python (with ``upstream`` for the memory to serve)."""
         if self.kind == "pytorch_like":
             return "tensorarena.trace.PyTorchLike(upstream)"
+        if self.kind == "learned":
+            return "tensorarena.LearnedPlans(upstream) with step() between steps"
         if self.kind == "system":
             return f"{self.name}'s malloc (LD_PRELOAD)" if self.name != "glibc" else "malloc"
         initial = f", initial_size={self.initial_size}"
@@ -104,6 +115,11 @@ class Configuration:
             return replay_system(source, self.name)
         if self.growth == "fixed" and not self.initial_size:
             return smallest_fixed_arena(source, self)[1]
+        if self.kind == "learned":
+            learned = LearnedPlans(VirtualMemory(), detect_steps=True)
+            result = replay(source, learned, name=self.name, progress=progress)
+            return replace(result,
+                           steady_reserved_bytes=learned.report().steady_peak_reserved_bytes)
         return replay(source, self.make(), name=self.name,
                       streams=self.kind == "pytorch_like", progress=progress)
 
@@ -117,6 +133,8 @@ def configuration(name: str, *, growth: str | None = None) -> Configuration:
                                    f"{', '.join(GROWTH_POLICIES)}")
     if name == "pytorch_like":
         return Configuration(name, "pytorch_like")
+    if name == LEARNED:
+        return Configuration(name, "learned")
     if name in SYSTEM_ALLOCATORS:
         return Configuration(name, "system")
     parts = name.split("/")
@@ -129,7 +147,7 @@ def configuration(name: str, *, growth: str | None = None) -> Configuration:
         raise InvalidArgumentError(
             f"unknown configuration {name!r}; expected a strategy ({', '.join(STRATEGIES)}), "
             f"optionally /GROWTH ({', '.join(GROWTH_POLICIES)}) and a thread_cached/ prefix, "
-            f"or a baseline ({', '.join(BASELINES)})")
+            f"{LEARNED}, or a baseline ({', '.join(BASELINES)})")
     return Configuration(name, "pool", strategy, chosen, cached)
 
 

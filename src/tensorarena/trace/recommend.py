@@ -7,7 +7,9 @@ footprint is within ``tolerance`` (default ``0.02``, a fiftieth) of the best foo
 speed and the fastest is recommended — footprint first, because a trace's footprint decides whether
 a model fits at all, while nanoseconds per call rarely decide anything once within a few percent.
 The baselines (``pytorch_like``, the system allocators) are replayed for comparison and ranked with
-the rest, but never recommended: they are not configurations of this library.
+the rest, but never recommended: they are not configurations of this library. ``learned`` (plans
+learned from the trace's repeating steps, :class:`~tensorarena.learned.LearnedPlans`) is ranked
+and may be recommended like the pools.
 
 ``fixed`` deserves a warning the report gives: its arena is sized from this very trace, so it is
 the right answer only when the workload repeats (a training step, a fixed-shape server). Each
@@ -26,6 +28,7 @@ from tensorarena.trace._text import Source
 from tensorarena.trace.configs import (
     BASELINES,
     GROWTH_POLICIES,
+    LEARNED,
     Configuration,
     configuration,
     read_all,
@@ -35,6 +38,9 @@ from tensorarena.trace.model import Event, Trace
 from tensorarena.trace.replay import ReplayResult
 
 __all__ = ["Ranked", "Recommendation", "recommend"]
+
+#: The kinds of configuration this library offers: the ones that may be recommended.
+_OURS = ("pool", "learned")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +79,7 @@ class Recommendation:
                 "configuration": self.best.configuration.name,
                 "code": self.best.configuration.code(), **self.best.result.as_dict()},
             "ranking": [{"configuration": r.configuration.name, "baseline":
-                         r.configuration.kind != "pool", **r.result.as_dict()}
+                         r.configuration.kind not in _OURS, **r.result.as_dict()}
                         for r in self.ranking],
             "skipped": dict(self.skipped),
             "tolerance": self.tolerance,
@@ -90,18 +96,19 @@ def _rank(entries: Sequence[Ranked], tolerance: float) -> tuple[Ranked | None, l
     rest = sorted((e for e in entries if e not in close),
                   key=lambda e: (not e.usable, e.footprint, e.result.ns_per_op))
     ranking = close + rest
-    best = next((e for e in ranking if e.usable and e.configuration.kind == "pool"), None)
+    best = next((e for e in ranking if e.usable and e.configuration.kind in _OURS), None)
     return best, ranking
 
 
 def recommend(source: Trace | Source | Iterable[Event], *,
               strategies: Sequence[str] | None = None, growths: Sequence[str] | None = None,
-              baselines: Sequence[str] = BASELINES, tolerance: float = 0.02,
+              baselines: Sequence[str] = BASELINES, learned: bool = True,
+              tolerance: float = 0.02,
               report: Callable[[str], object] | None = None) -> Recommendation:
     """Replay ``source`` on every configuration and rank them (see the module docstring).
 
     ``report`` (optional) is called with each configuration's name before it runs (a progress
-    line for the command line).
+    line for the command line). ``learned=False`` leaves ``learned`` out.
     """
     trace = read_all(source)
     strategies = list(STRATEGIES) if strategies is None else list(strategies)
@@ -122,8 +129,10 @@ def recommend(source: Trace | Source | Iterable[Event], *,
     for strategy in strategies:
         for growth in growths:
             run(configuration(f"{strategy}/{growth}"))
+    if learned:
+        run(configuration(LEARNED))
     best, _ = _rank(entries, tolerance)
-    if best is not None:
+    if best is not None and best.configuration.kind == "pool":
         front = replace(best.configuration, name=f"thread_cached/{best.configuration.name}",
                         thread_cached=True, initial_size=0)
         run(front)

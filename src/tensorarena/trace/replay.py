@@ -8,6 +8,8 @@ frozen :class:`ReplayResult`:
   at its worst and when the trace ended (what a long-running server keeps), read from the first
   :class:`~tensorarena.stats.MemoryStatistics` of the resource's stack (a pool under adaptors);
 * ``footprint_ratio`` — peak reserved over peak live (1.0 is perfect);
+* ``steady_footprint_ratio`` — for a resource that learns (``learned``), peak reserved from the
+  first step it served from a plan on, over peak live; ``None`` for the others;
 * ``fragmentation`` — ``1 - largest_free / free`` of the resource at the moment the live bytes
   first peak;
 * ``upstream_allocs``/``upstream_frees``, ``failures`` (allocations refused for lack of memory:
@@ -59,6 +61,8 @@ class ReplayResult:
     upstream_allocs: int | None
     upstream_frees: int | None
     seconds: float
+    #: peak reserved during the steps served from a learned plan (``None``: not measured)
+    steady_reserved_bytes: int | None = None
 
     @property
     def footprint_ratio(self) -> float | None:
@@ -66,6 +70,13 @@ class ReplayResult:
         if self.peak_reserved_bytes is None or not self.peak_live_bytes:
             return None
         return self.peak_reserved_bytes / self.peak_live_bytes
+
+    @property
+    def steady_footprint_ratio(self) -> float | None:
+        """Peak reserved during the repeated (planned) steps over peak live bytes."""
+        if self.steady_reserved_bytes is None or not self.peak_live_bytes:
+            return None
+        return self.steady_reserved_bytes / self.peak_live_bytes
 
     @property
     def end_footprint_ratio(self) -> float | None:
@@ -100,6 +111,8 @@ class ReplayResult:
             "upstream_allocs": self.upstream_allocs,
             "upstream_frees": self.upstream_frees,
             "events_per_second": round(self.events_per_second, 1),
+            "steady_footprint_ratio": None if self.steady_footprint_ratio is None
+            else round(self.steady_footprint_ratio, 6),
         }
 
 

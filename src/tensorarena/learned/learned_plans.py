@@ -1,0 +1,447 @@
+"""``LearnedPlans``: a resource that plans a repeating step from its first run and serves the
+later runs from one planned arena.
+
+A training step, a decode step or a fixed-shape request allocates the same sizes in the same
+order every time. The first run of a step is *recorded* (sizes, alignments, order, lifetimes on
+a logical clock; :mod:`~tensorarena.learned.recording`) and served by a dynamic
+:class:`~tensorarena.memory.Pool`. At the step marker (:meth:`LearnedPlans.step`, or leaving
+:meth:`LearnedPlans.step_scope`) the recording is planned by :mod:`tensorarena.planning` under a
+node budget (the same plan on any machine), and every later step whose first allocations have
+the recorded sizes is served from one arena taken from the upstream in one piece: the i-th
+allocation gets its planned offset when its size matches (the matching rule and the
+never-alias rule: :mod:`~tensorarena.learned.step_plan`). Whatever cannot be served from a slot
+falls back to the pool, for one reason that :meth:`LearnedPlans.report` counts.
+
+Design choices, and what they cost:
+
+* **Plans by pattern.** At most ``max_patterns`` plans, keyed by the sizes of a step's first
+  ``key_length`` allocations; the plan is chosen (most recently used first) as those arrive.
+  A step that matches none is served by the pool and learned at its marker while fewer than
+  ``max_patterns`` plans are held; once they are, only a pattern that recurs (its key was seen
+  unplanned before) is learned, so a one-off step does not push out a plan in use. The least
+  recently used plan makes room, preferring one whose arena holds no live block. An evicted
+  plan's arena goes back to the upstream when its last block is freed, never before.
+* **Re-learning.** A step whose recording differs from its plan's (sizes, or which blocks
+  outlived the step) is remembered; when the next step of that pattern differs the same way,
+  the pattern is planned again from it. A first step that makes lasting state (an optimizer's)
+  is thus replaced by the steady step after two more steps, and a step that differs once is not
+  planned at all.
+* **Blocks carried into the next step.** A training loop's gradients are made in the backward
+  pass and freed by the next step's ``zero_grad``: at the marker they outlive their step, so
+  the first plan has no slot for them and the pool holds them beside a full arena. When the
+  next step repeats the recording, the pattern is planned again *cyclically*, from a cut after
+  the last of those frees (:meth:`~tensorarena.learned.recording.StepRecording.rotated`):
+  from the third step on the gradients have slots too and the arena is the whole footprint.
+* **Memory back to the system.** At every marker after a plan exists, the pool gives its empty
+  arenas back (``trim()``), and again before a plan takes its arena, so the steady state does
+  not carry the first step's pool; a block that outlived its step keeps only its own pool
+  arena. :meth:`LearnedPlans.report` gives the peak reserved since the last new plan began to
+  serve (the steady state) apart from the whole run's.
+* **Without markers** (``detect_steps=True``): the steps are found by
+  :class:`~tensorarena.learned.step_finder.StepFinder` and planned from the last period seen,
+  so a trace can be replayed with no markers (``tensorarena replay --strategy learned``).
+* **Threads.** One re-entrant lock around every call: allocations from many threads are
+  correct (each served or fallen back, never aliased); a step's order is then whatever order
+  the threads took the lock in, which matches the recording only if the program's is stable.
+
+Every error is raised before any state changes: a zero or bad size, a bad alignment, a double
+free, a foreign address, a size mismatch (the errors of :mod:`tensorarena.errors`). An
+allocation the pool refuses (out of memory) leaves the step where it was; only a detector that
+finds steps without markers has seen it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from tensorarena.adaptors.counting import Counting
+from tensorarena.core.registry import StrategySpec
+from tensorarena.errors import (
+    InvalidAddressError,
+    InvalidArgumentError,
+    ResourceClosedError,
+    SizeMismatchError,
+)
+from tensorarena.learned._learned_statistics import LearnedStatistics
+from tensorarena.learned.period import PeriodDetector
+from tensorarena.learned.plan_cache import PlanCache
+from tensorarena.learned.recording import Recorder, StepRecording
+from tensorarena.learned.report import FallbackReason
+from tensorarena.learned.step_finder import StepFinder
+from tensorarena.learned.step_plan import StepCursor, StepPlan
+from tensorarena.memory.host import HostMemory
+from tensorarena.memory.pool import Pool
+from tensorarena.memory.resource import (
+    DEFAULT_ALIGNMENT,
+    MemoryKind,
+    MemoryResource,
+    Stream,
+    check_resource,
+)
+from tensorarena.sizes import (
+    ALIGNMENTS,
+    MAX_SIZE,
+    check_address,
+    check_alignment,
+    check_nbytes,
+    format_size,
+)
+
+__all__ = ["DEFAULT_LEARNED_NODE_LIMIT", "LearnedPlans"]
+
+#: Exact-search nodes per plan by default: the heuristics reach the lower bound on the steps
+#: recorded so far, and the search rarely needs more; a budget, not a clock, so the plan is the
+#: same on any machine.
+DEFAULT_LEARNED_NODE_LIMIT = 10_000
+
+
+class _Block(NamedTuple):
+    nbytes: int
+    plan: StepPlan | None  #: None: the block is in the pool
+    offset: int  #: in the plan's arena
+    serial: int  #: the step it was allocated in
+    number: int = 0  #: its number in that step's recording
+    epoch: int = -1  #: without markers: the history it is logged in
+    history: int = -1  #: its number in that history
+
+
+def _positive(value: object, name: str) -> int:
+    if type(value) is not int or value < 1:
+        raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+class LearnedPlans(LearnedStatistics):
+    """A resource that learns a plan from the first run of a repeating step (module docstring).
+
+    ``upstream`` gives the bytes (default :class:`~tensorarena.memory.HostMemory`): the arenas
+    in one piece each, and the dynamic pool's arenas (``strategy``, default best fit, default
+    growth). ``max_patterns`` plans at most, looked up by the sizes of a step's first
+    ``key_length`` allocations; ``lookahead`` bounds how far a step may stray from its
+    recording's order and still be served. ``node_limit`` is the planner's budget per plan.
+    ``detect_steps=True`` finds the steps without markers, with ``period_detector`` (default
+    ``PeriodDetector(max_period=65536)``: its options bound and tune the search).
+    """
+
+    def __init__(
+        self,
+        upstream: MemoryResource | None = None,
+        *,
+        max_patterns: int = 4,
+        key_length: int = 4,
+        lookahead: int = 16,
+        node_limit: int | None = DEFAULT_LEARNED_NODE_LIMIT,
+        strategy: StrategySpec = "best_fit",
+        detect_steps: bool = False,
+        period_detector: PeriodDetector | None = None,
+    ) -> None:
+        upstream = HostMemory() if upstream is None else check_resource(upstream)
+        if node_limit is not None:
+            _positive(node_limit, "node_limit")
+        if type(detect_steps) is not bool:
+            raise InvalidArgumentError(f"detect_steps must be a bool, got {detect_steps!r}")
+        self._upstream = upstream
+        self._meter = Counting(upstream)  # what is held from the upstream: reserved bytes
+        self._plans = PlanCache(self._meter, max_patterns=_positive(max_patterns,
+                                                                    "max_patterns"),
+                                key_length=_positive(key_length, "key_length"),
+                                node_limit=node_limit)
+        self._lookahead = _positive(lookahead, "lookahead")
+        if period_detector is None:
+            period_detector = PeriodDetector(max_period=1 << 16)
+        elif not isinstance(period_detector, PeriodDetector):
+            raise InvalidArgumentError(
+                f"period_detector must be a PeriodDetector, got {period_detector!r}")
+        self._finder = StepFinder(period_detector) if detect_steps else None
+        self._pool = Pool(self._meter, strategy=strategy, initial_size=0, thread_safe=False)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._blocks: dict[int, _Block] = {}
+        # The step in progress.
+        self._serial = 0
+        self._recorder = Recorder()
+        self._observed: list[int] = []  # sizes of its first key_length allocations
+        self._cursor: StepCursor | None = None
+        self._unknown = False  # no plan matched its first allocations
+        self._no_arena = False
+        self._step_served = 0
+        self._previous: StepRecording | None = None  # the last step's recording, if learned
+        self._carried: set[int] = set()  # its blocks freed in this step
+        self._cut = 0  # allocations of this step before the last of those frees
+        # Counters.
+        self._live_bytes = self._peak_live = self._total_bytes = 0
+        self._peak_blocks = self._allocations = 0
+        self._served = self._out_of_order = self._steps = 0
+        self._fallbacks = dict.fromkeys(FallbackReason, 0)
+        # Reserved bytes: the meter's peak since the steady state began (a plan's first step),
+        # and the highest peak before that.
+        self._peak_before = 0
+        self._steady = False
+
+    # --- properties --------------------------------------------------------------------------
+
+    @property
+    def upstream(self) -> MemoryResource:
+        """Where the arenas and the dynamic pool's memory come from."""
+        return self._upstream
+
+    @property
+    def memory_kind(self) -> MemoryKind:
+        """The upstream's kind."""
+        return self._upstream.memory_kind
+
+    @property
+    def detect_steps(self) -> bool:
+        """True if the steps are found without markers."""
+        return self._finder is not None
+
+    # --- the resource protocol ---------------------------------------------------------------
+
+    def allocate(
+        self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, stream: Stream = None
+    ) -> int:
+        """Return ``nbytes`` bytes aligned to ``alignment``: a planned slot when the step
+        repeats its recording there, else from the dynamic pool."""
+        if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
+            nbytes = check_nbytes(nbytes)
+        if type(alignment) is not int or alignment not in ALIGNMENTS:
+            alignment = check_alignment(alignment)
+        with self._lock:
+            if self._closed:
+                raise ResourceClosedError(f"this LearnedPlans was closed ({self!r})")
+            finder = self._finder
+            if finder is not None:
+                self._find_steps(finder, nbytes)
+            recorder = self._recorder
+            position = len(recorder)
+            before = (self._cursor, self._unknown, self._no_arena)
+            if position < self._plans.key_length and not self._unknown:
+                self._choose(nbytes, position)
+            cursor = self._cursor
+            if cursor is None:
+                matched: tuple[int, bool] | FallbackReason = (
+                    FallbackReason.NO_ARENA if self._no_arena
+                    else FallbackReason.UNKNOWN_PATTERN)
+            else:
+                saved = cursor.save()
+                matched = cursor.match(nbytes, alignment)
+            plan: StepPlan | None
+            if type(matched) is tuple:
+                assert cursor is not None
+                slot, reordered = matched
+                plan = cursor.plan
+                offset = plan.offsets[slot]
+                assert offset is not None and plan.base is not None
+                plan.occupancy.take(offset, offset + nbytes)
+                address = plan.base + offset
+                self._served += 1
+                self._step_served += 1
+                if reordered:
+                    self._out_of_order += 1
+            else:
+                try:
+                    address = self._pool.allocate(nbytes, alignment)
+                except BaseException:  # the step is where it was (an arena taken stays)
+                    if cursor is not None:
+                        cursor.restore(saved)
+                    self._cursor, self._unknown, self._no_arena = before
+                    del self._observed[position:]
+                    raise
+                self._fallbacks[matched] += 1  # type: ignore[index]
+                plan, offset = None, 0
+            number = recorder.allocated(nbytes, alignment)
+            if finder is None:
+                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number)
+            else:
+                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number,
+                                               finder.epoch, finder.log(nbytes, alignment))
+            self._allocations += 1
+            live = self._live_bytes + nbytes
+            self._live_bytes = live
+            self._total_bytes += nbytes
+            if live > self._peak_live:
+                self._peak_live = live
+            if len(self._blocks) > self._peak_blocks:
+                self._peak_blocks = len(self._blocks)
+            return address
+
+    def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
+        """Give back the block at ``address`` to where it came from (its arena or the pool).
+
+        Raises :class:`DoubleFreeError`, :class:`InvalidAddressError` or
+        :class:`SizeMismatchError`, changing nothing.
+        """
+        with self._lock:
+            block = self._blocks.get(address) if type(address) is int else None
+            if block is None:
+                address = check_address(address)
+                block = self._blocks.get(address)
+                if block is None:
+                    raise self._not_live(address)
+            if type(nbytes) is not int:
+                nbytes = check_nbytes(nbytes)
+            if nbytes != block.nbytes:
+                raise SizeMismatchError(
+                    f"block {address:#x} was allocated with {block.nbytes} bytes, freed with "
+                    f"{nbytes}", address=address, given=nbytes, allocated=block.nbytes)
+            plan = block.plan
+            if plan is None:
+                self._pool.deallocate(address, nbytes)
+            else:
+                plan.occupancy.release(block.offset)
+                self._plans.freed_from(plan)
+            del self._blocks[address]
+            self._live_bytes -= nbytes
+            if block.serial == self._serial:
+                self._recorder.freed(block.number)
+            elif block.serial == self._serial - 1 and self._previous is not None:
+                self._carried.add(block.number)
+                self._cut = len(self._recorder)
+            if self._finder is not None:
+                self._finder.freed(block.epoch, block.history)
+
+    # --- steps -------------------------------------------------------------------------------
+
+    def step(self, *, failed: bool = False) -> None:
+        """Mark the end of a step (and the start of the next). The first step of a pattern is
+        planned here; ``failed=True`` (a step that raised halfway) learns nothing from it.
+        A marker right after another (no allocation between) does nothing."""
+        if type(failed) is not bool:
+            raise InvalidArgumentError(f"failed must be a bool, got {failed!r}")
+        with self._lock:
+            if self._finder is not None:
+                raise InvalidArgumentError(
+                    "this LearnedPlans finds its steps itself (detect_steps=True): "
+                    "make one with detect_steps=False to mark steps")
+            if len(self._recorder):
+                self._end_step(learn=not failed)
+
+    @contextmanager
+    def step_scope(self) -> Iterator[LearnedPlans]:
+        """``with plans.step_scope():`` runs one step: a marker before and after it; a step
+        that raises is ended with ``failed=True`` and the exception goes on."""
+        self.step()
+        try:
+            yield self
+        except BaseException:
+            self.step(failed=True)
+            raise
+        self.step()
+
+    def _end_step(self, *, learn: bool) -> None:
+        cursor = self._cursor
+        if learn:
+            self._steps += 1
+            recording = self._recorder.finish()
+            previous, carried = self._previous, self._carried
+            if cursor is None:
+                if not self._no_arena:
+                    self._plans.learn_new(recording)
+            elif (carried and previous is not None
+                  and previous.signature() == recording.signature()
+                  and not (cursor.plan.cyclic
+                           and cursor.plan.signature == recording.signature())):
+                # The step repeats and carries blocks into the next: plan it cyclically.
+                cursor.plan.steps_served += 1
+                self._plans.learn(previous, cyclic=previous.rotated(carried, self._cut))
+            else:
+                cursor.plan.steps_served += 1
+                self._plans.learn_again(cursor.plan, recording)
+            if self._finder is not None and self._finder.step_ended(self._step_served,
+                                                                    len(recording)):
+                self._plans.retire_all()  # planned from a wrong period
+        else:
+            recording = None
+        if len(self._plans):
+            self._pool.trim()  # the memory the pool served this step goes back
+        self._begin_step()
+        self._previous = recording
+
+    def _begin_step(self) -> None:
+        self._serial += 1
+        self._recorder = Recorder()
+        self._observed = []
+        self._cursor = None
+        self._unknown = self._no_arena = False
+        self._step_served = 0
+        self._previous = None
+        self._carried = set()
+        self._cut = 0
+
+    def _choose(self, nbytes: int, position: int) -> None:
+        """Pick the plan for the step in progress from its first allocations."""
+        observed = self._observed
+        observed.append(nbytes)
+        cursor = self._cursor
+        if cursor is not None and cursor.plan.matches_prefix(observed):
+            return
+        plan = self._plans.choose(observed)
+        if plan is None:
+            self._cursor, self._unknown = None, True
+            return
+        if plan.base is None:
+            self._pool.trim()  # what the pool holds empty goes back before the arena comes
+        try:
+            self._plans.take_arena(plan)
+        except MemoryError:
+            self._cursor, self._unknown, self._no_arena = None, True, True
+            return
+        if not plan.steps_served and position == 0:  # a new plan's first step: steady from here
+            self._peak_before = max(self._peak_before,
+                                    self._meter.statistics().requested_bytes.peak)
+            self._meter.reset_peak_stats()
+            self._steady = True
+        self._cursor = StepCursor(plan, position, self._lookahead)
+
+    def _find_steps(self, finder: StepFinder, nbytes: int) -> None:
+        """Without markers, before each allocation: end the step at a boundary; plan the last
+        step seen when the period is found."""
+        learn = finder.at_boundary()
+        if learn is not None:
+            self._end_step(learn=learn)
+        elif finder.period is None and len(self._recorder) >= finder.max_period:
+            self._begin_step()  # no step is known: keep the log of one bounded
+        found = finder.observe(nbytes, self._live_bytes)
+        if found is not None:
+            self._plans.learn(found.recording)
+            if found.begins_now:
+                self._begin_step()
+
+    # --- memory back, statistics ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Take no new requests; give back every arena and pool arena as soon as it holds no
+        live block (now, for those that hold none)."""
+        with self._lock:
+            self._closed = True
+            self._plans.retire_all()
+            self._pool.close()
+
+    def live_blocks(self) -> dict[int, int]:
+        """A copy of the live blocks: address → requested bytes."""
+        with self._lock:
+            return {address: block.nbytes for address, block in self._blocks.items()}
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __repr__(self) -> str:
+        mode = "markers" if self._finder is None else "detect_steps"
+        return (f"LearnedPlans(upstream={type(self._upstream).__name__}, {mode}, "
+                f"plans={len(self._plans)}, steps={self._steps}, live={len(self._blocks)}, "
+                f"arenas={format_size(self._plans.arena_bytes)}, served={self._served}, "
+                f"fell_back={sum(self._fallbacks.values())})")
+
+    def _not_live(self, address: int) -> InvalidAddressError:
+        error = self._plans.not_live(address)
+        if error is not None:
+            return error
+        try:
+            self._pool.size_of(address)  # not live here: raises the pool's precise error
+        except InvalidAddressError as exc:
+            return exc
+        return InvalidAddressError(  # pragma: no cover - every pool block is in _blocks
+            f"address {address:#x} is not a live block of this LearnedPlans", address=address)

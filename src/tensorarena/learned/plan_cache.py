@@ -1,0 +1,149 @@
+"""The learned plans of one resource: at most ``max_patterns``, least recently used first.
+
+:class:`PlanCache` decides which plans are kept and holds their arenas, each taken from the
+upstream in one piece when its plan first serves. The rules (why: the module docstring of
+:mod:`~tensorarena.learned.learned_plans`):
+
+* a plan is looked up by the sizes of a step's first allocations, most recently used first;
+* a new pattern is learned at once while there is room, else only when it recurs;
+* a pattern whose steps differ from its plan the same way twice in a row is learned again;
+* a pattern whose step repeats and carries blocks into the next (gradients freed by the next
+  ``zero_grad``) is learned again once, cyclically (:meth:`StepRecording.rotated`), so that
+  those blocks get slots too;
+* to make room the least recently used plan goes, preferring one with no live block; a plan
+  that goes while blocks live in its arena is *retired*: the arena goes back with its last block.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from tensorarena.errors import DoubleFreeError, InvalidAddressError
+from tensorarena.learned.recording import StepRecording
+from tensorarena.learned.report import PlanSummary
+from tensorarena.learned.step_plan import StepPlan
+from tensorarena.memory.resource import MemoryResource
+
+__all__ = ["PlanCache"]
+
+
+class PlanCache:
+    """The plans, their arenas (from ``upstream``) and the keys seen without a plan."""
+
+    def __init__(self, upstream: MemoryResource, *, max_patterns: int, key_length: int,
+                 node_limit: int | None) -> None:
+        self._upstream = upstream
+        self.max_patterns = max_patterns
+        self.key_length = key_length
+        self._node_limit = node_limit
+        self._plans: OrderedDict[tuple[int, ...], StepPlan] = OrderedDict()  # LRU first
+        self._retired: list[StepPlan] = []
+        self._unplanned: OrderedDict[tuple[int, ...], None] = OrderedDict()  # keys seen once
+        self.learned = self.evicted = 0
+        self.arena_bytes = 0  #: held in arenas now
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def choose(self, observed: list[int]) -> StepPlan | None:
+        """The most recently used plan whose step began with the sizes ``observed``."""
+        plan = next((p for p in reversed(self._plans.values()) if p.matches_prefix(observed)),
+                    None)
+        if plan is not None:
+            self._plans.move_to_end(plan.key)
+        return plan
+
+    def take_arena(self, plan: StepPlan) -> None:
+        """Give ``plan`` its arena if it has none (the upstream's MemoryError goes on)."""
+        if plan.base is None:
+            plan.base = self._upstream.allocate(plan.arena_bytes, plan.alignment)
+            self.arena_bytes += plan.arena_bytes
+
+    def learn_new(self, recording: StepRecording) -> None:
+        """A step no plan matched: learn it if there is room or its pattern recurred."""
+        key = recording.key(self.key_length)
+        if len(self._plans) < self.max_patterns or key in self._unplanned:
+            self._unplanned.pop(key, None)
+            self.learn(recording)
+            return
+        self._unplanned[key] = None
+        while len(self._unplanned) > 4 * self.max_patterns:
+            self._unplanned.popitem(last=False)
+
+    def learn_again(self, plan: StepPlan, recording: StepRecording) -> None:
+        """A step ``plan`` served: plan its pattern again if it differed the same way twice."""
+        signature = recording.signature()
+        if signature == plan.signature:
+            plan.candidate = None
+        elif signature == plan.candidate and recording.key(self.key_length) == plan.key:
+            self.learn(recording)
+        else:
+            plan.candidate = signature
+
+    def learn(self, recording: StepRecording, *, cyclic: StepRecording | None = None) -> None:
+        """Plan ``recording`` (with ``cyclic``'s lifetimes: its rotation) and keep the plan,
+        making room if needed."""
+        if not len(recording):
+            return
+        plan = StepPlan(recording, key_length=self.key_length, node_limit=self._node_limit,
+                        cyclic=cyclic)
+        if not plan.planned:
+            return
+        old = self._plans.pop(plan.key, None)
+        if old is not None:
+            self._retire(old)
+        while len(self._plans) >= self.max_patterns:
+            victim = next((k for k, p in self._plans.items() if not len(p.occupancy)),
+                          next(iter(self._plans)))
+            self._retire(self._plans.pop(victim))
+        self._plans[plan.key] = plan
+        self.learned += 1
+
+    def freed_from(self, plan: StepPlan) -> None:
+        """A block of ``plan``'s arena was freed: a retired arena goes back once empty."""
+        if plan.retired and not len(plan.occupancy):
+            self._release(plan)
+
+    def retire_all(self) -> None:
+        """Drop every plan (arenas with live blocks go back with their last block)."""
+        for plan in list(self._plans.values()):
+            self._retire(plan)
+        self._plans.clear()
+
+    def not_live(self, address: int) -> InvalidAddressError | None:
+        """The error for freeing ``address`` if it lies in an arena (else ``None``)."""
+        for plan in [*self._plans.values(), *self._retired]:
+            if plan.base is not None and 0 <= address - plan.base < plan.arena_bytes:
+                if address - plan.base in plan.offsets:
+                    return DoubleFreeError(
+                        f"address {address:#x} is a slot of a learned arena with no live "
+                        "block: freed twice?", address=address)
+                return InvalidAddressError(
+                    f"address {address:#x} is inside a learned arena but no block starts "
+                    "there", address=address)
+        return None
+
+    def summaries(self) -> tuple[PlanSummary, ...]:
+        """One record per plan, least recently used first."""
+        return tuple(
+            PlanSummary(key=p.key, allocations=len(p.sizes), planned=p.planned,
+                        height=p.height, lower_bound=p.lower_bound, optimal=p.optimal,
+                        planner=p.planner, steps_served=p.steps_served,
+                        live_blocks=len(p.occupancy))
+            for p in self._plans.values())
+
+    def _retire(self, plan: StepPlan) -> None:
+        plan.retired = True
+        self.evicted += 1
+        if len(plan.occupancy):
+            self._retired.append(plan)
+        else:
+            self._release(plan)
+
+    def _release(self, plan: StepPlan) -> None:
+        if plan.base is not None:
+            self._upstream.deallocate(plan.base, plan.arena_bytes)
+            self.arena_bytes -= plan.arena_bytes
+            plan.base = None
+        if plan in self._retired:
+            self._retired.remove(plan)

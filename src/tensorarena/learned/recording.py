@@ -1,0 +1,159 @@
+"""One step's allocations as recorded: sizes, alignments, order and lifetimes.
+
+A :class:`Recorder` keeps a logical clock that ticks once per allocation and once per free of a
+block allocated in the same recording, so lifetimes are half-open ``[start, end)`` on that clock
+(the convention of :mod:`tensorarena.planning.problem`): a block freed at tick ``t`` may share
+bytes with one allocated at tick ``t + 1``. A block still live when the recording ends has no
+``end``: it *outlived* its step and is left out of the plan (its bytes stay with the dynamic
+pool, which can hold them for as long as the caller wants).
+
+:meth:`Recorder.finish` freezes a window of the recording into a :class:`StepRecording`, the
+plain data a plan is made from. The window is the whole recording at a step marker, or, when the
+steps are found without markers, one period of it (``first``/``last`` allocation index and the
+clock at which the window ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from tensorarena.planning.problem import Buffer, Problem
+
+__all__ = ["RecordedAllocation", "Recorder", "StepRecording"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedAllocation:
+    """One allocation of a step: live during ``[start, end)`` on the step's clock; ``end`` is
+    ``None`` when the block outlived the step."""
+
+    nbytes: int
+    alignment: int
+    start: int
+    end: int | None
+
+    @property
+    def outlived(self) -> bool:
+        """True if the block was still live when its step ended."""
+        return self.end is None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecording:
+    """The allocations of one step, in the order they were made, over ``ticks`` ticks."""
+
+    allocations: tuple[RecordedAllocation, ...]
+    ticks: int = 0
+
+    def __len__(self) -> int:
+        return len(self.allocations)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Every allocation's size, in order: the step's signature."""
+        return tuple(a.nbytes for a in self.allocations)
+
+    def signature(self) -> tuple[tuple[int, bool], ...]:
+        """Sizes and which allocations outlived the step: two recordings with the same
+        signature give the same slots."""
+        return tuple((a.nbytes, a.end is None) for a in self.allocations)
+
+    def key(self, length: int) -> tuple[int, ...]:
+        """The sizes of the first ``length`` allocations: what a plan is looked up by."""
+        return tuple(a.nbytes for a in self.allocations[:length])
+
+    def rotated(self, carried: Collection[int], cut: int) -> StepRecording:
+        """The step seen from a cut after its blocks *carried* into the next step are freed,
+        so that those blocks fit inside one step.
+
+        ``carried`` are the positions of allocations that outlived this step and were freed in
+        the next one, the last of them after the next step's first ``cut`` allocations. A
+        training step makes its gradients in the backward pass and the next step's
+        ``zero_grad`` frees them: cut at the marker, every gradient outlives its step and has
+        no slot. Cut before allocation ``cut`` instead (a repeating step looks the same from
+        any point), the window from there to the end of this step, followed by the next step's
+        first ``cut`` allocations (this step's stand for them), holds each gradient from its
+        birth to the window's end. Positions are kept (a step is still matched from its
+        marker); lifetimes move to the window's clock. A carried block is taken to live to the
+        window's end, a little longer than it does: safe, and exact when the frees come first.
+        A block that would not fit in the window (live across the cut in its own step, or
+        carried but made before the cut) outlives it.
+        """
+        length = self.ticks
+        allocations = self.allocations
+        at = allocations[cut].start if cut < len(allocations) else length
+        rotated = []
+        for i, a in enumerate(allocations):
+            end = a.end if a.end is not None else (length + at if i in carried else None)
+            shift = -at if i >= cut else length - at
+            inside = end is not None and end + shift <= length
+            rotated.append(RecordedAllocation(
+                a.nbytes, a.alignment, a.start + shift,
+                end + shift if inside and end is not None else None))
+        return StepRecording(tuple(rotated), length)
+
+    def problem(self) -> Problem:
+        """The planning problem: one buffer per allocation that was freed within the step,
+        named by its position in the step."""
+        return Problem(
+            (Buffer(str(i), a.start, a.end, a.nbytes, a.alignment)
+             for i, a in enumerate(self.allocations) if a.end is not None),
+            name="learned step",
+        )
+
+
+class Recorder:
+    """The mutable log behind a recording (its owner holds the lock).
+
+    Allocations are numbered from 0 in the order they are made; ``free`` takes that number.
+    """
+
+    __slots__ = ("_alignments", "_clock", "_ends", "_sizes", "_starts")
+
+    def __init__(self) -> None:
+        self._sizes: list[int] = []
+        self._alignments: list[int] = []
+        self._starts: list[int] = []
+        self._ends: list[int | None] = []
+        self._clock = 0
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    @property
+    def clock(self) -> int:
+        """The current tick."""
+        return self._clock
+
+    def allocated(self, nbytes: int, alignment: int) -> int:
+        """Log an allocation; return its number."""
+        self._sizes.append(nbytes)
+        self._alignments.append(alignment)
+        self._starts.append(self._clock)
+        self._ends.append(None)
+        self._clock += 1
+        return len(self._sizes) - 1
+
+    def freed(self, index: int) -> None:
+        """Log the free of allocation ``index``."""
+        self._ends[index] = self._clock
+        self._clock += 1
+
+    def start_of(self, index: int) -> int:
+        """The tick at which allocation ``index`` was made."""
+        return self._starts[index]
+
+    def finish(self, first: int = 0, last: int | None = None,
+               until: int | None = None) -> StepRecording:
+        """Allocations ``first`` to ``last`` (exclusive; default: all) as a recording whose
+        window ends at tick ``until`` (default: now); frees after it count as outliving it."""
+        last = len(self._sizes) if last is None else last
+        until = self._clock if until is None else until
+        base = self._starts[first] if 0 < first < last else 0  # a window starts at its first
+        allocations = tuple(
+            RecordedAllocation(
+                self._sizes[i], self._alignments[i], self._starts[i] - base,
+                None if (end := self._ends[i]) is None or end >= until else end - base)
+            for i in range(first, last))
+        return StepRecording(allocations, until - base)
