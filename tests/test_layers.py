@@ -34,6 +34,9 @@ LAYERS = [
     ("trace", {"trace"}),
     ("runtime", {"runtime"}),
     ("report", {"report"}),
+    # torch is the eager PyTorch front (use(), learned plans): any layer below may serve it; the
+    # CPU allocator shim it drives is interop's, which the runtime's kernel arena shares.
+    ("torch", {"torch"}),
     ("testing", {"testing"}),
     ("front", {"cli", "bench", "__init__", "__main__"}),
 ]

@@ -39,6 +39,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "thread-cache": ("tensorarena.bench.thread_cache", "ThreadCached's hit path, ns per pair"),
     "outputs": ("tensorarena.bench.outputs", "fresh vs handed-over outputs, calls interleaved"),
     "learned": ("tensorarena.bench.learned", "plans learned from repeating steps, replayed"),
+    "torch-use": ("tensorarena.bench.torch_use",
+                  "one torch allocation under tensorarena.torch.use vs torch's own"),
 }
 
 

@@ -3,11 +3,11 @@
 A planned program writes every intermediate into its slot, but kernels still allocate memory of
 their own while they run: ``native_layer_norm.out`` makes its three results elsewhere and copies
 them, attention without an out variant makes its result (copied into the slot), a convolution
-its im2col columns. Python cannot replace torch's CPU allocator, so a small C++ extension
-(``_kernel_arena.cpp``, compiled on demand by :func:`extension` with
-``torch.utils.cpp_extension.load`` into ``~/.cache/tensorarena/kernel_arena``, a few seconds
-once) does: an ``at::Allocator`` installed for the duration of a call that forwards to the
-previous allocator except on the calling thread while a node has armed it.
+its im2col columns. Python cannot replace torch's CPU allocator; torch's CPU allocator shim
+(:mod:`tensorarena.interop.torch_cpu_shim`, compiled on first use and shared with
+:mod:`tensorarena.torch`) does: an ``at::Allocator`` installed for the duration of a call that
+forwards (to the route of :func:`tensorarena.torch.use` where one is set, else to the previous
+allocator) except on the calling thread while a node has armed it.
 
 1. The first call of a shape *records* (:class:`KernelRecording`): around every op node, the
    sizes of the allocations the node's kernels made on the calling thread, in order, and when
@@ -26,22 +26,20 @@ Served blocks never reach torch's allocator, so the profiler (and ``bench exec``
 counts) no longer sees them. A served block still alive when its node ends (*escaped*: a kernel
 kept it, which the recording never showed) is counted, and its node is no longer armed.
 
-Where no C++ compiler, ``ninja`` or torch headers are found, or ``$TENSORARENA_KERNEL_ARENA`` is
-``0``, :func:`unavailable` says why and programs run as without it.
+Where the shim cannot be built (no C++ compiler, ``ninja`` or torch headers), or
+``$TENSORARENA_KERNEL_ARENA`` is ``0`` (which turns off this use of it only), :func:`unavailable`
+says why and programs run as without it.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
 import struct
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from tensorarena.interop import torch_cpu_shim
 from tensorarena.planning.problem import Buffer, Problem
 
 __all__ = [
@@ -53,9 +51,6 @@ __all__ = [
     "unavailable",
 ]
 
-#: Source of the extension; the module it builds.
-SOURCE = Path(__file__).with_name("_kernel_arena.cpp")
-MODULE = "tensorarena_kernel_arena"
 #: Alignment of a planned kernel allocation: that of torch's CPU allocator.
 KERNEL_ALIGNMENT = 64
 #: In the id of every planned kernel allocation: ``<node>#kernel<k>``.
@@ -65,48 +60,17 @@ FORWARD = 2**64 - 1
 _HEADER = struct.Struct("<4Q")  # served, forwarded, escaped, number of entries
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tensorarena" / "kernel_arena"
-
-
-@functools.cache
-def _load() -> tuple[Any, str]:
-    """The extension module and ``""``, or ``None`` and why it is unavailable."""
-    if os.environ.get("TENSORARENA_KERNEL_ARENA", "") == "0":
-        return None, "turned off ($TENSORARENA_KERNEL_ARENA=0)"
-    try:
-        import torch
-        from torch.utils import cpp_extension
-    except ImportError as exc:
-        return None, f"torch is not importable ({exc})"
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        return None, f"no C++ compiler ({compiler!r} not found)"
-    if not cpp_extension.is_ninja_available():
-        return None, "ninja is not installed (torch.utils.cpp_extension needs it)"
-    if not (Path(cpp_extension.include_paths()[0]) / "c10" / "core" / "CPUAllocator.h").is_file():
-        return None, "torch's C++ headers are not installed"
-    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
-    folder = _cache_dir() / tag.replace("+", "_")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        module = cpp_extension.load(name=MODULE, sources=[str(SOURCE)], build_directory=str(folder),
-                                    extra_cflags=["-O2"], verbose=False)
-    except Exception as exc:  # a failed build leaves the program as it is without the shim
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return None, f"could not build {SOURCE.name}: {type(exc).__name__}: {first}"
-    return module, ""
-
-
 def extension() -> Any:
     """The compiled shim (built on first use), or ``None`` where it is unavailable."""
-    return _load()[0]
+    return None if unavailable() else torch_cpu_shim.extension()
 
 
 def unavailable() -> str:
-    """Why the shim cannot be used here, or ``""`` where it can (builds it on first use)."""
-    return _load()[1]
+    """Why the shim cannot serve kernels here, or ``""`` where it can (builds it on first
+    use)."""
+    if os.environ.get("TENSORARENA_KERNEL_ARENA", "") == "0":
+        return "turned off ($TENSORARENA_KERNEL_ARENA=0)"
+    return torch_cpu_shim.unavailable()
 
 
 # ----------------------------------------------------------------------------------------------

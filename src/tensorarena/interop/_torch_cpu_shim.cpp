@@ -1,8 +1,12 @@
-// Kernels' own CPU allocations served from a planned arena (tensorarena.runtime.kernel_arena).
+// Torch's CPU allocator shim (tensorarena.interop.torch_cpu_shim): an at::Allocator installed as
+// torch's CPU allocator, which serves two users.
 //
-// An at::Allocator installed as torch's CPU allocator for the duration of a planned call. It
-// forwards every allocation to the allocator it replaced, except on a thread that has *armed*
-// it for one node of the program:
+// * Routes (_torch_cpu_routes.cpp, tensorarena.torch.use): while a route is set, allocations go
+//   to a Python memory resource instead of the allocator the shim replaced.
+// * Kernel scripts (tensorarena.runtime.kernel_arena): kernels' own CPU allocations served from
+//   a planned arena, installed for the duration of a planned call. Every allocation is
+//   forwarded (to the route serving the thread if one does, else to the allocator the shim
+//   replaced), except on a thread that has *armed* the shim for one node of the program:
 //
 //  * record mode (the first call of a shape): every allocation of the armed thread is
 //    forwarded and logged with its size, and its DataPtr wrapped so the log learns when it is
@@ -20,10 +24,11 @@
 // in the script's header as escaped, and the Python side stops arming that node.
 // The state is thread_local: other threads (intra-op workers included) always forward.
 // install/uninstall are counted: the previous allocator is restored when the last call ends.
-#include <Python.h>
+// Blocks keep &free_block as their deleter after that: it finds by address who made each one.
+#include "_torch_cpu_shim.h"
 
-#include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +37,10 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+namespace tensorarena_shim {
+
+c10::Allocator* previous = nullptr;
 
 namespace {
 
@@ -90,7 +99,6 @@ std::unordered_map<void*, size_t> outstanding;
 // recorded blocks not yet freed that free_block frees: their log and place in it
 std::unordered_map<void*, std::pair<std::shared_ptr<RecordLog>, size_t>> recording;
 
-c10::Allocator* previous = nullptr;
 std::mutex install_lock;
 long installs = 0;
 std::atomic<uint64_t> escapes{0};  // served blocks found outstanding at disarm, ever
@@ -105,9 +113,30 @@ void free_tracked(void* context) {
   delete tracked;  // frees the inner block through its own deleter
 }
 
-// The deleter of served and of simply recorded blocks, and the raw deleter: a served block goes
-// back to the arena (nothing to do); a recorded one is marked freed; every block but a served
-// one then goes to the previous allocator's raw deleter.
+// Where an unarmed allocation goes: the route serving this thread, else the previous allocator.
+c10::DataPtr forward(size_t nbytes) {
+  if (nbytes != 0 && routing()) {
+    c10::DataPtr routed = route_allocate(nbytes);
+    if (routed) return routed;
+  }
+  return previous->allocate(nbytes);
+}
+
+void lock_before_fork() {
+  outstanding_lock.lock();
+  routes_before_fork();
+}
+
+void unlock_after_fork() {
+  routes_after_fork();
+  outstanding_lock.unlock();
+}
+
+}  // namespace
+
+// The deleter of served, simply recorded and routed blocks, and the raw deleter: a served block
+// goes back to the arena (nothing to do); a recorded one is marked freed; a routed one goes back
+// to its route; any other then goes to the previous allocator's raw deleter.
 void free_block(void* pointer) {
   std::shared_ptr<RecordLog> log;
   size_t index = 0;
@@ -126,16 +155,19 @@ void free_block(void* pointer) {
     }
   }
   if (log) log->free(index);
+  if (route_free(pointer)) return;
   c10::DeleterFnPtr raw = previous != nullptr ? previous->raw_deleter() : nullptr;
   if (raw != nullptr) raw(pointer);
 }
 
+namespace {
+
 struct KernelArenaAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     ThreadState& s = state;
-    if (!s.armed || nbytes == 0) return previous->allocate(nbytes);
+    if (!s.armed || nbytes == 0) return forward(nbytes);
     if (s.record) {
-      c10::DataPtr inner = previous->allocate(nbytes);
+      c10::DataPtr inner = forward(nbytes);
       void* data = inner.get();
       c10::Device device = inner.device();
       size_t index;
@@ -148,7 +180,9 @@ struct KernelArenaAllocator final : public c10::Allocator {
         s.log->addresses.push_back(reinterpret_cast<uintptr_t>(data));
       }
       c10::DeleterFnPtr raw = previous->raw_deleter();
-      if (raw != nullptr && inner.get_context() == data && inner.get_deleter() == raw) {
+      c10::DeleterFnPtr deleter = inner.get_deleter();
+      if (inner.get_context() == data &&
+          ((raw != nullptr && deleter == raw) || deleter == &free_block)) {
         // Keep context == data: raw_allocate (used by some kernels) insists on it.
         inner.release_context();
         std::lock_guard<std::mutex> guard(outstanding_lock);
@@ -177,7 +211,7 @@ struct KernelArenaAllocator final : public c10::Allocator {
       }
     }
     s.forwarded++;
-    return previous->allocate(nbytes);
+    return forward(nbytes);
   }
 
   c10::DeleterFnPtr raw_deleter() const override {
@@ -348,9 +382,21 @@ PyMethodDef methods[] = {
     {"outstanding", outstanding_blocks, METH_NOARGS, "Served blocks not yet freed."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "tensorarena_kernel_arena", nullptr, -1, methods,
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "tensorarena_torch_cpu_shim", nullptr, -1, methods,
                       nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
+}  // namespace tensorarena_shim
 
-PyMODINIT_FUNC PyInit_tensorarena_kernel_arena() { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_tensorarena_torch_cpu_shim() {
+  using namespace tensorarena_shim;
+  PyObject* created = PyModule_Create(&module);
+  if (created == nullptr) return nullptr;
+  if (PyModule_AddFunctions(created, route_methods) != 0) {
+    Py_DECREF(created);
+    return nullptr;
+  }
+  static std::once_flag atfork;
+  std::call_once(atfork, [] { pthread_atfork(lock_before_fork, unlock_after_fork, unlock_after_fork); });
+  return created;
+}

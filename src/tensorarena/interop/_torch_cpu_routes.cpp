@@ -1,0 +1,386 @@
+// Routing torch's CPU allocations to a Python memory resource (tensorarena.torch.use).
+//
+// A *route* holds a resource's bound allocate and deallocate. While one is set (for every thread,
+// or for one thread only: the thread's own wins), each CPU allocation of nbytes > 0 calls
+// allocate(nbytes, alignment) once, under the GIL, and the block's DataPtr is (data, data,
+// free_block): raw_allocate works on it. The block is remembered by address with its route, so
+// its free goes back to the route that made it, whichever route is set then, installed or not;
+// blocks torch's own allocator made keep that allocator's deleter and never come here.
+//
+// What can go wrong, and what happens:
+//  * the resource raises (or returns no usable address): the error is kept on the route
+//    (last_error, ooms) and torch gets c10::OutOfMemoryError, which Python sees as
+//    torch.OutOfMemoryError; nothing else changed.
+//  * the resource's Python code was interrupted (Ctrl-C: KeyboardInterrupt): in allocate, the
+//    KeyboardInterrupt itself is thrown (torch's python_error, which torch hands back to Python
+//    as it is), not the out-of-memory error a program catching RuntimeError would swallow; in
+//    deallocate (nowhere to throw), the interrupt is delivered again (PyErr_SetInterrupt).
+//  * a free arrives on a thread without the GIL (an intra-op worker, autograd): it takes it
+//    (PyGILState_Ensure). An exception pending on the thread is kept aside and put back.
+//  * a free arrives while this thread is already inside a call to a resource (Python's cyclic
+//    collector ran in the middle of allocate): it is deferred to the end of that call, so a
+//    resource is never re-entered from its own call. Allocations made inside such a call (the
+//    resource's own Python code) go to torch's allocator.
+//  * frees after the interpreter began to shut down (shutdown() at exit, or finalizing): the
+//    block is leaked, since the resource's interpreter is going; the process is ending anyway.
+//  * fork: the table's lock is held across fork, so the child finds it consistent.
+// Each routed allocation and free is reported to torch's profiler as torch's own CPU allocator
+// reports its own (when the thread is profiling memory), so `tensorarena trace record` and
+// torch.profiler(profile_memory=True) see the program's allocations under a route too.
+// A route lives while a Python capsule, a current slot or a live block refers to it; all three
+// counts change under the GIL, and the last one drops the resource's methods.
+#include "_torch_cpu_shim.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/Exceptions.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tensorarena_shim {
+namespace {
+
+constexpr const char* kCapsule = "tensorarena.torch_cpu_route";
+
+struct Route {
+  long refs = 1;  // under the GIL: the capsule's, one per slot that holds it, one per block
+  PyObject* allocate = nullptr;
+  PyObject* deallocate = nullptr;
+  uint64_t alignment = 64;
+  // statistics, under the GIL
+  uint64_t blocks = 0, blocks_peak = 0, blocks_total = 0;
+  uint64_t bytes = 0, bytes_peak = 0, bytes_total = 0;
+  uint64_t ooms = 0, free_failures = 0, deferred = 0;
+  PyObject* last_error = nullptr;
+};
+
+struct Block {
+  Route* route;
+  size_t nbytes;
+};
+
+struct Pending {
+  Route* route;
+  void* data;
+  size_t nbytes;
+};
+
+std::mutex table_lock;
+std::unordered_map<void*, Block> table;  // live routed blocks
+
+std::atomic<Route*> every_thread{nullptr};
+thread_local Route* this_thread = nullptr;
+std::atomic<bool> gone{false};  // the interpreter is shutting down: no more calls into it
+thread_local int in_call = 0;   // depth of calls into a resource on this thread
+thread_local std::vector<Pending> pending;
+
+bool interpreter_gone() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return gone.load() || !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return gone.load() || !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+void release(Route* route) {  // under the GIL
+  if (--route->refs != 0) return;
+  Py_XDECREF(route->allocate);
+  Py_XDECREF(route->deallocate);
+  Py_XDECREF(route->last_error);
+  delete route;
+}
+
+// Keep the exception being raised as the route's last error (under the GIL); clears it. Without
+// its traceback: the resource's frame links back (f_back) to the program's frames, whose locals
+// (a forward's activations) it would keep alive.
+void keep_error(Route* route) {
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);
+  PyErr_NormalizeException(&type, &value, &trace);
+  if (value != nullptr) PyException_SetTraceback(value, Py_None);
+  Py_XDECREF(route->last_error);
+  route->last_error = value;  // the reference moves
+  Py_XDECREF(type);
+  Py_XDECREF(trace);
+}
+
+std::string describe(PyObject* error) {  // under the GIL; never raises
+  if (error == nullptr) return "no error";
+  std::string text = Py_TYPE(error)->tp_name;
+  PyObject* str = PyObject_Str(error);
+  if (str != nullptr) {
+    const char* utf8 = PyUnicode_AsUTF8(str);
+    if (utf8 != nullptr && *utf8 != '\0') text += std::string(": ") + utf8;
+  }
+  Py_XDECREF(str);
+  PyErr_Clear();
+  return text;
+}
+
+void give_back(Route* route, void* data, size_t nbytes);
+
+void drain() {  // under the GIL, outside any call into a resource
+  while (in_call == 0 && !pending.empty()) {
+    Pending next = pending.back();
+    pending.pop_back();
+    give_back(next.route, next.data, next.nbytes);
+  }
+}
+
+// Call deallocate(data, nbytes) of the route (under the GIL, nothing pending on the thread).
+void give_back(Route* route, void* data, size_t nbytes) {
+  in_call++;
+  PyObject* args[2] = {PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(data)),
+                       PyLong_FromSize_t(nbytes)};
+  PyObject* result = nullptr;
+  if (args[0] != nullptr && args[1] != nullptr) {
+    result = PyObject_Vectorcall(route->deallocate, args, 2, nullptr);
+  }
+  Py_XDECREF(args[0]);
+  Py_XDECREF(args[1]);
+  if (result == nullptr) {  // nowhere to raise: kept on the route; the block stays the resource's
+    route->free_failures++;
+    bool interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+    keep_error(route);
+    if (interrupted) PyErr_SetInterrupt();  // raised again at the program's next bytecode
+  }
+  Py_XDECREF(result);
+  route->blocks--;
+  route->bytes -= nbytes;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(nbytes), route->bytes,
+                                     route->bytes, c10::Device(c10::DeviceType::CPU));
+  }
+  in_call--;
+  release(route);
+  drain();
+}
+
+Route* current() {
+  Route* route = this_thread;
+  return route != nullptr ? route : every_thread.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+bool routing() {
+  return in_call == 0 &&
+         (this_thread != nullptr || every_thread.load(std::memory_order_relaxed) != nullptr);
+}
+
+c10::DataPtr route_allocate(size_t nbytes) {
+  if (interpreter_gone()) return c10::DataPtr();
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Route* route = current();  // again under the GIL: routes change only with it held
+  if (route == nullptr || in_call != 0) {
+    PyGILState_Release(gil);
+    return c10::DataPtr();
+  }
+  PyObject *saved_type, *saved_value, *saved_trace;
+  PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
+  in_call++;
+  PyObject* args[2] = {PyLong_FromSize_t(nbytes), PyLong_FromUnsignedLongLong(route->alignment)};
+  PyObject* result = nullptr;
+  if (args[0] != nullptr && args[1] != nullptr) {
+    result = PyObject_Vectorcall(route->allocate, args, 2, nullptr);
+  }
+  Py_XDECREF(args[0]);
+  Py_XDECREF(args[1]);
+  std::string failure;
+  uintptr_t address = 0;
+  bool interrupted = false;
+  if (result == nullptr) {
+    interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+    keep_error(route);
+    failure = describe(route->last_error);
+  } else {
+    address = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(result));
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      failure = std::string("allocate returned ") + Py_TYPE(result)->tp_name +
+                ", not an address";
+      address = 0;
+    } else if (address == 0 || address % route->alignment != 0) {
+      // Not usable, but the resource's: give it back (a failure there is only counted).
+      failure = "allocate returned " + std::to_string(address) + ", not an address aligned to " +
+                std::to_string(route->alignment) + " bytes";
+      if (address != 0) {
+        route->refs++;  // as a live block's, which give_back drops
+        route->blocks++;
+        route->bytes += nbytes;
+        give_back(route, reinterpret_cast<void*>(address), nbytes);
+      }
+      address = 0;
+    }
+    Py_DECREF(result);
+  }
+  if (address != 0) {
+    std::lock_guard<std::mutex> guard(table_lock);
+    if (!table.emplace(reinterpret_cast<void*>(address), Block{route, nbytes}).second) {
+      // Still live here: taking it would alias a tensor. Never given back (it is live).
+      failure = "allocate returned an address that a live tensor holds";
+      address = 0;
+    }
+  }
+  if (address != 0) {
+    route->refs++;
+    route->blocks++;
+    route->blocks_total++;
+    if (route->blocks > route->blocks_peak) route->blocks_peak = route->blocks;
+    route->bytes += nbytes;
+    route->bytes_total += nbytes;
+    if (route->bytes > route->bytes_peak) route->bytes_peak = route->bytes;
+    if (c10::memoryProfilingEnabled()) {
+      c10::reportMemoryUsageToProfiler(reinterpret_cast<void*>(address),
+                                       static_cast<int64_t>(nbytes), route->bytes, route->bytes,
+                                       c10::Device(c10::DeviceType::CPU));
+    }
+  } else {
+    route->ooms++;
+  }
+  in_call--;
+  drain();
+  if (interrupted && route->last_error != nullptr) {
+    python_error error;  // torch's; carries the KeyboardInterrupt back to Python as it is
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(route->last_error)), route->last_error);
+    error.persist();
+    PyErr_Restore(saved_type, saved_value, saved_trace);
+    PyGILState_Release(gil);
+    throw error;
+  }
+  PyErr_Restore(saved_type, saved_value, saved_trace);
+  PyGILState_Release(gil);
+  if (address == 0) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "tensorarena.torch.use: the resource could not "
+                     "allocate ", nbytes, " bytes (", failure, ")");
+  }
+  void* data = reinterpret_cast<void*>(address);
+  return c10::DataPtr(data, data, &free_block, c10::Device(c10::DeviceType::CPU));
+}
+
+bool route_free(void* data) {
+  Block block;
+  {
+    std::lock_guard<std::mutex> guard(table_lock);
+    auto found = table.find(data);
+    if (found == table.end()) return false;
+    block = found->second;
+    table.erase(found);
+  }
+  if (interpreter_gone()) return true;  // leaked: the resource's interpreter is going
+  PyGILState_STATE gil = PyGILState_Ensure();
+  if (in_call != 0) {
+    block.route->deferred++;
+    pending.push_back(Pending{block.route, data, block.nbytes});
+  } else {
+    PyObject *saved_type, *saved_value, *saved_trace;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
+    give_back(block.route, data, block.nbytes);
+    PyErr_Restore(saved_type, saved_value, saved_trace);
+  }
+  PyGILState_Release(gil);
+  return true;
+}
+
+void routes_before_fork() { table_lock.lock(); }
+void routes_after_fork() { table_lock.unlock(); }
+
+namespace {
+
+Route* route_of(PyObject* capsule) {
+  return static_cast<Route*>(PyCapsule_GetPointer(capsule, kCapsule));
+}
+
+void drop_capsule(PyObject* capsule) {
+  Route* route = route_of(capsule);
+  if (route != nullptr) release(route);
+  else PyErr_Clear();
+}
+
+// new_route(allocate, deallocate, alignment) -> capsule
+PyObject* new_route(PyObject*, PyObject* args) {
+  PyObject *allocate, *deallocate;
+  unsigned long long alignment;
+  if (!PyArg_ParseTuple(args, "OOK", &allocate, &deallocate, &alignment)) return nullptr;
+  if (!PyCallable_Check(allocate) || !PyCallable_Check(deallocate) || alignment == 0 ||
+      (alignment & (alignment - 1)) != 0) {
+    PyErr_SetString(PyExc_ValueError, "new_route takes two callables and a power-of-two alignment");
+    return nullptr;
+  }
+  auto* route = new Route();
+  Py_INCREF(allocate);
+  Py_INCREF(deallocate);
+  route->allocate = allocate;
+  route->deallocate = deallocate;
+  route->alignment = alignment;
+  PyObject* capsule = PyCapsule_New(route, kCapsule, drop_capsule);
+  if (capsule == nullptr) release(route);
+  return capsule;
+}
+
+// set_route(capsule or None, every_thread: bool): the route serving every thread, or this one.
+PyObject* set_route(PyObject*, PyObject* args) {
+  PyObject* capsule;
+  int all;
+  if (!PyArg_ParseTuple(args, "Op", &capsule, &all)) return nullptr;
+  Route* route = nullptr;
+  if (capsule != Py_None) {
+    route = route_of(capsule);
+    if (route == nullptr) return nullptr;
+    route->refs++;
+  }
+  Route* before = all ? every_thread.exchange(route, std::memory_order_acq_rel) : this_thread;
+  if (!all) this_thread = route;
+  if (before != nullptr) release(before);
+  Py_RETURN_NONE;
+}
+
+// route_statistics(capsule) -> (blocks, peak, total, bytes, peak, total, ooms, free failures,
+// deferred frees, last error or None)
+PyObject* route_statistics(PyObject*, PyObject* capsule) {
+  Route* route = route_of(capsule);
+  if (route == nullptr) return nullptr;
+  PyObject* error = route->last_error != nullptr ? route->last_error : Py_None;
+  return Py_BuildValue("(KKKKKKKKKO)", route->blocks, route->blocks_peak, route->blocks_total,
+                       route->bytes, route->bytes_peak, route->bytes_total, route->ooms,
+                       route->free_failures, route->deferred, error);
+}
+
+PyObject* reset_route_peaks(PyObject*, PyObject* capsule) {
+  Route* route = route_of(capsule);
+  if (route == nullptr) return nullptr;
+  route->blocks_peak = route->blocks;
+  route->bytes_peak = route->bytes;
+  Py_RETURN_NONE;
+}
+
+PyObject* routed_blocks(PyObject*, PyObject*) {
+  std::lock_guard<std::mutex> guard(table_lock);
+  return PyLong_FromSize_t(table.size());
+}
+
+// shutdown(): the interpreter is exiting; later frees of routed blocks leak, nothing is routed.
+PyObject* shutdown(PyObject*, PyObject*) {
+  gone.store(true);
+  every_thread.store(nullptr);  // its reference is leaked with the blocks
+  this_thread = nullptr;
+  Py_RETURN_NONE;
+}
+
+}  // namespace
+
+PyMethodDef route_methods[] = {
+    {"new_route", new_route, METH_VARARGS, "A route over allocate/deallocate callables."},
+    {"set_route", set_route, METH_VARARGS,
+     "Set the route of every thread (True) or of this thread (False); None clears it."},
+    {"route_statistics", route_statistics, METH_O, "A route's counters and last error."},
+    {"reset_route_peaks", reset_route_peaks, METH_O, "Set a route's peaks to their current."},
+    {"routed_blocks", routed_blocks, METH_NOARGS, "Live routed blocks, every route together."},
+    {"shutdown", shutdown, METH_NOARGS, "Stop routing and calling into Python (at exit)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace tensorarena_shim

@@ -1,0 +1,40 @@
+// What the two halves of torch's CPU allocator shim share (tensorarena.interop.torch_cpu_shim).
+//
+// _torch_cpu_shim.cpp: the at::Allocator itself, installing it, the deleter of its own blocks,
+// and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp: routing
+// every allocation to a Python resource while a route is set (tensorarena.torch.use). One
+// extension module serves both, so a program pays one compile and one allocator swap.
+#pragma once
+
+#include <Python.h>
+
+#include <c10/core/Allocator.h>
+
+#include <cstddef>
+
+namespace tensorarena_shim {
+
+// The allocator the shim replaced: every block the shim does not serve comes from it.
+extern c10::Allocator* previous;
+
+// The deleter (and raw deleter) of every block whose DataPtr the shim made with context == data:
+// a served block, a recorded one, a routed one; anything else goes to previous's raw deleter.
+void free_block(void* pointer);
+
+// --- routing (_torch_cpu_routes.cpp) ---------------------------------------------------------
+
+// Whether a route may serve this thread's allocation now (no GIL taken: a hint, checked again).
+bool routing();
+// A block of nbytes (> 0) from the route serving this thread, or an empty DataPtr where none does
+// after all. Throws c10::OutOfMemoryError (torch.OutOfMemoryError) when the resource refuses.
+c10::DataPtr route_allocate(size_t nbytes);
+// Give a routed block back to the route that made it; false if pointer is no routed block.
+bool route_free(void* pointer);
+// Lock / unlock the routing table around fork (pthread_atfork).
+void routes_before_fork();
+void routes_after_fork();
+
+// The module functions of routing, added to the extension's own.
+extern PyMethodDef route_methods[];
+
+}  // namespace tensorarena_shim

@@ -1,0 +1,90 @@
+"""Torch's CPU allocator shim: the one compiled extension behind every CPU allocation hook.
+
+Python cannot replace torch's CPU allocator, so a small C++ extension does: an ``at::Allocator``
+(``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, sharing ``_torch_cpu_shim.h``) that
+forwards to the allocator it replaced unless asked otherwise. Two users ask, through this one
+module (one compile, one allocator swap):
+
+* :mod:`tensorarena.torch` routes a program's allocations to a memory resource while a route is
+  set (``new_route``, ``set_route``, ``route_statistics``, ``routed_blocks``, ``shutdown``);
+* the planned executor (:mod:`tensorarena.runtime.kernel_arena`) arms it per node with a script
+  of planned addresses (``install``, ``uninstall``, ``arm``, ``disarm``, ``record``,
+  ``recorded``, ``outstanding``).
+
+Every block the shim makes itself carries its deleter, which finds by address who made it: a
+block goes back to the allocator or resource that made it, whichever is installed when it dies.
+
+:func:`extension` compiles it on first use with ``torch.utils.cpp_extension.load`` (a C++
+compiler, ``ninja`` and torch's headers needed; a few seconds once) into
+``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources,
+so a changed source (another checkout, a new release) builds its own module instead of loading
+a stale one. Where it cannot be built, :func:`unavailable` says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MODULE", "SOURCES", "extension", "unavailable"]
+
+_HERE = Path(__file__).parent
+#: The sources of the extension (the header is hashed with them), and the module they build.
+SOURCES = (_HERE / "_torch_cpu_shim.cpp", _HERE / "_torch_cpu_routes.cpp")
+_HEADER = _HERE / "_torch_cpu_shim.h"
+MODULE = "tensorarena_torch_cpu_shim"
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tensorarena" / "torch_cpu_shim"
+
+
+def _digest() -> str:
+    digest = hashlib.sha256()
+    for path in (*SOURCES, _HEADER):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _load() -> tuple[Any, str]:
+    """The extension module and ``""``, or ``None`` and why it is unavailable."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError as exc:
+        return None, f"torch is not importable ({exc})"
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return None, f"no C++ compiler ({compiler!r} not found)"
+    if not cpp_extension.is_ninja_available():
+        return None, "ninja is not installed (torch.utils.cpp_extension needs it)"
+    if not (Path(cpp_extension.include_paths()[0]) / "c10" / "core" / "CPUAllocator.h").is_file():
+        return None, "torch's C++ headers are not installed"
+    try:
+        tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{_digest()}"
+        folder = _cache_dir() / tag.replace("+", "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        module = cpp_extension.load(name=MODULE, sources=[str(s) for s in SOURCES],
+                                    extra_include_paths=[str(_HERE)], build_directory=str(folder),
+                                    extra_cflags=["-O2"], verbose=False)
+    except Exception as exc:  # a failed build leaves the program as it is without the shim
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"could not build {SOURCES[0].name}: {type(exc).__name__}: {first}"
+    return module, ""
+
+
+def extension() -> Any:
+    """The compiled shim (built on first use), or ``None`` where it is unavailable."""
+    return _load()[0]
+
+
+def unavailable() -> str:
+    """Why the shim cannot be used here, or ``""`` where it can (builds it on first use)."""
+    return _load()[1]
