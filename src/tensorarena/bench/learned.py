@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
@@ -172,13 +171,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"training_step x8 with a marker after each step: {marked}")
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m tensorarena.bench.learned``."""
-    parser = argparse.ArgumentParser(prog="tensorarena bench learned", description=__doc__)
-    configure(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
