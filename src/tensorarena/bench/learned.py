@@ -116,7 +116,8 @@ def recorded_traces() -> dict[str, Trace]:
             model(input_ids=ids, labels=ids).loss.backward()
             optimizer.step()
     bert = tf.BertModel(tf.BertConfig(vocab_size=2048, hidden_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, intermediate_size=256)).eval()
+                                      num_attention_heads=4, intermediate_size=256))
+    bert.eval()  # type: ignore[no-untyped-call]  # transformers' stubs leave it untyped
     request = torch.randint(0, 2048, (4, 64))
     with torch.no_grad(), record_torch(name="bert_serve x8") as serving:
         for _ in range(8):
