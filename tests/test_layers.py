@@ -1,4 +1,4 @@
-"""The layering of ``shared/DESIGN.md``: each layer imports only itself and the layers before it.
+"""The layers of ``docs/architecture.md``: each imports only itself and the layers before it.
 
 Every ``import`` of ``tensorarena`` in every module counts, the lazy ones inside functions too,
 so a layer cannot reach up to a later one (``errors.py`` used to import the planner's ``Plan``
@@ -8,6 +8,7 @@ to format a message). ``if TYPE_CHECKING:`` imports count as well: the base is k
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,17 @@ def test_the_base_imports_nothing_of_ours_above_it() -> None:
     for name in ("errors.py", "sizes.py", "stats.py", "debug.py", "memory_kind.py", "streams.py"):
         for _, module in _imports(ROOT / name):
             assert _layer(module.split(".")[1]) == 0, f"{name} imports {module}"
+
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+def test_the_architecture_page_lists_these_layers_in_this_order() -> None:
+    # The page's table is the one a newcomer reads: it must say what LAYERS enforces.
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| (.+?) \|", ARCHITECTURE.read_text(encoding="utf-8"),
+                      flags=re.MULTILINE)
+    assert [(int(number), name) for number, name, _ in rows] == [
+        (index, name) for index, (name, _) in enumerate(LAYERS)]
+    for (_, _, packages), (_, names) in zip(rows, LAYERS, strict=True):
+        listed = set(re.findall(r"`(?:tensorarena\.)?(\w+)`", packages))
+        assert listed == names, (packages, names)

@@ -51,7 +51,7 @@ def test_top_level_exports_the_everyday_names() -> None:
 
 
 def test_every_public_exception_is_exported_at_the_top_level() -> None:
-    """ScopeEscapeError, PlanDoesNotFitError and UnknownPlannerError used to be missing."""
+    """ScopeEscapeError, PlanDoesNotFitError and the unknown-planner error used to be missing."""
     for name in errors.__all__:
         assert name in tensorarena.__all__, name
         assert getattr(tensorarena, name) is getattr(errors, name)

@@ -6,7 +6,7 @@ imported where they are used. Every public exception of :mod:`tensorarena.errors
 Every name below loads on first use (PEP 562's module ``__getattr__``), from the module that
 defines it: ``import tensorarena`` imports nothing more until a name is used, and ``tensorarena
 plan`` imports the planner alone, not the pools, adaptors and reports it never touches (they
-were 1.1 s of its 2.2 s start-up on a loaded 2-core VM, all before the CSV was read). The names
+were half of its start-up, all before the CSV was read: ``bench/RESULTS.md``). The names
 are listed once, in :data:`_EXPORTS`; the imports under ``TYPE_CHECKING`` repeat them for type
 checkers.
 """
@@ -25,9 +25,13 @@ if TYPE_CHECKING:
     from tensorarena.adaptors import (
         Counting,
         Guarded,
+        GuardedStatistics,
         Limiting,
+        Logging,
         Poisoning,
+        PoisoningStatistics,
         StreamOrdered,
+        StreamOrderedStatistics,
         ThreadCached,
         ThreadCacheStatistics,
         ThreadSafe,
@@ -60,6 +64,7 @@ if TYPE_CHECKING:
         MalformedTraceError,
         MemoryCorruptionError,
         MissingDependencyError,
+        ModelSkippedWarning,
         NoGradWarning,
         NotHostAccessibleError,
         NumaBindError,
@@ -73,13 +78,10 @@ if TYPE_CHECKING:
         ShimUnavailableError,
         SizeMismatchError,
         StreamClosedError,
+        SystemAllocatorUnavailableError,
         TensorArenaError,
         TensorArenaWarning,
-        UnknownArchitectureError,
-        UnknownBackendError,
-        UnknownNumaNodeError,
-        UnknownPlannerError,
-        UnknownStrategyError,
+        UnknownNameError,
         UnsafePickleError,
         UnsupportedError,
         UseAfterFreeError,
@@ -126,7 +128,8 @@ if TYPE_CHECKING:
 #: module -> the public names it gives the package root, imported when first asked for.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "tensorarena.adaptors": (
-        "Counting", "Guarded", "Limiting", "Poisoning", "StreamOrdered", "ThreadCached",
+        "Counting", "Guarded", "GuardedStatistics", "Limiting", "Logging", "Poisoning",
+        "PoisoningStatistics", "StreamOrdered", "StreamOrderedStatistics", "ThreadCached",
         "ThreadCacheStatistics", "ThreadSafe", "Tracking", "TrafficStatistics",
     ),
     "tensorarena.core": (
@@ -137,17 +140,18 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "tensorarena.errors": (
         "AsyncWorkError", "BufferOverflowError", "ConcurrentUseError", "CudaError",
-        "DataDependentError", "DeviceMismatchError", "DeviceUnavailableError", "DoubleFreeError",
-        "ExportFailedError", "InfeasibleError", "InvalidAddressError", "InvalidAlignmentError",
-        "InvalidArgumentError", "InvalidDtypeError", "InvalidPlanError", "InvalidProblemError",
-        "InvalidResourceError", "InvalidSizeError", "InvariantError", "LeakWarning",
-        "MalformedTraceError", "MemoryCorruptionError", "MissingDependencyError", "NoGradWarning",
-        "NotHostAccessibleError", "NumaBindError", "OutOfMemoryError", "PlanDoesNotFitError",
-        "PlanVerificationError", "ResourceClosedError", "ResourceInUseError", "ScopeEscapeError",
-        "ShapeNotCoveredError", "ShimUnavailableError", "SizeMismatchError", "StreamClosedError",
-        "TensorArenaError", "TensorArenaWarning", "UnknownArchitectureError", "UnknownBackendError",
-        "UnknownNumaNodeError", "UnknownPlannerError", "UnknownStrategyError", "UnsafePickleError",
-        "UnsupportedError", "UseAfterFreeError",
+        "DataDependentError", "DeviceMismatchError", "DeviceUnavailableError",
+        "DoubleFreeError", "ExportFailedError", "InfeasibleError", "InvalidAddressError",
+        "InvalidAlignmentError", "InvalidArgumentError", "InvalidDtypeError",
+        "InvalidPlanError", "InvalidProblemError", "InvalidResourceError",
+        "InvalidSizeError", "InvariantError", "LeakWarning", "MalformedTraceError",
+        "MemoryCorruptionError", "MissingDependencyError", "ModelSkippedWarning",
+        "NoGradWarning", "NotHostAccessibleError", "NumaBindError", "OutOfMemoryError",
+        "PlanDoesNotFitError", "PlanVerificationError", "ResourceClosedError",
+        "ResourceInUseError", "ScopeEscapeError", "ShapeNotCoveredError",
+        "ShimUnavailableError", "SizeMismatchError", "StreamClosedError",
+        "SystemAllocatorUnavailableError", "TensorArenaError", "TensorArenaWarning",
+        "UnknownNameError", "UnsafePickleError", "UnsupportedError", "UseAfterFreeError",
     ),
     "tensorarena.interop": (
         "DeviceArray", "current_scope", "default_resource", "device_empty", "empty", "empty_cache",
@@ -179,7 +183,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = ["__version__", *sorted(_WHERE)]
+__all__ = sorted(["__version__", *_WHERE])
 
 
 def __getattr__(name: str) -> Any:

@@ -1,55 +1,65 @@
-"""The exception tree of tensorarena.
+"""The exception tree of tensorarena, by domain.
 
 Every error a user can cause has its own class, carries the numbers needed to act on it, and is
 raised *before* any state changes: an allocator that raised is exactly as it was before the call.
+Every error derives from ``TensorArenaError``, every warning from ``TensorArenaWarning`` (a
+``UserWarning``). Indented: a subclass of the class above it; on the right, the other class it
+also is: a built-in one (``except ValueError`` keeps working) or ours from another domain.
+Each domain is a section of this module; a test holds this tree to the classes defined.
 
-    TensorArenaError
-    ├── InvalidArgumentError      (also ValueError)   an option out of its range or of a wrong type
-    │   ├── UnknownStrategyError                      a placement-strategy name nobody answers to
-    │   ├── UnknownArchitectureError                  a model-zoo architecture name we do not have
-    │   ├── UnknownPlannerError                       a planner name no planner answers to
-    │   ├── InvalidDtypeError     (also TypeError)    a dtype raw memory cannot hold
-    │   ├── InvalidResourceError  (also TypeError)    an object that is not a memory resource
-    │   └── ShapeNotCoveredError                      an input shape a planned program cannot serve
-    ├── InvalidSizeError          (also ValueError)   bad byte count or size string
-    ├── InvalidAlignmentError     (also ValueError)   alignment not a positive power of two
-    ├── OutOfMemoryError          (also MemoryError)  no room: exhaustion, fragmentation or a limit
-    ├── InvalidAddressError       (also ValueError)   an address this allocator never handed out
-    │   ├── DoubleFreeError                           an address already freed (or reset)
-    │   ├── SizeMismatchError                         freed with a size other than allocated
-    │   └── DeviceMismatchError                       a block freed into another device's pool
-    ├── ResourceInUseError                            close()/reset() refused: blocks are live
-    ├── ResourceClosedError                           a request to a pool after its close()
-    ├── NotHostAccessibleError    (also TypeError)    an array asked of memory the CPU cannot touch
-    ├── ConcurrentUseError                            a one-caller-at-a-time object entered twice
-    ├── AsyncWorkError                                work submitted to a stream raised
-    ├── StreamClosedError                             work submitted to a stream after its close()
-    ├── CudaError                 (also RuntimeError) a CUDA runtime call returned an error status
-    ├── DeviceUnavailableError    (also RuntimeError) no GPU a consumer library can reach
-    ├── InvariantError            (also AssertionError) internal state found corrupt by a check
-    ├── MemoryCorruptionError                         bytes written where no live block is
-    │   ├── BufferOverflowError                       a red zone around a live block was written
-    │   └── UseAfterFreeError                         a freed (poisoned) block was written
-    ├── InvalidProblemError       (also ValueError)   a malformed planning problem, CSV or graph
-    ├── MalformedTraceError       (also ValueError)   a trace file or event sequence that is wrong
-    │   └── UnsafePickleError                         a snapshot pickle that asks to run code
-    ├── InvalidPlanError                              a plan that breaks the problem's constraints
-    ├── InfeasibleError                               no plan fits the requested capacity
-    │   └── PlanDoesNotFitError                       the best plan found is over the capacity
-    ├── ScopeEscapeError                              arrays outlived the scope that made them
-    ├── UnknownBackendError       (also ValueError)   a pinning backend name nobody answers to
-    ├── UnknownNumaNodeError      (also ValueError)   a NUMA node or CPU the topology lacks
-    ├── NumaBindError             (also OSError)      the kernel refused to bind memory to a node
-    ├── MissingDependencyError    (also ImportError)  an optional extra is not installed
-    ├── ShimUnavailableError      (also ImportError)  the compiled torch-allocator shim is not built
-    ├── UnsupportedError                              a route refused because it cannot be safe
-    ├── ExportFailedError                             torch.export could not capture a model
-    │   └── DataDependentError                        a branch or a size depends on input values
-    └── PlanVerificationError                         a planned program's outputs differ from eager
+Arguments: bad input to any layer
+    InvalidArgumentError          ValueError      an option out of its range or of a wrong type
+      UnknownNameError                            a name nothing answers to: ``kind``, ``known``
+      InvalidDtypeError           TypeError       a dtype raw memory cannot hold
+      InvalidResourceError        TypeError       an object that is not a memory resource
+    InvalidSizeError              ValueError      bad byte count or size string
+    InvalidAlignmentError         ValueError      alignment not a positive power of two
+    MissingDependencyError        ImportError     an optional extra is not installed
+    UnsupportedError                              a route refused because it cannot be safe
 
-    TensorArenaWarning            (also UserWarning)
-    ├── LeakWarning                                   allocations still live at interpreter exit
-    └── NoGradWarning                                 an input requires grad, a call runs no_grad
+Memory: resources, pools, arenas, adaptors, arrays
+    OutOfMemoryError              MemoryError     no room: exhaustion, fragmentation or a limit
+    InvalidAddressError           ValueError      an address this allocator never handed out
+      DoubleFreeError                             an address already freed (or reset)
+      SizeMismatchError                           freed with a size other than allocated
+      DeviceMismatchError                         a block freed into another device's pool
+    ResourceInUseError                            close()/reset() refused: blocks are live
+    ResourceClosedError                           a request to a pool after its close()
+    NotHostAccessibleError        TypeError       an array asked of memory the CPU cannot touch
+    ConcurrentUseError                            a one-caller-at-a-time object entered twice
+    ScopeEscapeError                              arrays outlived the scope that made them
+    InvariantError                AssertionError  internal state found corrupt by a check
+    MemoryCorruptionError                         bytes written where no live block is
+      BufferOverflowError                         a red zone around a live block was written
+      UseAfterFreeError                           a freed (poisoned) block was written
+    LeakWarning                   (warning)       allocations still live at interpreter exit
+
+Devices: GPUs, NUMA, streams, the compiled shim
+    CudaError                     RuntimeError    a CUDA runtime call returned an error status
+    DeviceUnavailableError        RuntimeError    no GPU a consumer library can reach
+    NumaBindError                 OSError         the kernel refused to bind memory to a node
+    ShimUnavailableError          ImportError     the compiled torch-allocator shim is not built
+    AsyncWorkError                                work submitted to a stream raised
+    StreamClosedError                             work submitted to a stream after its close()
+
+Planning: problems and plans
+    InvalidProblemError           ValueError      a malformed planning problem, CSV or graph
+    InvalidPlanError                              a plan that breaks the problem's constraints
+    InfeasibleError                               no plan fits the requested capacity
+      PlanDoesNotFitError                         the best plan found is over the capacity
+    ModelSkippedWarning           (warning)       a model-zoo architecture left out
+
+Runtime: planned programs
+    ShapeNotCoveredError          InvalidArgumentError  an input a program cannot serve
+    ExportFailedError                             torch.export could not capture a model
+      DataDependentError                          a branch or a size depends on input values
+    PlanVerificationError                         a planned program's outputs differ from eager
+    NoGradWarning                 (warning)       an input requires grad, a call runs no_grad
+
+Traces: recorded allocator traffic and its replays
+    MalformedTraceError           ValueError      a trace file or event sequence that is wrong
+      UnsafePickleError                           a snapshot pickle that asks to run code
+    SystemAllocatorUnavailableError               a system allocator a replay cannot run here
 """
 
 from __future__ import annotations
@@ -80,6 +90,7 @@ __all__ = [
     "MalformedTraceError",
     "MemoryCorruptionError",
     "MissingDependencyError",
+    "ModelSkippedWarning",
     "NoGradWarning",
     "NotHostAccessibleError",
     "NumaBindError",
@@ -93,18 +104,19 @@ __all__ = [
     "ShimUnavailableError",
     "SizeMismatchError",
     "StreamClosedError",
+    "SystemAllocatorUnavailableError",
     "TensorArenaError",
     "TensorArenaWarning",
-    "UnknownArchitectureError",
-    "UnknownBackendError",
-    "UnknownNumaNodeError",
-    "UnknownPlannerError",
-    "UnknownStrategyError",
+    "UnknownNameError",
     "UnsafePickleError",
     "UnsupportedError",
     "UseAfterFreeError",
 ]
 
+
+# ------------------------------------------------------------------------------------------------
+# Bases
+# ------------------------------------------------------------------------------------------------
 
 class TensorArenaError(Exception):
     """Base class of every error raised by tensorarena."""
@@ -114,28 +126,30 @@ class TensorArenaWarning(UserWarning):
     """Base class of every warning issued by tensorarena."""
 
 
-class LeakWarning(TensorArenaWarning):
-    """Allocations were still live when the interpreter exited (a ``Tracking`` adaptor made
-    with ``report_at_exit=True``); the message is its leak report, grouped by site."""
-
-
-class NoGradWarning(TensorArenaWarning):
-    """An input of a planned program requires grad, but its calls run under ``no_grad``: the
-    outputs carry no autograd history. Said once per program; for gradients use
-    ``TrainingStep`` or ``torch.compile(model, backend="tensorarena")``."""
-
+# ------------------------------------------------------------------------------------------------
+# Arguments: bad input to any layer
+# ------------------------------------------------------------------------------------------------
 
 class InvalidArgumentError(TensorArenaError, ValueError):
     """An option that is out of its range or of the wrong type (a time limit, a growth policy,
     an array kind...); the message names the option, the value and what was expected."""
 
 
-class UnknownStrategyError(InvalidArgumentError):
-    """A placement-strategy name that no strategy answers to."""
+class UnknownNameError(InvalidArgumentError):
+    """A name that nothing answers to: a placement strategy, a planner, a model-zoo architecture,
+    a pinning backend, a NUMA node or CPU. ``kind`` says which (``"strategy"``, ``"planner"``,
+    ``"architecture"``, ``"pinning backend"``, ``"NUMA node"``), ``name`` is what was given and
+    ``known`` the names there are (empty where they cannot be listed); the message names both.
 
+    One class for all of them: no caller told them apart, and one ``except`` (or ``kind``)
+    serves a front end that reports any misspelt name the same way."""
 
-class UnknownArchitectureError(InvalidArgumentError):
-    """A model-zoo architecture name that :mod:`tensorarena.planning.models` does not build."""
+    def __init__(self, message: str, *, kind: str, name: object,
+                 known: tuple[str, ...] = ()) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = known
+        super().__init__(message)
 
 
 class InvalidDtypeError(InvalidArgumentError, TypeError):
@@ -159,6 +173,26 @@ class InvalidAlignmentError(TensorArenaError, ValueError):
     """An alignment that is not a positive power of two (or that the region cannot honour)."""
 
 
+class MissingDependencyError(TensorArenaError, ImportError):
+    """An optional dependency is needed for this feature; the message names the extra."""
+
+    def __init__(self, module: str, extra: str, feature: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the optional dependency {module!r}: "
+            f"pip install 'tensorarena[{extra}]'"
+        )
+
+
+class UnsupportedError(TensorArenaError):
+    """A route tensorarena refuses because it cannot be made safe (say why and what to use)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory: resources, pools, arenas, adaptors, arrays
+# ------------------------------------------------------------------------------------------------
+
 class OutOfMemoryError(TensorArenaError, MemoryError):
     """No extent can serve the request.
 
@@ -168,7 +202,7 @@ class OutOfMemoryError(TensorArenaError, MemoryError):
 
     The message is written when the error is shown, not when it is raised: a pool that tries its
     arenas in turn catches one of these per arena that cannot serve a request, and formatting six
-    sizes each time made a fragmented first arena cost 5x a whole allocation.
+    sizes each time made a fragmented first arena cost several whole allocations.
     """
 
     def __init__(
@@ -286,36 +320,23 @@ class ConcurrentUseError(TensorArenaError):
     refused before changing anything."""
 
 
-class AsyncWorkError(TensorArenaError):
-    """Work submitted to a stream raised; the stream ran on, and ``synchronize()`` reports it.
+class ScopeEscapeError(TensorArenaError):
+    """Arrays made inside a :func:`scope` were still referenced when it ended.
 
-    ``errors`` holds every exception raised since the last report (the first is the cause).
+    Their memory was kept alive (not freed under a live reference); ``escaped`` describes them.
     """
 
-    def __init__(self, message: str, *, errors: list[BaseException]) -> None:
-        self.errors = errors
-        super().__init__(message)
+    def __init__(self, escaped: list[str], nbytes: int) -> None:
+        self.escaped = escaped
+        self.nbytes = nbytes
+        from tensorarena.sizes import format_size
 
-
-class StreamClosedError(TensorArenaError):
-    """Work submitted to a stream after its ``close()``."""
-
-
-class CudaError(TensorArenaError, RuntimeError):
-    """A CUDA runtime call returned an error status (other than running out of memory, which is
-    an :class:`OutOfMemoryError`). ``status`` is the numeric ``cudaError_t``, ``name`` its name
-    and ``call`` the runtime function that returned it."""
-
-    def __init__(self, call: str, status: int, name: str) -> None:
-        self.call = call
-        self.status = status
-        self.name = name
-        super().__init__(f"{call} failed: {name} (cudaError_t {status})")
-
-
-class DeviceUnavailableError(TensorArenaError, RuntimeError):
-    """A GPU was needed but none can be reached: a CPU-only build of the consumer library
-    (``torch`` without CUDA, say), no driver, or a device index the machine does not have."""
+        shown = "; ".join(escaped[:5]) + ("; ..." if len(escaped) > 5 else "")
+        super().__init__(
+            f"{len(escaped)} array(s) made in the scope ({format_size(nbytes)}) are still "
+            f"referenced after it ended, so their memory was kept alive: {shown}. "
+            "Delete the names (del a) before the block ends, or copy what you keep (np.array(a))"
+        )
 
 
 class InvariantError(TensorArenaError, AssertionError):
@@ -377,6 +398,67 @@ class UseAfterFreeError(MemoryCorruptionError):
         super().__init__(message, **fields)
 
 
+class LeakWarning(TensorArenaWarning):
+    """Allocations were still live when the interpreter exited (a ``Tracking`` adaptor made
+    with ``report_at_exit=True``); the message is its leak report, grouped by site."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Devices: GPUs, NUMA, streams, the compiled shim
+# ------------------------------------------------------------------------------------------------
+
+class CudaError(TensorArenaError, RuntimeError):
+    """A CUDA runtime call returned an error status (other than running out of memory, which is
+    an :class:`OutOfMemoryError`). ``status`` is the numeric ``cudaError_t``, ``name`` its name
+    and ``call`` the runtime function that returned it."""
+
+    def __init__(self, call: str, status: int, name: str) -> None:
+        self.call = call
+        self.status = status
+        self.name = name
+        super().__init__(f"{call} failed: {name} (cudaError_t {status})")
+
+
+class DeviceUnavailableError(TensorArenaError, RuntimeError):
+    """A GPU was needed but none can be reached: a CPU-only build of the consumer library
+    (``torch`` without CUDA, say), no driver, or a device index the machine does not have."""
+
+
+class NumaBindError(TensorArenaError, OSError):
+    """The kernel refused to bind memory to a node (``mbind`` failed); ``errno`` says why."""
+
+
+class ShimUnavailableError(TensorArenaError, ImportError):
+    """PyTorch's pluggable allocator needs a shared library, and the small shim tensorarena
+    compiles for it (with a C compiler, at install or with ``build_shim()``) is not built here."""
+
+
+class AsyncWorkError(TensorArenaError):
+    """Work submitted to a stream raised; the stream ran on, and ``synchronize()`` reports it.
+
+    ``errors`` holds every exception raised since the last report (the first is the cause).
+    """
+
+    def __init__(self, message: str, *, errors: list[BaseException]) -> None:
+        self.errors = errors
+        super().__init__(message)
+
+
+class StreamClosedError(TensorArenaError):
+    """Work submitted to a stream after its ``close()``."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Planning: problems and plans
+# ------------------------------------------------------------------------------------------------
+
+def _located(message: str, line: int | None, column: str | None) -> str:
+    """``message`` prefixed with ``line N, column 'name': `` where the fault has a place."""
+    if line is None:
+        return message
+    return f"line {line}" + (f", column {column!r}" if column else "") + ": " + message
+
+
 class InvalidProblemError(TensorArenaError, ValueError):
     """A malformed planning problem: bad CSV, bad lifetime, bad size, or an unusable graph.
 
@@ -389,32 +471,6 @@ class InvalidProblemError(TensorArenaError, ValueError):
         super().__init__(_located(message, line, column))
 
 
-def _located(message: str, line: int | None, column: str | None) -> str:
-    """``message`` prefixed with ``line N, column 'name': `` where the fault has a place."""
-    if line is None:
-        return message
-    return f"line {line}" + (f", column {column!r}" if column else "") + ": " + message
-
-
-class MalformedTraceError(TensorArenaError, ValueError):
-    """A trace that cannot be read or does not make sense: a bad file, a bad field, a free of an
-    allocation that is not live, a pickle that asks to run code.
-
-    ``line`` (1-based, in the file; for events given in memory, the 1-based event number) and
-    ``column`` (the field's name) locate the fault where there is one.
-    """
-
-    def __init__(self, message: str, *, line: int | None = None, column: str | None = None) -> None:
-        self.line = line
-        self.column = column
-        super().__init__(_located(message, line, column))
-
-
-class UnsafePickleError(MalformedTraceError):
-    """A pickle that asks for a Python object other than plain data (a class, a function):
-    not a memory snapshot, or crafted to run code. Nothing from it was run."""
-
-
 class InvalidPlanError(TensorArenaError):
     """A plan that places two time-overlapping buffers in overlapping bytes, misaligns one,
     or exceeds the capacity."""
@@ -422,66 +478,6 @@ class InvalidPlanError(TensorArenaError):
 
 class InfeasibleError(TensorArenaError):
     """No plan was found that fits the requested capacity (within the time allowed)."""
-
-
-class MissingDependencyError(TensorArenaError, ImportError):
-    """An optional dependency is needed for this feature; the message names the extra."""
-
-    def __init__(self, module: str, extra: str, feature: str) -> None:
-        self.module = module
-        self.extra = extra
-        super().__init__(
-            f"{feature} needs the optional dependency {module!r}: "
-            f"pip install 'tensorarena[{extra}]'"
-        )
-
-
-class ShimUnavailableError(TensorArenaError, ImportError):
-    """PyTorch's pluggable allocator needs a shared library, and the small shim tensorarena
-    compiles for it (with a C compiler, at install or with ``build_shim()``) is not built here."""
-
-
-class UnsupportedError(TensorArenaError):
-    """A route tensorarena refuses because it cannot be made safe (say why and what to use)."""
-
-
-class UnknownBackendError(TensorArenaError, ValueError):
-    """A pinning backend name that no backend answers to."""
-
-
-class UnknownNumaNodeError(TensorArenaError, ValueError):
-    """A NUMA node (or CPU) that the topology does not have."""
-
-    def __init__(self, message: str, *, node: object) -> None:
-        self.node = node
-        super().__init__(message)
-
-
-class NumaBindError(TensorArenaError, OSError):
-    """The kernel refused to bind memory to a node (``mbind`` failed); ``errno`` says why."""
-
-
-class ScopeEscapeError(TensorArenaError):
-    """Arrays made inside a :func:`scope` were still referenced when it ended.
-
-    Their memory was kept alive (not freed under a live reference); ``escaped`` describes them.
-    """
-
-    def __init__(self, escaped: list[str], nbytes: int) -> None:
-        self.escaped = escaped
-        self.nbytes = nbytes
-        from tensorarena.sizes import format_size
-
-        shown = "; ".join(escaped[:5]) + ("; ..." if len(escaped) > 5 else "")
-        super().__init__(
-            f"{len(escaped)} array(s) made in the scope ({format_size(nbytes)}) are still "
-            f"referenced after it ended, so their memory was kept alive: {shown}. "
-            "Delete the names (del a) before the block ends, or copy what you keep (np.array(a))"
-        )
-
-
-class UnknownPlannerError(InvalidArgumentError):
-    """A planner name that is not in :data:`PLANNERS` (or whose module is not available)."""
 
 
 class PlanDoesNotFitError(InfeasibleError):
@@ -516,6 +512,14 @@ class PlanDoesNotFitError(InfeasibleError):
         )
 
 
+class ModelSkippedWarning(TensorArenaWarning):
+    """A model-zoo architecture could not be built or traced here and was left out."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Runtime: planned programs
+# ------------------------------------------------------------------------------------------------
+
 class ShapeNotCoveredError(InvalidArgumentError):
     """An input a planned program does not cover: a static dimension with another size, a
     dynamic one outside its range or above the declared maximum, a tensor of another dtype or
@@ -549,3 +553,38 @@ class DataDependentError(ExportFailedError):
 class PlanVerificationError(TensorArenaError):
     """A planned program's verification found outputs that differ from the unplanned graph's,
     or a slot whose layout an op changed: a lifetime computed too short, or an unsafe alias."""
+
+
+class NoGradWarning(TensorArenaWarning):
+    """An input of a planned program requires grad, but its calls run under ``no_grad``: the
+    outputs carry no autograd history. Said once per program; for gradients use
+    ``TrainingStep`` or ``torch.compile(model, backend="tensorarena")``."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Traces: recorded allocator traffic and its replays
+# ------------------------------------------------------------------------------------------------
+
+class MalformedTraceError(TensorArenaError, ValueError):
+    """A trace that cannot be read or does not make sense: a bad file, a bad field, a free of an
+    allocation that is not live, a pickle that asks to run code.
+
+    ``line`` (1-based, in the file; for events given in memory, the 1-based event number) and
+    ``column`` (the field's name) locate the fault where there is one.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: str | None = None) -> None:
+        self.line = line
+        self.column = column
+        super().__init__(_located(message, line, column))
+
+
+class UnsafePickleError(MalformedTraceError):
+    """A pickle that asks for a Python object other than plain data (a class, a function):
+    not a memory snapshot, or crafted to run code. Nothing from it was run."""
+
+
+class SystemAllocatorUnavailableError(TensorArenaError):
+    """A system allocator (glibc, jemalloc, mimalloc) a replay was asked to compare cannot run
+    here: unknown, not installed, or its replay failed; the message says why (and what to
+    install)."""

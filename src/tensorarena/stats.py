@@ -85,7 +85,8 @@ class ArenaStatistics:
     The same words as :class:`MemoryStatistics`. An arena holds its whole region (``capacity``)
     from creation; ``allocated_bytes`` is a gauge here, the bytes its strategy holds for live
     blocks now (requests rounded to their alignment and to the strategy's own block sizes):
-    counting its peak and total would cost every call ~10 %, and a pool above counts its own.
+    counting its peak and total would cost every call a measurable share, and a pool above counts
+    its own.
     """
 
     capacity: int

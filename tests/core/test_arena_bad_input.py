@@ -21,7 +21,7 @@ from tensorarena.errors import (
     OutOfMemoryError,
     SizeMismatchError,
     TensorArenaError,
-    UnknownStrategyError,
+    UnknownNameError,
 )
 from tensorarena.stats import Count
 
@@ -204,7 +204,7 @@ def test_default_strategy_is_best_fit() -> None:
 
 
 def test_unknown_strategy_names_the_known_ones() -> None:
-    with pytest.raises(UnknownStrategyError, match="best_fit"):
+    with pytest.raises(UnknownNameError, match="best_fit"):
         Arena(K, "worst_fit")
     with pytest.raises(InvalidArgumentError, match="a name or a callable"):
         Arena(K, 42)  # type: ignore[arg-type]

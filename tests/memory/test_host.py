@@ -13,9 +13,9 @@ from tensorarena.errors import (
     InvalidSizeError,
     OutOfMemoryError,
     SizeMismatchError,
+    UnknownNameError,
 )
 from tensorarena.memory.host import HUGE_PAGE_SIZE, PAGE_SIZE, HostMemory
-from tensorarena.memory.numa import UnknownNumaNodeError
 from tensorarena.stats import Count
 
 MiB = 1 << 20
@@ -128,7 +128,7 @@ def test_local_numa_policy_binds_to_the_calling_threads_node() -> None:
 
 def test_unknown_numa_node_is_refused_at_construction() -> None:
     for node in (999, -1, "far", 1.0, True):
-        with pytest.raises(UnknownNumaNodeError):
+        with pytest.raises(UnknownNameError):
             HostMemory(numa_node=node)  # type: ignore[arg-type]
 
 

@@ -19,7 +19,7 @@ from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
 from tensorarena.memory.pinned import (
     MlockBackend,
     PinnedHostMemory,
-    UnknownBackendError,
+    UnknownNameError,
     locked_bytes,
     memlock_limit,
 )
@@ -153,7 +153,7 @@ def test_a_failing_backend_is_out_of_memory_and_changes_nothing() -> None:
 
 
 def test_unknown_backend_names_are_refused() -> None:
-    with pytest.raises(UnknownBackendError, match="cuda-ish"):
+    with pytest.raises(UnknownNameError, match="cuda-ish"):
         PinnedHostMemory("cuda-ish")  # type: ignore[arg-type]
     assert isinstance(PinnedHostMemory("mlock").backend, MlockBackend)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tensorarena.errors import MissingDependencyError, UnknownBackendError
+from tensorarena.errors import MissingDependencyError, UnknownNameError
 from tensorarena.memory import LockedHostMemory, MlockBackend, PinnedHostMemory
 from tensorarena.memory.cuda import CudaHostAllocBackend, CudaRuntime, set_cuda_runtime
 from tensorarena.testing.cuda import Simulator
@@ -54,7 +54,7 @@ def test_auto_pins_through_the_driver_where_cuda_is_present(cuda_runtime_is) -> 
 def test_auto_falls_back_to_mlock_without_a_gpu(cuda_runtime_is) -> None:  # type: ignore[no-untyped-def]
     cuda_runtime_is(Simulator(devices=0))
     assert isinstance(PinnedHostMemory().backend, MlockBackend)
-    with pytest.raises(UnknownBackendError, match="needs a CUDA device"):
+    with pytest.raises(UnknownNameError, match="needs a CUDA device"):
         PinnedHostMemory("cuda")
 
 

@@ -25,7 +25,7 @@ from tensorarena.errors import (
     ResourceClosedError,
     ResourceInUseError,
     SizeMismatchError,
-    UnknownStrategyError,
+    UnknownNameError,
 )
 from tensorarena.memory.growth import Doubling, Fixed, NextPowerOfTwo, SameAsRequested
 from tensorarena.memory.host import HostMemory
@@ -458,7 +458,7 @@ def test_constructor_rejects_bad_arguments() -> None:
     for growth in ("double", 5, Doubling):
         with pytest.raises(InvalidArgumentError, match="growth policy"):
             Pool(CountingMemory(), growth=growth)  # type: ignore[arg-type]
-    with pytest.raises(UnknownStrategyError, match="unknown strategy 'worst_fit'"):
+    with pytest.raises(UnknownNameError, match="unknown strategy 'worst_fit'"):
         Pool(CountingMemory(), strategy="worst_fit")
     with pytest.raises(InvalidArgumentError, match="strategy must be"):
         Pool(CountingMemory(), strategy=3)  # type: ignore[arg-type]

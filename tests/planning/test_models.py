@@ -15,7 +15,7 @@ import pytest
 from tensorarena.errors import (
     InvalidArgumentError,
     MissingDependencyError,
-    UnknownArchitectureError,
+    UnknownNameError,
 )
 from tensorarena.planning import (
     models,
@@ -135,7 +135,7 @@ def test_a_failing_architecture_is_skipped_with_a_warning(monkeypatch: pytest.Mo
     ],
 )
 def test_an_unknown_architecture_names_the_known_ones(call: Any) -> None:
-    with pytest.raises(UnknownArchitectureError) as info:
+    with pytest.raises(UnknownNameError) as info:
         call()
     assert "unknown architecture" in str(info.value)
     assert all(name in str(info.value) for name in ARCHITECTURES)

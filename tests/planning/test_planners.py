@@ -29,7 +29,7 @@ from tensorarena.planning.exact import ExactResult, solve_exact
 from tensorarena.planning.planners import (
     PLANNERS,
     PlanDoesNotFitError,
-    UnknownPlannerError,
+    UnknownNameError,
     overlapping_pairs,
     plan,
 )
@@ -261,7 +261,7 @@ def test_problem_capacity_is_the_default() -> None:
 
 def test_bad_arguments() -> None:
     problem = read_problem(DATA / "toy.12.csv")
-    with pytest.raises(UnknownPlannerError, match="unknown planner 'nope'"):
+    with pytest.raises(UnknownNameError, match="unknown planner 'nope'"):
         plan(problem, "nope")
     with pytest.raises(InvalidAlignmentError):
         plan(problem, "naive", alignment=12)
@@ -291,7 +291,7 @@ def test_an_infinite_time_limit_means_no_limit() -> None:
 
 @pytest.mark.parametrize("planner", [42, None, ["auto"]])
 def test_a_planner_that_is_not_a_name(planner: object) -> None:
-    with pytest.raises(UnknownPlannerError, match="expected one of auto, exact"):
+    with pytest.raises(UnknownNameError, match="expected one of auto, exact"):
         plan(tight(), planner)  # type: ignore[arg-type]
 
 

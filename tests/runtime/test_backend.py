@@ -10,7 +10,7 @@ from _resources import CountingMemory
 
 torch = pytest.importorskip("torch")
 
-from tensorarena.errors import InvalidArgumentError, UnknownPlannerError  # noqa: E402
+from tensorarena.errors import InvalidArgumentError, UnknownNameError  # noqa: E402
 from tensorarena.runtime import Backend, PlannedProgram, Workspace  # noqa: E402
 from tensorarena.runtime.options import ProgramOptions  # noqa: E402
 
@@ -21,7 +21,7 @@ def test_a_backend_refuses_a_bad_option_when_made_not_inside_dynamo() -> None:
     # Otherwise each surfaced at the first compiled call, wrapped in BackendCompilerFailed.
     with pytest.raises(InvalidArgumentError, match=r"no option \['bogus'\]"):
         Backend(bogus=1)
-    with pytest.raises(UnknownPlannerError, match="'nope'"):
+    with pytest.raises(UnknownNameError, match="'nope'"):
         Backend(planner="nope")
     with pytest.raises(InvalidArgumentError, match="must be a Workspace, got str"):
         Backend(workspace="shared")  # type: ignore[arg-type]
@@ -35,12 +35,16 @@ def test_a_backend_refuses_a_bad_option_when_made_not_inside_dynamo() -> None:
     Backend(poison=True, unplaceable="dynamic", resource=CountingMemory())
 
 
-def test_the_options_record_is_the_programs_keyword_options_with_their_defaults() -> None:
-    # The backend learns the options from ProgramOptions: an option added to PlannedProgram
-    # and not there would be refused by the backend.
+def test_the_program_takes_the_options_record_and_no_other_option() -> None:
+    # One list of options: PlannedProgram names only those of its graph and workspace and
+    # passes the rest to ProgramOptions, which the backend also checks against.
     parameters = inspect.signature(PlannedProgram.__init__).parameters
-    program = {name: p.default for name, p in parameters.items()
-               if p.kind is p.KEYWORD_ONLY and name not in ("name", "reference", "ranges",
-                                                              "workspace")}
-    record = {f.name: f.default for f in dataclasses.fields(ProgramOptions)}
-    assert record == program
+    keywords = {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert keywords == {"name", "reference", "ranges", "workspace"}
+    assert [p.kind for p in parameters.values()][-1] is inspect.Parameter.VAR_KEYWORD
+    assert not keywords & {f.name for f in dataclasses.fields(ProgramOptions)}
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    with pytest.raises(TypeError, match="'bogus'"):
+        PlannedProgram(gm, lambda graph, bindings: None, None, bogus=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="max_plans"):
+        PlannedProgram(gm, lambda graph, bindings: None, None, max_plans=0)  # type: ignore[arg-type]

@@ -128,4 +128,4 @@ def test_a_process_past_its_timeout_or_failing_is_an_error_not_an_exception() ->
     job["config"]["model"] = "gpt3"
     error = run_job(job, timeout=600)["error"]
     assert error.startswith("the process exited with status 1: ")
-    assert "UnknownArchitectureError: unknown architecture 'gpt3'" in error
+    assert "UnknownNameError: unknown architecture 'gpt3'" in error

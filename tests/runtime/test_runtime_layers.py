@@ -142,3 +142,16 @@ def test_no_runtime_module_imports_an_underscored_name() -> None:
              and node.module.split(".")[0] == "tensorarena"
              for alias in node.names if _private(alias.name)]
     assert found == [], f"imports of another module's underscored names: {found}"
+
+
+def test_the_runtime_tests_read_no_private_attribute_of_ours() -> None:
+    # A test that reads program._x pins an implementation detail; the public face (attributes,
+    # report(), repr) says what a user can see. torch's own privates (torch._C) are torch's.
+    ours = ("program", "step", "compiler", "workspace", "other", "current", "entry")
+    found = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and _private(node.attr)
+                    and isinstance(node.value, ast.Name) and node.value.id.endswith(ours)):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    assert found == [], f"runtime tests reading private attributes: {found}"

@@ -12,7 +12,7 @@ from tensorarena.trace.configs import configuration, smallest_fixed_arena
 from tensorarena.trace.recommend import recommend
 from tensorarena.trace.system import (
     SYSTEM_ALLOCATORS,
-    SystemAllocatorUnavailable,
+    SystemAllocatorUnavailableError,
     replay_system,
     system_allocator_library,
 )
@@ -74,7 +74,7 @@ def test_a_small_trace_is_not_served_from_pages_the_interpreter_freed(name: str)
     # child's heap first, glibc served it from resident free pages and reported 84 KiB.
     try:
         system_allocator_library(name)
-    except SystemAllocatorUnavailable as reason:
+    except SystemAllocatorUnavailableError as reason:
         pytest.skip(str(reason))
     from tensorarena.trace import shipped_traces
 
@@ -87,7 +87,7 @@ def test_a_small_trace_is_not_served_from_pages_the_interpreter_freed(name: str)
 def test_other_allocators_run_or_say_what_to_install(name: str) -> None:
     try:
         system_allocator_library(name)
-    except SystemAllocatorUnavailable as reason:
+    except SystemAllocatorUnavailableError as reason:
         assert "apt-get install" in str(reason) or "Linux" in str(reason)
         pytest.skip(str(reason))
     result = replay_system(random_trace(200, seed=3), name)
@@ -95,7 +95,7 @@ def test_other_allocators_run_or_say_what_to_install(name: str) -> None:
 
 
 def test_an_unknown_allocator_is_unavailable() -> None:
-    with pytest.raises(SystemAllocatorUnavailable, match="unknown"):
+    with pytest.raises(SystemAllocatorUnavailableError, match="unknown"):
         system_allocator_library("tcmalloc")
     # It was a bare Exception: outside the one tree that callers catch.
     with pytest.raises(TensorArenaError, match="unknown"):

@@ -2,10 +2,11 @@
 adaptors (``Guarded``, ``Poisoning``) — the only adaptors that write into memory they hand out.
 
 A fill is one ``memset``. A check (:func:`intact`) reads the range once (``ctypes.string_at``)
-and compares it with a cached ``bytes`` of the pattern, which is a ``memcmp``: 0.4 µs for a
-64-byte red zone, 0.5 µs for 3 KiB, most of it the ctypes call (``bytes.count`` would be 5x
-slower at 3 KiB). Only a range found damaged is looked at closely (:func:`differences`: how many
-bytes differ and where the first is, still with C-speed ``bytes`` methods, never a Python loop).
+and compares it with a cached ``bytes`` of the pattern, which is a ``memcmp``: about as cheap
+for a 3 KiB range as for a 64-byte red zone, most of it the ctypes call (``bytes.count`` is
+several times slower; figures in ``bench/RESULTS.md``). Only a range found damaged is looked at
+closely (:func:`differences`: how many bytes differ and where the first is, still with C-speed
+``bytes`` methods, never a Python loop).
 
 ``mprotect`` is bound here rather than in :mod:`tensorarena.memory.libc` (the module that
 otherwise owns every libc call) because the guard-page mode of ``Guarded`` is its only user and

@@ -7,10 +7,10 @@ allocated or freed. The site that matters is the user's code, not ours: ``ta.emp
 command line included) and keeps up to ``depth`` frames from the first one outside it.
 
 Cost (why it is opt-in where it can be): ``sys._getframe`` and a walk of ``f_back`` pointers,
-with the "is this frame ours?" answer cached per file name, is about 0.4 µs for one frame and
-0.15 µs for each further one (1.5 µs for 8, measured on a 2-core VM);
-``traceback.extract_stack`` would be 10-50x that because it reads source lines. A frame is kept
-as ``(filename, line, function)``, which is what PyTorch's memory snapshots call a frame;
+with the "is this frame ours?" answer cached per file name, costs well under a microsecond for one
+frame and a fraction of that for each further one (``bench/RESULTS.md``);
+``traceback.extract_stack`` costs an order of magnitude more because it reads source lines. A frame
+is kept as ``(filename, line, function)``, which is what PyTorch's memory snapshots call a frame;
 nothing is formatted until a report asks.
 """
 

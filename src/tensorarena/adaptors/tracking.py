@@ -7,8 +7,8 @@ allocate and emptied on free. What is left in it is what the program still holds
 :class:`~tensorarena.errors.LeakWarning` when the interpreter exits with allocations live. A
 clean program reports nothing: the report is empty and no warning is issued.
 
-Stacks are off by default (``stack_depth=0``): capturing 8 frames costs about 1.5 µs a call
-(see :mod:`tensorarena.adaptors.sites`), half of what a pool's allocate+free pair costs, so a
+Stacks are off by default (``stack_depth=0``): capturing 8 frames a call costs about half
+of what a pool's allocate+free pair costs (:mod:`tensorarena.adaptors.sites`), so a
 leak hunt turns it on: ``Tracking(pool, stack_depth=8)``. Without stacks the report groups by
 size instead of site.
 :meth:`mark` and ``since=`` restrict a report to the allocations made after a point, the usual

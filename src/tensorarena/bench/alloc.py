@@ -74,7 +74,8 @@ class Workload:
 
     @property
     def capacity(self) -> int:
-        """An arena size that every strategy can serve the workload from (4x peak, power of 2)."""
+        """An arena size that every strategy can serve the workload from (four times the peak,
+        rounded up to a power of two)."""
         return 1 << (4 * self.peak_live_bytes - 1).bit_length()
 
 

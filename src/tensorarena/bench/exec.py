@@ -28,7 +28,7 @@ outputs, and the plan's details (``planned``: lower bound, arena, paths, allocat
 execution that fails, crashes or runs past ``--timeout`` is listed under ``skipped`` with the
 reason; ``--no-compile`` leaves Inductor out, ``--no-export`` the exported module. ``--json``
 prints ``{"models": {LABEL: {...}}, "machine": {...}, ...}``. A benchmark, not a test: it
-asserts nothing; on a shared machine expect latency noise of ±20 % or more (``--threads``,
+asserts nothing; on a shared machine expect noticeable latency noise (``--threads``,
 default 1, keeps the noise down), and resident memory that differs by up to a third between
 identical processes (glibc's heap: ``--processes 3`` keeps the median of three).
 """
@@ -198,8 +198,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python bench/exec.py``)."""
-    parser = argparse.ArgumentParser(prog="bench/exec.py", description=__doc__,
+    """Stand-alone entry point: ``python -m tensorarena.bench.exec``."""
+    parser = argparse.ArgumentParser(prog="tensorarena bench exec", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

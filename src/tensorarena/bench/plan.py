@@ -296,7 +296,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python bench/planning.py``)."""
-    parser = argparse.ArgumentParser(prog="bench/planning.py", description=__doc__)
+    """Stand-alone entry point: ``python -m tensorarena.bench.plan``."""
+    parser = argparse.ArgumentParser(prog="tensorarena bench plan", description=__doc__)
     configure(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

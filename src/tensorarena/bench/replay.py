@@ -11,7 +11,7 @@ Three parts, each printed as a table (or one JSON object with ``--json``):
   every page touched).
 * **best** — :func:`tensorarena.trace.recommend` on each shipped trace (every strategy ×
   growth policy, ``fixed`` at its smallest arena, a ThreadCached front): the recommended
-  configuration and its footprint. Target: within 1.10x of peak live bytes on every trace.
+  configuration and its footprint. Target: within a tenth above peak live bytes on every trace.
 * **speed** — events per second of ``best_fit`` over VirtualMemory on each shipped trace and on
   a synthetic steady-state trace held in memory (median of the repeats; target >= 300 000), and
   a synthetic trace of 10^6 events replayed from its file in a child process (target: under
@@ -43,11 +43,11 @@ from typing import Any
 
 from tensorarena._version import build
 from tensorarena.core.registry import STRATEGIES
+from tensorarena.errors import SystemAllocatorUnavailableError
 from tensorarena.sizes import format_size
 from tensorarena.trace import Trace, read_trace, shipped_traces
 from tensorarena.trace.configs import BASELINES, configuration
 from tensorarena.trace.recommend import recommend
-from tensorarena.trace.system import SystemAllocatorUnavailable
 
 __all__ = ["configure", "main", "run", "write_synthetic"]
 
@@ -97,7 +97,7 @@ def _configurations(traces: dict[str, Trace], quick: bool) -> dict[str, dict[str
             config = configuration(name)
             try:
                 result = config.run(trace)
-            except SystemAllocatorUnavailable as why:
+            except SystemAllocatorUnavailableError as why:
                 row[name] = {"skipped": str(why)}
                 continue
             if config.kind != "system":  # the first run paid for one-time set-up: time again
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run as a script: ``python bench/replay.py [--json] [--quick]``."""
+    """Run as a script: ``python -m tensorarena.bench.replay [--json] [--quick]``."""
     parser = argparse.ArgumentParser(prog="tensorarena bench replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)

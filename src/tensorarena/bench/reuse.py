@@ -28,7 +28,8 @@ Where torch is installed, the same cycle is also timed for tensors (the ``torch`
 over a resource that does nothing, and the whole cycle, for arrays and (with torch) tensors —
 where the time goes when NumPy's or torch's heap is faster than a pool in Python.
 
-A benchmark, not a test: it asserts nothing. On a shared machine expect noise of ±20 % or more.
+A benchmark, not a test: it asserts nothing. On a shared machine expect noticeable noise: compare
+runs made together.
 """
 
 from __future__ import annotations

@@ -64,15 +64,16 @@ def _row(graph: Any, time_limit: float) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Reorder every graph and print the table (or one JSON object); return 0."""
-    from tensorarena.errors import UnknownArchitectureError
-    from tensorarena.planning.models import ARCHITECTURES, ModelSkippedWarning, model_graph
+    from tensorarena.errors import ModelSkippedWarning, UnknownNameError
+    from tensorarena.planning.models import ARCHITECTURES, model_graph
 
     names = [n.strip() for n in args.names.split(",") if n.strip()] or list(ARCHITECTURES)
     unknown = [n for n in names if n not in ARCHITECTURES]
     if unknown:  # a typo is an error, not nine skipped graphs and exit 0
-        raise UnknownArchitectureError(
+        raise UnknownNameError(
             f"unknown architecture(s) {', '.join(map(repr, unknown))}; known: "
-            f"{', '.join(ARCHITECTURES)}"
+            f"{', '.join(ARCHITECTURES)}", kind="architecture", name=unknown[0],
+            known=tuple(ARCHITECTURES),
         )
     modes = {"both": (False, True), "inference": (False,), "training": (True,)}[args.mode]
     rows: dict[str, dict[str, Any]] = {}
@@ -123,8 +124,8 @@ def _print_summary(rows: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python bench/schedule.py``)."""
-    parser = argparse.ArgumentParser(prog="bench/schedule.py", description=__doc__)
+    """Stand-alone entry point (``python -m tensorarena.bench.schedule``)."""
+    parser = argparse.ArgumentParser(prog="tensorarena bench schedule", description=__doc__)
     configure(parser)
     return run(parser.parse_args(argv))
 

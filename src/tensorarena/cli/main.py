@@ -35,6 +35,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "exec": ("tensorarena.bench.exec", "models eager, planned and compiled: memory, latency"),
     "replay": ("tensorarena.bench.replay", "shipped traces on every strategy; replay speed"),
     "adaptors": ("tensorarena.bench.adaptors", "what each debugging adaptor costs per pair"),
+    "pool-pair": ("tensorarena.bench.pool_pair", "a pool's pair: one arena vs a fragmented first"),
+    "thread-cache": ("tensorarena.bench.thread_cache", "ThreadCached's hit path, ns per pair"),
+    "outputs": ("tensorarena.bench.outputs", "fresh vs handed-over outputs, calls interleaved"),
+    "learned": ("tensorarena.bench.learned", "plans learned from repeating steps, replayed"),
     "torch-use": ("tensorarena.bench.torch_use",
                   "one torch allocation under tensorarena.torch.use vs torch's own"),
 }

@@ -193,11 +193,11 @@ def _recommendation_text(advice: Recommendation) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; return the exit status."""
+    from tensorarena.errors import SystemAllocatorUnavailableError
     from tensorarena.trace.configs import configuration, read_all
     from tensorarena.trace.formats import detect_format
     from tensorarena.trace.model import LiveSet
     from tensorarena.trace.recommend import recommend
-    from tensorarena.trace.system import SystemAllocatorUnavailable
 
     path = Path(args.trace)
     source: Path | Trace
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
             try:
                 results[config.name] = config.run(source, progress=progress)
-            except SystemAllocatorUnavailable as why:
+            except SystemAllocatorUnavailableError as why:
                 skipped[config.name] = str(why)
         advice = None
         if args.recommend:

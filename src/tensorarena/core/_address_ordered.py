@@ -12,16 +12,17 @@ A third parallel sequence, ``classes`` (a ``bytearray``), holds each extent's po
 than in an interpreted loop: ``classes.translate(AT_LEAST[c])`` turns it into 1 for every extent
 of at least ``2**(c-1)`` bytes and 0 elsewhere, and ``find(1, pos)`` returns the next candidate
 in address order. Every extent of a higher power of two than the request fits; one of the same
-power may not, and is checked and skipped. A search costs ~150 ns plus ~40 ns a skipped
-candidate, where walking ~70 extents in Python cost ~600 ns; keeping the classes costs one
-``bit_length`` and one byte store per change.
+power may not, and is checked and skipped. A search costs a fixed C call plus a little per
+skipped candidate, where walking the extents in Python cost several times more; keeping the
+classes costs one ``bit_length`` and one byte store per change.
 
 The compiled build (see ``setup.py``) keeps no class bytes (``classes`` stays empty): its
-searches walk the sizes themselves, ~1 ns an extent, and every byte store, insertion and deletion
-on a ``bytearray`` goes through Python's generic item protocol there, which cost ~10 % of a first
-fit pair (bench alloc, 5 alternating runs). The price is a slower search over thousands of free
-extents (~1 ns an extent where the byte scan costs ~0.3), a fragmentation the arenas measured
-here never reach (~200 extents). Each update of the classes is written ``if not COMPILED``.
+searches walk the sizes themselves, natively, and every byte store, insertion and deletion
+on a ``bytearray`` goes through Python's generic item protocol there, which cost a noticeable
+share of a first fit pair (``bench alloc``, ``bench/RESULTS.md``). The price is a slower search
+over thousands of free extents (a few times the byte scan's cost an extent), a fragmentation the
+benchmarked arenas never reach (a few hundred extents). Each update of the classes is written
+``if not COMPILED``.
 
 First fit, compiled, keeps its extents in packed arrays instead, searched from *floors*
 (:mod:`tensorarena.core._packed_first_fit`): this class then holds empty lists and hands

@@ -1,10 +1,10 @@
 """Bisection of sorted ``list[int]`` for the compiled build, where it beats the ``bisect`` module.
 
 ``bisect.bisect_left`` and ``bisect.insort`` are C, but each step goes through Python's generic
-comparison (``PyObject_RichCompare`` on two int objects, ~15 ns). Compiled by mypyc (see
+comparison (``PyObject_RichCompare`` on two int objects). Compiled by mypyc (see
 ``setup.py``), the loops below compare unboxed ints inline, a few ns a step: when best fit's
-searches were one ~10-step bisection over every key, three a pair, they cost ~10 % less of a pair
-(``bench/RESULTS.md``); it now bisects short size bins and its address list, five a pair.
+searches were one ~10-step bisection over every key, three a pair, they made a pair measurably
+cheaper (``bench/RESULTS.md``); it now bisects short size bins and its address list, five a pair.
 Interpreted, the same loops would cost several times the C module, so callers branch on
 :data:`COMPILED` and the pure build keeps ``bisect``.
 
@@ -17,7 +17,8 @@ arithmetic with no tag checks, and list reads that take the index as it is.
 The loops are the branch-free form of bisection: the range halves whatever a comparison says,
 and the comparison only decides whether the base moves, which the C compiler turns into a
 conditional move; the textbook loop branches on it, and a bisection's branches mispredict
-about half the time. Compiled first, next and best fit ran ~6 % faster a pair for it.
+about half the time. Compiled first, next and best fit ran faster a pair for it
+(``bench/RESULTS.md``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ then an object that may sit anywhere in memory, and every store boxes a new one.
 ``setup.py``), it keeps them here instead, in ``vec[i64]`` from mypyc's runtime library
 (``librt.vecs``): contiguous 64-bit integers, read and written natively. The algorithm, the
 granules and the keys are :mod:`tensorarena.core.best_fit`'s, step for step, so every placement
-is the same; only the containers differ. On ``bench alloc`` a best-fit pair costs ~31 % fewer
-instructions and ~79 % fewer L1 data-cache read misses (callgrind), ~25-35 % less time
-(``bench/results_h13-fit.md``).
+is the same; only the containers differ. On ``bench alloc`` a best-fit pair costs fewer
+instructions, far fewer L1 data-cache read misses (callgrind) and less time
+(``bench/RESULTS.md``).
 
 A key ``size << shift | start`` must fit a signed 64-bit integer: ``BestFit`` packs its state
 only while ``2 * shift <= 62`` (capacities up to 2^31 granules) and keeps Python lists beyond

@@ -7,15 +7,15 @@ frees is the ring's index and the good path pays one list store (the ring grows 
 frees come: a pool may hold many arenas that free little). Its length is the arena's own,
 :func:`recent_frees_length` of its capacity: the power of two covering the blocks of the default
 alignment the arena can hold (``capacity // 256``), 16 at least, :data:`RECENT_FREES` at most. A
-ring of 4096 in every arena cost a pool grown to eight small arenas (4–264 KiB) 1.0 MB over a
-400 000-event replay, 0.19 MB sized so; the per-arena mask costs the compiled hot path nothing
-measurable (``bench alloc``, within ±3 %). Only an error looks in the ring (a scan in C), to tell
-a double free from a foreign address; an address freed longer ago is refused as not live. A ring
-entry whose address was handed out again is shadowed by the arena's map of live blocks, which is
-looked up first. Tombstones kept in the map instead (the earlier design) grew it with every
-address ever used (10–14 thousand entries for 496 live blocks on ``bench alloc``; 7.5 MiB over a
-10^6-event replay, 1.8 MiB with the ring) and its lookups missed the cache: compiled, the ring is
-2–9 % faster a pair except on buddy (+5 %: its map stayed small); pure, a wash.
+ring of the largest length in every arena cost a pool grown to many small arenas several times
+the memory of rings sized so; the per-arena mask costs the compiled hot path nothing
+measurable (``bench alloc``, ``bench/RESULTS.md``). Only an error looks in the ring (a scan in C),
+to tell a double free from a foreign address; an address freed longer ago is refused as not live. A
+ring entry whose address was handed out again is shadowed by the arena's map of live blocks, which
+is looked up first. Tombstones kept in the map instead (the earlier design) grew it with every
+address ever used (tens of entries for each live block on ``bench alloc``, several times the ring's
+memory over a long replay) and its lookups missed the cache: compiled, the ring is faster a pair
+except on buddy (its map stayed small); pure, a wash (``bench/RESULTS.md``).
 
 The arena's ``deallocate`` stores into the ring itself (one list store); :func:`remember_free`
 is its slow path, which grows the ring.

@@ -12,8 +12,8 @@ The layout is the C original's, written for the compiler (see ``setup.py``):
   its physical neighbours: the boundary tags. Releasing a block finds its neighbours through the
   chain, so the only map is ``held`` (start → block of the live ones), one insertion per reserve
   and one removal per release. The dicts of free extents by start and by end that the engine
-  used before cost 4–8 dict operations on boxed ints a pair (``_Py_dict_lookup`` was 15–18 % of a
-  compiled pair).
+  used before cost 4–8 dict operations on boxed ints a pair (``_Py_dict_lookup`` was a large share
+  of a compiled pair).
 * A free block is also on its class's doubly linked free list (intrusive: ``prev_free`` /
   ``next_free``), pushed and popped at the head, so the extents of one class come last-in
   first-out, which keeps recently freed memory warm.
@@ -36,8 +36,8 @@ larger ones; TLSF first retries a misaligned request padded, in O(1).
 
 Class indices are computed (``bit_length``, two shifts and an add), not looked up: compiled,
 that is a few machine instructions, where the tables of class by size that the engine used before
-cost a bounds-checked list read and a pointer chase each (~340 KB of them; ``CPyList_GetItem``
-was ~9 % of a compiled pair). Interpreted, the hot paths write the arithmetic out rather than call
+cost a bounds-checked list read and a pointer chase each (``CPyList_GetItem`` was a visible share of
+a compiled pair). Interpreted, the hot paths write the arithmetic out rather than call
 a helper.
 
 ``free_extents`` (for checks, never on a hot path) walks the whole structure and raises

@@ -11,7 +11,7 @@ The region starts at ``base`` (0 for bookkeeping alone, or the address of real m
 alignment is honoured on absolute addresses, so it may not exceed the alignment of ``base``.
 
 The hot paths (``allocate``/``deallocate``) are written for the interpreter, where every
-arithmetic operation allocates an int (~15 ns here) and every dict operation costs ~40 ns in a
+arithmetic operation allocates an int and every dict operation costs more still in a
 real access pattern, so they do as few of either as the checks allow:
 
 * The common request (an ``int`` size at the default alignment) is recognised by one identity

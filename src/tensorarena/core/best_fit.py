@@ -9,11 +9,12 @@ bisection finds the smallest extent of at least ``nbytes`` and ties go to the lo
 the request's own bin holds none, every extent of a larger bin fits and the smallest is the
 first key of the lowest non-empty bin above, found from a bitmap of the non-empty bins. Bins hold
 a few keys each, so their bisections take 2-3 steps and their memmoves are short, where one list
-of every key took ~8 steps and moved hundreds of items (compiled: 5-8 % of a pair).
+of every key took several more steps and moved hundreds of items (compiled: a visible share of
+a pair).
 
 A reservation is a bisection in its bin, one by address (to update the extent) and the rest's
 key put back; a release is one bisection by address, at most two keys removed and one inserted
-(boundary dicts cost 6-9 dict operations a pair; interpreted, the bisections are ~10 % slower).
+(boundary dicts cost 6-9 dict operations a pair; interpreted, the bisections are a little slower).
 
 The compiled build (see ``setup.py``) keeps the same lists and keys in packed 64-bit arrays
 (:mod:`tensorarena.core._packed_best_fit`, the same steps on ``vec[i64]``) whenever its keys fit

@@ -9,8 +9,8 @@ splitting and coalescing shared with next fit).
 The compiled build (see ``setup.py``) keeps the extents in packed 64-bit arrays instead and walks
 the sizes themselves, natively, from the floor of the request's size class (see
 :mod:`tensorarena.core._packed_first_fit`): ~4 extents walked on ``bench alloc``'s workload
-instead of ~66 from the bottom, and past 10 000 small holes 0.6 µs a search where walking them
-all cost 11-22 µs.
+instead of ~66 from the bottom, and past ten thousand small holes a search stays well under a
+microsecond where walking them all cost tens of microseconds (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from tensorarena.core.next_fit import NextFit
 from tensorarena.core.segregated_fit import SegregatedFit
 from tensorarena.core.strategy import PlacementStrategy, StrategyFactory
 from tensorarena.core.tlsf import TLSF
-from tensorarena.errors import InvalidArgumentError, UnknownStrategyError
+from tensorarena.errors import InvalidArgumentError, UnknownNameError
 
 __all__ = ["STRATEGIES", "StrategySpec", "strategy_factory"]
 
@@ -26,7 +26,7 @@ StrategySpec = str | StrategyFactory
 def strategy_factory(spec: StrategySpec) -> StrategyFactory:
     """Return a factory for ``spec``.
 
-    Raises :class:`~tensorarena.errors.UnknownStrategyError` naming the known strategies for an
+    Raises :class:`~tensorarena.errors.UnknownNameError` naming the known strategies for an
     unknown name, :class:`~tensorarena.errors.InvalidArgumentError` for anything that is
     neither a name nor a callable.
     """
@@ -34,9 +34,9 @@ def strategy_factory(spec: StrategySpec) -> StrategyFactory:
         try:
             return STRATEGIES[spec]
         except KeyError:
-            known = ", ".join(STRATEGIES)
-            raise UnknownStrategyError(
-                f"unknown strategy {spec!r}; expected one of: {known}"
+            raise UnknownNameError(
+                f"unknown strategy {spec!r}; expected one of: {', '.join(STRATEGIES)}",
+                kind="strategy", name=spec, known=tuple(STRATEGIES),
             ) from None
     if callable(spec):
         return spec

@@ -2,7 +2,7 @@
 
 The classes follow jemalloc and RMM's arena: sizes below 8 have a class each, and every power of
 two above is cut into four equal steps (8, 10, 12, 14, 16, 20, 24, 28, 32, ...), so the extents
-of one class differ in size by less than 25 %. Each class holds its free extents in a list
+of one class differ in size by less than a quarter. Each class holds its free extents in a list
 (pushed and popped at its head: last-in first-out, which keeps recently freed memory warm), and
 two levels of bitmap words mark the non-empty classes.
 

@@ -22,26 +22,13 @@ bytes does, and returns the block to its resource, once. Every owner is an :clas
 ``np.frombuffer`` / ``np.ndarray(buffer=)`` and ``torch.frombuffer`` build arrays over a buffer
 owner directly in C. Why C for the usual one: no Python-level class can export the buffer
 protocol before Python 3.12 (PEP 688), nor can a mypyc class, and the ctypes route pays for a
-type per byte count (~7 µs and ~2 KB to make one), so its types live in a bounded cache
+type per byte count (microseconds and kilobytes to make one), so its types live in a bounded cache
 (:data:`MAX_BLOCK_TYPES`) and a byte count gets one only the second time it is seen: a size met
 once (dynamic shapes) takes the interface route, and once the cache is full new sizes keep it
 (no eviction, so no churn). The ctypes types subclass ``ctypes.Array`` directly rather than
 ``c_ubyte * nbytes``, whose types ctypes keeps in a private cache of its own, forever. The pure
 build (no C compiler, or ``TENSORARENA_PURE=1``) keeps those two routes.
-Measured by ``tensorarena bench reuse --owners`` (µs to make and drop a 64 KiB float32 array
-plus one view over a resource that does nothing; median of 3 runs of the best batch, compiled
-build, 2 cores shared with a load of ~3-4, expect ±30 %):
-
-=========================================================  ======
-owner mechanism                                             µs
-=========================================================  ======
-native owner (C) + ``np.frombuffer``                        1.29
-ctypes block owner (cached type) + ``np.frombuffer``        1.61
-ctypes ``c_char * n`` + owner attribute + ``frombuffer``    1.84
-``__array_interface__`` owner + ``np.asarray``              2.94
-ctypes buffer + ``weakref.finalize``                        3.12
-(``np.empty``, no foreign memory, for scale)                0.56
-=========================================================  ======
+What each route costs: ``tensorarena bench reuse --owners``, recorded in ``bench/RESULTS.md``.
 
 The block owners fold the owner into the buffer object (one object, no instance dict);
 ``weakref.finalize`` registers every array in a global registry. ``.base`` of an array is the

@@ -7,7 +7,7 @@ source (``_torch_alloc_shim.c``, 40 lines, no Python or CUDA headers): its two f
 back into Python through ctypes function pointers, where :class:`TorchAllocator` takes each
 block from a tensorarena resource. It is compiled with any C compiler:
 
-* at install, when a compiler is present (see the report of issue 12 for the build hook), into
+* at install, when a compiler is present (``setup.py``'s build hook), into
   the package folder;
 * or on demand with :func:`build_shim` (into ``~/.cache/tensorarena`` by default), which
   ``scripts/gpu_check.sh`` does;

@@ -109,7 +109,7 @@ class HostMemory:
         if numa_node is not None:
             self._topology = NumaTopology.read(numa_root)
             if numa_node != "local":
-                self._topology.node(numa_node)  # raises UnknownNumaNodeError naming the nodes
+                self._topology.node(numa_node)  # raises UnknownNameError naming the nodes
         self._numa_node = numa_node
         self._blocks = LiveBlocks("HostMemory")
         self._lock = threading.Lock()

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorarena.errors import NumaBindError, UnknownNumaNodeError
+from tensorarena.errors import NumaBindError, UnknownNameError
 from tensorarena.memory import libc
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "NumaBindError",
     "NumaNode",
     "NumaTopology",
-    "UnknownNumaNodeError",
     "bind_to_node",
     "current_cpu",
     "memory_policy",
@@ -62,9 +61,10 @@ def parse_cpulist(text: str) -> frozenset[int]:
             low = int(first)
             high = int(last) if dash else low
         except ValueError:
-            raise UnknownNumaNodeError(f"malformed CPU list {text!r}", node=text) from None
+            raise UnknownNameError(f"malformed CPU list {text!r}", kind="CPU list",
+                                   name=text) from None
         if high < low:
-            raise UnknownNumaNodeError(f"malformed CPU list {text!r}", node=text)
+            raise UnknownNameError(f"malformed CPU list {text!r}", kind="CPU list", name=text)
         cpus.update(range(low, high + 1))
     return frozenset(cpus)
 
@@ -131,14 +131,15 @@ class NumaTopology:
         return tuple(node.id for node in self.nodes)
 
     def node(self, node_id: object) -> NumaNode:
-        """The node with id ``node_id``; raise :class:`UnknownNumaNodeError` if there is none."""
+        """The node with id ``node_id``; raise :class:`~tensorarena.errors.UnknownNameError`
+        if there is none."""
         if type(node_id) is int:
             for node in self.nodes:
                 if node.id == node_id:
                     return node
-        raise UnknownNumaNodeError(
+        raise UnknownNameError(
             f"no NUMA node {node_id!r}: this machine has nodes {list(self.node_ids)}",
-            node=node_id,
+            kind="NUMA node", name=node_id, known=tuple(map(str, self.node_ids)),
         )
 
     def node_of_cpu(self, cpu: int) -> int:
@@ -146,7 +147,7 @@ class NumaTopology:
         for node in self.nodes:
             if cpu in node.cpus:
                 return node.id
-        raise UnknownNumaNodeError(f"CPU {cpu} belongs to no NUMA node", node=cpu)
+        raise UnknownNameError(f"CPU {cpu} belongs to no NUMA node", kind="CPU", name=cpu)
 
     def local_node(self) -> int:
         """The node of the CPU the calling thread is running on now."""

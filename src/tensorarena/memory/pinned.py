@@ -13,8 +13,8 @@ How pages get pinned is a *pinning backend*, chosen at construction:
 - ``backend="cuda"``: the driver's, or :class:`~tensorarena.errors.MissingDependencyError`;
 - ``backend="mlock"`` (:class:`MlockBackend`, always available on Linux): ``mmap`` + ``mlock``.
   The pages are **page-locked but not DMA-registered**: resident, never swapped, but unknown to
-  any GPU driver, so a copy from them runs at pageable speed (measured on an H200: 8-13 GB/s
-  against 55 GB/s from driver-pinned memory, ``bench/RESULTS.md``). The soft
+  any GPU driver, so a copy from them runs at pageable speed, a fraction of driver-pinned
+  memory's (``bench/RESULTS.md``). The soft
   ``RLIMIT_MEMLOCK`` is checked *before* ``mlock``, against the bytes the whole process has
   locked now (``VmLck``), and a request over it raises :class:`OutOfMemoryError` with ``limit``
   set, naming the limit and how to raise it. :class:`LockedHostMemory` is this variant under a
@@ -31,7 +31,7 @@ import resource as _rlimit
 import threading
 from typing import Literal, Protocol
 
-from tensorarena.errors import OutOfMemoryError, UnknownBackendError
+from tensorarena.errors import OutOfMemoryError, UnknownNameError
 from tensorarena.memory import libc
 from tensorarena.memory.host import PAGE_SIZE, map_region, unmap_region
 from tensorarena.memory.live_blocks import LiveBlocks
@@ -44,7 +44,6 @@ __all__ = [
     "MlockBackend",
     "PinnedHostMemory",
     "PinningBackend",
-    "UnknownBackendError",
     "locked_bytes",
     "memlock_limit",
 ]
@@ -136,8 +135,9 @@ def _cuda_backend(*, required: bool) -> PinningBackend | None:
     if required:
         runtime = cuda_runtime()  # MissingDependencyError names the extra
         if not runtime.available():
-            raise UnknownBackendError(
-                "pinning backend 'cuda' needs a CUDA device, and the runtime sees none"
+            raise UnknownNameError(
+                "pinning backend 'cuda' needs a CUDA device, and the runtime sees none",
+                kind="pinning backend", name="cuda", known=("auto", "mlock"),
             )
         return CudaHostAllocBackend(runtime=runtime)
     return CudaHostAllocBackend() if cuda_available() else None
@@ -153,9 +153,9 @@ def _backend(spec: BackendSpec | PinningBackend) -> PinningBackend:
         assert backend is not None
         return backend
     if isinstance(spec, str):
-        raise UnknownBackendError(
+        raise UnknownNameError(
             f"unknown pinning backend {spec!r}: expected 'auto', 'cuda', 'mlock' or a "
-            "PinningBackend"
+            "PinningBackend", kind="pinning backend", name=spec, known=("auto", "cuda", "mlock"),
         )
     return spec
 

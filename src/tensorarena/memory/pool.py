@@ -24,8 +24,8 @@ re-hands-out bytes that a live block holds:
   how many blocks and bytes are live) unless told ``force=True``, which is unsafe by design:
   every live block's bytes may then be handed out again.
 
-Threads. A pool is thread-safe by default: one re-entrant lock around every public method (about
-0.1 µs a call here; ``bench/pool_pair.py`` measures it). ``thread_safe=False`` drops the lock
+Threads. A pool is thread-safe by default: one re-entrant lock around every public method (a small
+cost a call; ``tensorarena bench pool-pair`` measures it). ``thread_safe=False`` drops the lock
 for callers that serialise access themselves (one thread, or a
 :class:`~tensorarena.adaptors.ThreadCached` in front, which already serialises its upstream
 calls). The unlocked pool runs the same methods, taking no lock (``_call_lock`` is None), not

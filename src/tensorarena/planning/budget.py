@@ -9,10 +9,8 @@ budget, not the clock, ends a search on the public suites; the wall-clock limit 
 outer bound for a machine far slower than ours or a problem far larger, and the statistics say
 which of the two ended it (:class:`StopReason`) and how much of each was used.
 
-What the defaults cost, measured on a shared 2-core VM under load (bench/RESULTS.md): the exact
-search visits 6,000-15,000 nodes a second on minimalloc's challenging suite (200-450 buffers) in
-the pure build, 20,000-80,000 in the compiled one (the same nodes: the budget means the same
-everywhere); its hardest instance at 2^20 (E) needs about 192,000 nodes.
+What the defaults cost in seconds on minimalloc's challenging suite, and how many nodes its
+hardest instances need: ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations

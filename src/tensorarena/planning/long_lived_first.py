@@ -4,7 +4,7 @@ Greedy by size places the largest buffers first, whatever their lifetimes. On re
 traces that leaves the long-lived buffers (weights, optimizer state, activations saved for the
 backward pass) for later, and each one must then find a gap free during its whole lifetime; there
 is none, so they stack on top of the highest short-lived buffer they meet. On the idealloc traces
-this is what keeps greedy by size 3.3 % (pangu_2.6B) and 2.5 % (S_1) above the lower bound: the
+this is what keeps greedy by size above the lower bound (``bench/RESULTS.md``): the
 top of the plan is a staircase of long-lived buffers and the small ones above them.
 
 The orders here place every buffer that lives at least a given fraction of the trace's time span
@@ -13,14 +13,13 @@ and dying late, they pile up from the bottom the way a stack allocator would put
 buffers follow by size, as in greedy by size, into the gaps the stack leaves. Every order is
 placed with the heuristics' best-fit rule (:func:`~tensorarena.planning.heuristics.place`).
 
-No single fraction is best: pangu_2.6B wants only the buffers living 30 % of the span or more
-first (1.0076 x the bound), S_1 a tenth of it (1.0050), G_1 a tenth (its bound), resnet50 all of
-them in birth order (1.0031). :func:`long_lived_first` therefore sweeps :data:`FRACTIONS`, one
-placement each (a fraction that selects the same buffers as the one before is skipped), and keeps
-the lowest plan. It stops at a plan within the relative ``gap`` of the alignment-aware bound, at
-one within ``target`` bytes, or when the next placement would not end within ``time_limit``
-(estimated by the longest placement so far; the first always runs). It is a stage of ``auto``,
-between the portfolio and the exact search.
+No single fraction is best: pangu_2.6B wants only the longest-lived buffers first, S_1 and
+G_1 more of them, resnet50 all of them in birth order (``bench/RESULTS.md``).
+:func:`long_lived_first` therefore sweeps :data:`FRACTIONS`, one placement each (a fraction that
+selects the same buffers as the one before is skipped), and keeps the lowest plan. It stops at a
+plan within the relative ``gap`` of the alignment-aware bound, at one within ``target`` bytes, or
+when the next placement would not end within ``time_limit`` (estimated by the longest placement so
+far; the first always runs). It is a stage of ``auto``, between the portfolio and the exact search.
 """
 
 from __future__ import annotations

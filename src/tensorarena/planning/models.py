@@ -28,11 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tensorarena._optional import require
-from tensorarena.errors import (
-    InvalidArgumentError,
-    TensorArenaWarning,
-    UnknownArchitectureError,
-)
+from tensorarena.errors import InvalidArgumentError, ModelSkippedWarning, UnknownNameError
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.torch_frontend import (
     problem_from_exported,
@@ -44,10 +40,6 @@ __all__ = ["ARCHITECTURES", "VARIANTS", "ModelSkippedWarning", "build_model", "m
            "model_problem", "model_problems"]
 
 Size = Literal["tiny", "base"]
-
-
-class ModelSkippedWarning(TensorArenaWarning):
-    """An architecture could not be built or traced here and was left out."""
 
 
 @dataclass(frozen=True)
@@ -337,8 +329,9 @@ def _check(
     """
     for name in names:
         if not isinstance(name, str) or name not in _BUILDERS:
-            raise UnknownArchitectureError(
-                f"unknown architecture {name!r}; known: {', '.join(_BUILDERS)}"
+            raise UnknownNameError(
+                f"unknown architecture {name!r}; known: {', '.join(_BUILDERS)}",
+                kind="architecture", name=name, known=tuple(_BUILDERS),
             )
         if seq is not None and name not in _SEQUENCE:
             raise InvalidArgumentError(
@@ -363,7 +356,7 @@ def build_model(
     """``(model, (args, kwargs))`` for one architecture (or one of :data:`VARIANTS`): random
     weights, example inputs of ``batch`` items of ``seq`` tokens (None: the size's default).
 
-    An unknown ``name`` raises :class:`~tensorarena.errors.UnknownArchitectureError` naming the
+    An unknown ``name`` raises :class:`~tensorarena.errors.UnknownNameError` naming the
     known ones; a bad ``size``, ``batch`` or ``seq`` (or a ``seq`` for a model of images or
     audio, or past its positions), :class:`~tensorarena.errors.InvalidArgumentError`.
     """

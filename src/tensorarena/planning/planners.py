@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownPlannerError
+from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownNameError
 from tensorarena.planning import heuristics
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
@@ -79,7 +79,6 @@ __all__ = [
     "PLANNERS",
     "PlanDoesNotFitError",
     "PlanOptions",
-    "UnknownPlannerError",
     "overlapping_pairs",
     "plan",
 ]
@@ -362,7 +361,7 @@ def plan(
     techniques on and off. The plan's ``statistics`` say how long it all took, the nodes the
     exact search visited and the best lower bound known (``bound``).
 
-    Bad arguments raise before any planning: :class:`UnknownPlannerError`,
+    Bad arguments raise before any planning: :class:`~tensorarena.errors.UnknownNameError`,
     :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time or node
     limit or gap,
     ``minimize`` without a capacity),
@@ -371,8 +370,9 @@ def plan(
     """
     check_problem(problem)
     if not isinstance(planner, str) or planner not in PLANNERS:
-        raise UnknownPlannerError(
-            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}"
+        raise UnknownNameError(
+            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}",
+            kind="planner", name=planner, known=tuple(PLANNERS),
         )
     if alignment is not None:
         check_alignment(alignment)

@@ -172,7 +172,7 @@ def reorder(source: Any, *, time_limit: float = 60.0, plan_time_limit: float = 2
     ``plan_time_limit`` each plan made at the end, which also shares what the search leaves
     unused when it proves its order optimal early (a plan stops when it reaches its bound, and
     the portfolio behind :func:`~tensorarena.planning.plan` reaches it sooner given more time:
-    GPT-2 training at its bound in 1.1 s when allowed 5 s, 0.8 % above after 2 s);
+    ``bench/RESULTS.md``);
     ``alignment`` is every buffer's.
     """
     # Every option is checked before the graph is read or searched: a bad one raises at once,

@@ -1,12 +1,12 @@
 """Windowed repair: lower a finished plan by solving the time window around its peak exactly.
 
 A greedy plan of a large problem often sits above its bound because of a hole at its peak, held
-open by buffers elsewhere in time (pangu_2.6B: one 40 MiB hole at a one-tick peak, the whole
-0.76 %). The exact search cannot take the whole problem, but it can take a window of time around
-the buffers that reach the plan's height: every buffer wholly inside the window is free, every
-buffer that crosses the window's edges keeps its offset (pinned, its lifetime clipped to the
-window), and everything outside is untouched. Merged back, a window plan whose height is below
-the current one gives a strictly lower plan; it is validated before it is kept.
+open by buffers elsewhere in time (pangu_2.6B: one hole at a one-tick peak, the whole gap to its
+bound; ``bench/RESULTS.md``). The exact search cannot take the whole problem, but it can take a
+window of time around the buffers that reach the plan's height: every buffer wholly inside the
+window is free, every buffer that crosses the window's edges keeps its offset (pinned, its lifetime
+clipped to the window), and everything outside is untouched. Merged back, a window plan whose height
+is below the current one gives a strictly lower plan; it is validated before it is kept.
 
 Windows widen by fixed margins (:data:`MARGINS`) and each search has a fixed node budget, so the
 result depends on the input alone, not on the machine; the clock is only an outer bound.

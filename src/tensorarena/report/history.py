@@ -26,10 +26,10 @@ The history is a bounded ring (``max_entries``, PyTorch's parameter) of PyTorch'
 ``segment_alloc`` when the pool took a new arena (seen when an allocation lands outside the
 arenas known so far; arenas given back by ``trim()`` are noticed at the dump), and ``oom``. With
 ``stacks="python"`` each action carries the Python stack of the code that called into
-tensorarena (:mod:`tensorarena.adaptors.sites`: 0.4 µs for a frame, 0.15 µs each further
-one). A pool's observer is called with the pool's lock held, so a free is recorded before
-another thread can be handed the address (on a patched layer the history's lock spans the call);
-locks are taken pool first, history second.
+tensorarena (:mod:`tensorarena.adaptors.sites` says what that costs). A pool's observer is
+called with the pool's lock held, so a free is recorded before another thread can be handed the
+address (on a patched layer the history's lock spans the call); locks are taken pool first,
+history second.
 
 The snapshot (:func:`memory_snapshot`) is the pool's state (:func:`~tensorarena.report.snapshot`)
 with the history as its device trace, made into PyTorch's format by the writer of

@@ -170,7 +170,8 @@ def _is_transformers_model(model: Any) -> bool:
 
 def _register_caches(model: torch.nn.Module) -> bool:
     """Register the model's cache classes as pytree nodes with transformers' own function
-    (5.x: every ``Cache`` subclass and the model's own; 4.5x: ``DynamicCache``); True when
+    (transformers ``5.x``: every ``Cache`` subclass and the model's own; ``4.5x``:
+    ``DynamicCache``); True when
     ``DynamicCache`` is one afterwards (by this or by the import of transformers itself)."""
     from torch.utils import _pytree as pytree
 

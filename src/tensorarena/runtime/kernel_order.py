@@ -4,8 +4,8 @@
 make inside a node (im2col columns, layer norm's copies) are known only after the first call of
 a shape records them (:mod:`~tensorarena.runtime.kernel_recording`), and they are planned in
 the arena beside whatever is live at their node. An order that runs a convolution's backward
-where activations are still live pays its columns on top of them (measured: Whisper's tiny
-training step, 594 692 bytes of arena in the traced order, 629 316 in the order reorder chose).
+where activations are still live pays its columns on top of them (Whisper's tiny training step had a
+larger arena in the order reorder chose than in the traced one: ``bench/RESULTS.md``).
 
 So after the first recorded call :func:`choose_order` compares, with the recorded allocations
 included, the order running, the traced order, reorder's own order (when the program kept the

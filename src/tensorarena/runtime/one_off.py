@@ -3,7 +3,8 @@
 :meth:`~tensorarena.runtime.PlannedProgram.trace_allocations` runs one annotated call under
 the profiler (:func:`traced_call`); ``verify`` and ``record_memory`` run theirs in
 :mod:`~tensorarena.runtime.verification` and :mod:`~tensorarena.runtime.recording`. After each,
-:func:`give_back` returns the one-off arena's pages to the system.
+:func:`give_back` returns the one-off arena's pages to the system, and
+:func:`give_back_planning` what making a program left resident.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorarena.interop.empty_cache import trim_pools
+from tensorarena.interop.empty_cache import trim_c_heap, trim_pools
 from tensorarena.runtime.device import CPU
 from tensorarena.runtime.execute import annotated_call
 from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
@@ -19,7 +20,7 @@ from tensorarena.runtime.measure import AllocatorTrace, trace_allocations
 if TYPE_CHECKING:
     from tensorarena.runtime.compiler import Compiler
 
-__all__ = ["give_back", "traced_call"]
+__all__ = ["give_back", "give_back_planning", "traced_call"]
 
 
 def traced_call(compiler: Compiler, args: Sequence[Any],
@@ -36,7 +37,14 @@ def traced_call(compiler: Compiler, args: Sequence[Any],
 
 def give_back(compiler: Compiler) -> None:
     """After a one-off call in an arena of its own (verify, traced, recorded): that arena,
-    empty now, goes back to the system rather than staying resident in the pool (a
-    verified training step kept a second 720 MiB arena)."""
+    empty now, goes back to the system rather than staying resident in the pool (a verified
+    training step kept a second arena as large as its first)."""
     if compiler.device == CPU:
         trim_pools(compiler.workspace.resource)
+
+
+def give_back_planning(compiler: Compiler) -> None:
+    """After a program is made on the CPU: an export and its planning free most of what they
+    allocate, in many small pieces glibc keeps resident; the free pages go back to the system."""
+    if compiler.device == CPU:
+        trim_c_heap()

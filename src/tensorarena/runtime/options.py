@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tensorarena.errors import InvalidArgumentError, UnknownPlannerError
+from tensorarena.errors import InvalidArgumentError, UnknownNameError
 from tensorarena.memory.resource import check_resource
 from tensorarena.planning.options import check_time_limit
 from tensorarena.planning.planners import PLANNERS
@@ -77,8 +77,9 @@ def check_options(
     if type(max_plans) is not int or max_plans < 1:
         raise InvalidArgumentError(f"max_plans must be a positive int, got {max_plans!r}")
     if not isinstance(planner, str) or planner not in PLANNERS:
-        raise UnknownPlannerError(
-            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}"
+        raise UnknownNameError(
+            f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}",
+            kind="planner", name=planner, known=tuple(PLANNERS),
         )
     check_time_limit(time_limit)
     for name, value in (("resource", resource), ("pool", pool)):
@@ -94,8 +95,79 @@ def check_options(
 class ProgramOptions:
     """How a :class:`~tensorarena.runtime.PlannedProgram` plans and runs: its keyword options
     but those that name it and its graph (``name``, ``reference``, ``ranges``) and its
-    ``workspace``, with the same defaults (a test holds the two lists equal). Checked when
-    made, as the program checks them."""
+    ``workspace``. Checked when made; the program, the training step and the ``torch.compile``
+    backend take these and no others.
+
+    ``resource``
+        where the arena's block comes from (default: tensorarena's default resource; for a
+        graph on ``cuda:N``, that device's pool ``device_pool(N)``: the arena lives on the
+        graph's device, see :mod:`~tensorarena.runtime.device`; not with ``workspace``, whose
+        resource it is);
+    ``pool``
+        the resource of the dynamic pool (buffers of ``growing`` dimensions);
+    ``planner``, ``time_limit``
+        passed to :func:`tensorarena.planning.plan`;
+    ``unplaceable``
+        ``"copy"`` (default): a result of an op without an out variant is copied into its
+        slot, so every planned byte lives in the arena; ``"dynamic"``: it stays where the op
+        put it, outside the plan; ``"auto"``: dynamic when read for at most a few steps (its
+        copy would be read once or twice), copied otherwise. None wins on every model: see
+        ``tensorarena bench exec --unplaceable``;
+    ``reorder``
+        run the nodes in the order :func:`tensorarena.planning.reorder` chooses (memory-aware
+        operator reordering: lower peaks of live bytes, so smaller arenas), searched for up to
+        ``time_limit`` seconds on the example shapes before anything else; the order chosen is
+        the program's ``schedule``, and it runs (``reordered``) unless it would raise the lower
+        bound of the buffers planned here (reorder also counts the outputs, which the arena
+        leaves out; ``"always"`` runs it regardless, to compare orders). Every order it returns
+        keeps data dependencies, in-place accesses and random ops in their original order, so
+        outputs are those of the graph as given (default off). With ``True`` and the kernel
+        arena, the first recorded call chooses again with its kernels' allocations counted (the
+        traced order, this one, or one searched anew: :mod:`~tensorarena.runtime.kernel_order`,
+        ``order_estimates``); every shape runs the order chosen then;
+    ``outputs``
+        ``"handover"`` (default): outputs are planned too, in a tail of the arena that each
+        call hands over with them (a new one where the caller still holds the last call's
+        outputs, so no call overwrites what a caller keeps), the rest held across calls: the
+        peak is that of the arena with its outputs, as ONNX Runtime plans outputs with the
+        rest (:mod:`~tensorarena.runtime.output_placement`); outputs whose size follows a
+        ``growing`` dimension come from the dynamic pool. ``"fresh"``: outputs are made by
+        torch at each call, on top of the arena; ``"arena"``: planned and returned as views of
+        the whole arena, which the caller's outputs then hold (a call takes an arena none
+        holds; the arena does not come from ``workspace``, which is then used for its lock
+        only). :class:`~tensorarena.runtime.TrainingStep` defaults to ``"arena"``;
+    ``inplace``
+        run elementwise ops in place where their input dies (:mod:`~tensorarena.runtime.inplace`;
+        default on; decided after reordering, on the order that runs);
+    ``poison``
+        overwrite each buffer when its lifetime ends (a debugging mode; see the program's
+        ``verify``);
+    ``max_plans``
+        how many input shapes keep their plan (least recently used first out), as ONNX Runtime
+        caches its memory patterns;
+    ``max_shapes``
+        plan once for these maximum sizes (by input name) and serve every smaller shape inside
+        that plan (each buffer at the same offset, never larger);
+    ``growing``
+        dimensions that change at every call (a growing KV cache): their buffers are allocated
+        per call from the dynamic pool and never trigger a new plan;
+    ``concurrency``
+        a call holds the workspace for its whole duration; a second thread waits
+        (``"serialize"``) or is refused (``"refuse"``), never interleaved. Default (``None``):
+        the workspace's when one is given, else ``"serialize"``. A value that contradicts the
+        given workspace's is refused (its lock is the one calls take);
+    ``kernel_arena``
+        serve the allocations kernels make inside a node (layer norm's copies, attention's
+        result, im2col columns) from the arena too (:mod:`~tensorarena.runtime.kernel_arena`:
+        a C++ shim compiled on first use; the first call of each shape records them, then the
+        shape is planned again with them). ``"all"``: every one, the arena grows where they
+        need more bytes than it has idle; ``"idle"``: only where the arena keeps the height it
+        has without them (the others stay torch's); ``True`` (default): ``"all"`` with
+        ``outputs="arena"``; otherwise whichever of the two gives the lower peak of the arena
+        plus torch's allocations (outputs made on top of an arena held whole for the call can
+        make ``"all"`` the higher); ``False``: none. Where the shim cannot be built, on a GPU
+        or with ``max_shapes`` the program runs without it and its report says why.
+    """
 
     resource: MemoryResource | None = None
     pool: MemoryResource | None = None

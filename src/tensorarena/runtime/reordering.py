@@ -51,7 +51,7 @@ def reordered(
     The two objectives differ: reorder counts the graph's outputs, which live to the end of
     every order, while the arena leaves them out (they are fresh for the caller). An order that
     frees activations sooner by producing gradients later can lower the one and raise the
-    other (measured: tiny BERT's training step, 312 708 -> 337 536 bytes of arena). With
+    other (tiny BERT's training step did: ``bench/RESULTS.md``). With
     ``with_outputs`` (outputs planned in the arena) the objectives are the same."""
     from tensorarena.planning.op_graph import op_graph_from_fx, reordered_graph
     from tensorarena.planning.reorder import reorder

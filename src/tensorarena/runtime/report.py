@@ -1,6 +1,7 @@
 """What a planned program did with each node and each byte: :class:`ExecutionReport`, which
 :func:`execution_report` builds from one shape's
-:class:`~tensorarena.runtime.specialization.Specialization`."""
+:class:`~tensorarena.runtime.specialization.Specialization` (:func:`latest_report`: the latest
+call's)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.problem import lower_bound
 from tensorarena.runtime.kernel_arena import KERNEL_TAG
 from tensorarena.runtime.lowering import PATHS, NodePath
+from tensorarena.runtime.output_placement import persistent_bytes
 from tensorarena.sizes import format_size
 
 if TYPE_CHECKING:
+    from tensorarena.runtime.compiler import Compiler
     from tensorarena.runtime.shapes import ShapeBinder
     from tensorarena.runtime.specialization import Specialization
 
-__all__ = ["ExecutionReport", "execution_report"]
+__all__ = ["ExecutionReport", "execution_report", "latest_report"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +165,13 @@ def execution_report(name: str, current: Specialization, binder: ShapeBinder, *,
         kernel_escaped=escaped,
         tail_bytes=tail_bytes,
     )
+
+
+def latest_report(compiler: Compiler, name: str) -> ExecutionReport:
+    """The report of the latest call of the program ``name`` whose state is ``compiler``;
+    :class:`~tensorarena.errors.InvalidArgumentError` before its first call."""
+    last = compiler.last
+    if last is None:
+        raise InvalidArgumentError("the program has not run yet: call it once first")
+    tail = last.plan.height - persistent_bytes(compiler, last.plan, last.graph.outputs)
+    return execution_report(name, last, compiler.binder, tail_bytes=tail)

@@ -3,8 +3,8 @@
 ``x * 0.5`` in a graph is ``aten.mul.Tensor(x, 0.5)``: a number where the schema wants a
 ``Tensor``. ATen wraps it in a fresh one-element CPU tensor at every call (8 bytes from the
 system allocator) and, when its dtype is not the computation's, converts it (4 bytes more); the
-``.Scalar`` overloads of comparisons (``ne.Scalar(x, 0)``) wrap it the same way inside. Measured
-on tiny GPT-2: 28 of the planned call's allocator calls, every one of them in steady state.
+``.Scalar`` overloads of comparisons (``ne.Scalar(x, 0)``) wrap it the same way inside. On tiny
+GPT-2 they were most of the planned call's allocator calls in steady state (``bench/RESULTS.md``).
 
 :func:`hoisted` rewrites one node's call once, when the program's code is generated: each such
 number becomes a 0-dim CPU tensor of the dtype of the op's first tensor argument (that is not a

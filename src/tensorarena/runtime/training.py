@@ -12,10 +12,9 @@ By default the step plans its outputs too and runs in the order
 ``outputs="fresh"``, ``reorder=False`` for the plain program): the gradients then take the bytes
 of the activations their backward freed, in an arena the caller's gradients hold until they
 are dropped (:mod:`~tensorarena.runtime.held_arenas`), instead of coming on top of an arena of
-activations. Measured on tiny GPT-2 (``tensorarena bench exec --training``): arena + what torch
-held 623 744 + 449 540 bytes with fresh outputs, 689 796 + 16 384 with planned ones,
-632 516 + 16 384 with planned ones in the new order, against eager's peak of 714 680. The order
-costs a search at construction (up to ``time_limit`` seconds: 2 s on tiny GPT-2).
+activations; what it saves on tiny GPT-2, against eager's peak: ``tensorarena bench exec
+--training``, recorded in ``bench/RESULTS.md``. The order costs a search at construction (up
+to ``time_limit`` seconds).
 
 Random ops (dropout) run the same kernels in the same order as eager execution, so the same seed
 gives the same masks.

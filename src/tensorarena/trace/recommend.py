@@ -3,13 +3,13 @@
 :func:`recommend` replays a trace on every strategy × growth policy (``fixed`` at its smallest
 arena), then puts a :class:`~tensorarena.adaptors.ThreadCached` front on the best of them, and
 ranks: configurations that failed an allocation are out; among the rest, those whose peak
-footprint is within ``tolerance`` (default 2 %) of the best footprint are ranked by speed and the
-fastest is recommended — footprint first, because a trace's footprint decides whether a model
-fits at all, while nanoseconds per call rarely decide anything once within a few percent. The
-baselines (``pytorch_like``, the system allocators) are replayed for comparison and ranked with
-the rest, but never recommended: they are not configurations of this library. ``learned``
-(plans learned from the trace's repeating steps, :class:`~tensorarena.learned.LearnedPlans`)
-is ranked and may be recommended like the pools.
+footprint is within ``tolerance`` (default ``0.02``, a fiftieth) of the best footprint are ranked by
+speed and the fastest is recommended — footprint first, because a trace's footprint decides whether
+a model fits at all, while nanoseconds per call rarely decide anything once within a few percent.
+The baselines (``pytorch_like``, the system allocators) are replayed for comparison and ranked with
+the rest, but never recommended: they are not configurations of this library. ``learned`` (plans
+learned from the trace's repeating steps, :class:`~tensorarena.learned.LearnedPlans`) is ranked
+and may be recommended like the pools.
 
 ``fixed`` deserves a warning the report gives: its arena is sized from this very trace, so it is
 the right answer only when the workload repeats (a training step, a fixed-shape server). Each
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tensorarena.core.registry import STRATEGIES
+from tensorarena.errors import SystemAllocatorUnavailableError
 from tensorarena.trace._text import Source
 from tensorarena.trace.configs import (
     BASELINES,
@@ -35,7 +36,6 @@ from tensorarena.trace.configs import (
 )
 from tensorarena.trace.model import Event, Trace
 from tensorarena.trace.replay import ReplayResult
-from tensorarena.trace.system import SystemAllocatorUnavailable
 
 __all__ = ["Ranked", "Recommendation", "recommend"]
 
@@ -139,7 +139,7 @@ def recommend(source: Trace | Source | Iterable[Event], *,
     for name in baselines:
         try:
             run(configuration(name))
-        except SystemAllocatorUnavailable as reason:
+        except SystemAllocatorUnavailableError as reason:
             skipped[name] = str(reason)
     best, ranking = _rank(entries, tolerance)
     return Recommendation(best, tuple(ranking), skipped, tolerance)

@@ -30,14 +30,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from tensorarena.errors import TensorArenaError
+from tensorarena.errors import SystemAllocatorUnavailableError
 from tensorarena.trace._text import Source, is_path
 from tensorarena.trace.csv_format import write_csv
 from tensorarena.trace.formats import read_all
 from tensorarena.trace.model import ALLOC, Event, Trace
 from tensorarena.trace.replay import ReplayResult
 
-__all__ = ["SYSTEM_ALLOCATORS", "SystemAllocatorUnavailable", "replay_system",
+__all__ = ["SYSTEM_ALLOCATORS", "SystemAllocatorUnavailableError", "replay_system",
            "system_allocator_library"]
 
 #: name -> (library names to look for, whether it must be preloaded)
@@ -52,18 +52,14 @@ _LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/us
 _CHILD_TIMEOUT = 3600.0
 
 
-class SystemAllocatorUnavailable(TensorArenaError):
-    """The allocator cannot run here (unknown, not installed, its replay failed); the message
-    says why (and what to install)."""
-
-
 def system_allocator_library(name: str) -> str:
-    """The path (or soname) of ``name``'s library, or raise :class:`SystemAllocatorUnavailable`."""
+    """The path (or soname) of ``name``'s library, or raise
+    :class:`~tensorarena.errors.SystemAllocatorUnavailableError`."""
     if name not in SYSTEM_ALLOCATORS:
-        raise SystemAllocatorUnavailable(f"unknown system allocator {name!r}; known: "
+        raise SystemAllocatorUnavailableError(f"unknown system allocator {name!r}; known: "
                                          f"{', '.join(SYSTEM_ALLOCATORS)}")
     if not sys.platform.startswith("linux"):
-        raise SystemAllocatorUnavailable(f"{name}: the system baselines run on Linux only")
+        raise SystemAllocatorUnavailableError(f"{name}: the system baselines run on Linux only")
     names, _ = SYSTEM_ALLOCATORS[name]
     for folder in _LIBRARY_DIRS:
         for soname in names:
@@ -75,7 +71,7 @@ def system_allocator_library(name: str) -> str:
         return found
     package = _PACKAGES.get(name)
     hint = f" (Debian: apt-get install {package})" if package else ""
-    raise SystemAllocatorUnavailable(f"{name} is not installed{hint}")
+    raise SystemAllocatorUnavailableError(f"{name} is not installed{hint}")
 
 
 def replay_system(source: Trace | Source | Iterable[Event], name: str, *,
@@ -100,11 +96,11 @@ def replay_system(source: Trace | Source | Iterable[Event], name: str, *,
             done = subprocess.run(command, capture_output=True, text=True, env=env,
                                   timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise SystemAllocatorUnavailable(f"{name}: the replay took over {timeout:g} s"
+            raise SystemAllocatorUnavailableError(f"{name}: the replay took over {timeout:g} s"
                                              ) from exc
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SystemAllocatorUnavailable(f"{name}: the replay failed: {last}")
+        raise SystemAllocatorUnavailableError(f"{name}: the replay failed: {last}")
     data = json.loads(done.stdout.strip().splitlines()[-1])
     return ReplayResult(name=name, upstream_allocs=None, upstream_frees=None,
                         fragmentation=None, **data)

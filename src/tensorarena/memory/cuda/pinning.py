@@ -1,8 +1,8 @@
 """Host memory the CUDA driver has pinned: the pinning backends and ``register()``.
 
 ``mlock`` keeps pages resident, but the driver does not know it: a copy from them is staged
-through the driver's own bounce buffer at pageable speed (8-13 GB/s measured on an H200 against
-55 GB/s from registered memory, ``bench/RESULTS.md``). Memory is *DMA-registered* only when the
+through the driver's own bounce buffer at pageable speed, a fraction of
+what registered memory gets (``bench/RESULTS.md``). Memory is *DMA-registered* only when the
 driver pinned it itself, either by allocating it (``cudaHostAlloc``) or by registering existing
 pages (``cudaHostRegister``). Both are offered here as
 :class:`~tensorarena.memory.PinningBackend` implementations for

@@ -1,4 +1,5 @@
-"""ThreadCached's hit path: ns per allocate+deallocate pair served by the calling thread's cache.
+"""``tensorarena bench thread-cache``: ThreadCached's hit path, ns per allocate+deallocate pair
+served by the calling thread's cache.
 
 The resource is the one ``tensorarena.empty`` uses (``interop.default_resource()``: a
 ``ThreadCached`` over a pool of host memory), warmed so that every allocate is a cache hit and
@@ -11,7 +12,6 @@ every deallocate a put. Cases:
   threads' pairs counted; the threads take the last-used cache from each other at every switch).
 
 Best and median of ``--repeats`` timed runs. A benchmark, not a test: it asserts nothing.
-Usage: python bench/thread_cache_pair.py [--repeats N] [--json]
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 import time
+from collections.abc import Callable
 
 from tensorarena._version import build
 from tensorarena.interop import default_resource
 
-NUMBER = 100_000  # pairs per timed run
+__all__ = ["CASES", "configure", "measure", "run"]
+
 SHAPES = ((64 << 10, 256), (4 << 10, 256), (256, 256))
 
 
@@ -63,26 +64,35 @@ def _two_threads(number: int) -> float:
     return time.perf_counter() - start
 
 
-CASES = {"one shape": _one_shape, "three shapes": _three_shapes, "two threads": _two_threads}
+#: case name -> the function timing ``number`` pairs of it, in seconds
+CASES: dict[str, Callable[[int], float]] = {
+    "one shape": _one_shape, "three shapes": _three_shapes, "two threads": _two_threads,
+}
 
 
-def measure(repeats: int) -> dict[str, dict[str, float]]:
-    """``{case: {"best_ns": ..., "median_ns": ...}}``, ns per pair."""
+def measure(repeats: int, number: int) -> dict[str, dict[str, float]]:
+    """``{case: {"best_ns": ..., "median_ns": ...}}``, ns per pair over ``repeats`` runs of
+    ``number`` pairs."""
     _one_shape(1000)
     _three_shapes(3000)  # every shape cached once: the timed runs only hit
     results = {}
     for name, case in CASES.items():
-        runs = [case(NUMBER) / NUMBER * 1e9 for _ in range(repeats)]
+        runs = [case(number) / number * 1e9 for _ in range(repeats)]
         results[name] = {"best_ns": min(runs), "median_ns": statistics.median(runs)}
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    results = measure(args.repeats)
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the benchmark's options to ``parser``."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
+    parser.add_argument("--quick", action="store_true", help="a short run (for tests)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs (default 7)")
+    parser.add_argument("--number", type=int, default=100_000, help="pairs per timed run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Time every case and print the table (or one JSON object); return 0."""
+    results = measure(1 if args.quick else args.repeats, 600 if args.quick else args.number)
     if args.json:
         print(json.dumps({"build": build(), "results": results}))
         return 0
@@ -90,7 +100,3 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in results.items():
         print(f"{name:<14} best {result['best_ns']:7.0f}   median {result['median_ns']:7.0f}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,7 @@
-"""Plans learned from the first steps, replayed without markers, against best fit and PyTorch.
+"""``tensorarena bench learned``: plans learned from the first steps, replayed without markers,
+against best fit and PyTorch.
 
-Not a test: it prints numbers (recorded in bench/RESULTS.md, "Issue 24: learned plans"). For
+Not a test: it prints numbers (recorded in ``bench/RESULTS.md``, "learned plans"). For
 each trace, in one run: ``best_fit`` (the default pool: best fit, default growth),
 ``pytorch_like`` (PyTorch's caching-allocator policy) and ``learned``
 (:class:`tensorarena.learned.LearnedPlans` finding the steps itself), each over VirtualMemory:
@@ -20,14 +21,13 @@ Columns: peak reserved over peak live for the whole trace (``footprint``), for t
 from a plan (``steady``, learned only), at the end, and ns per replayed event (learned includes
 its planning).
 
-    python bench/learned_replay.py [--record] [--json]
+    tensorarena bench learned [--record] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
@@ -116,7 +116,8 @@ def recorded_traces() -> dict[str, Trace]:
             model(input_ids=ids, labels=ids).loss.backward()
             optimizer.step()
     bert = tf.BertModel(tf.BertConfig(vocab_size=2048, hidden_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, intermediate_size=256)).eval()
+                                      num_attention_heads=4, intermediate_size=256))
+    bert.eval()  # type: ignore[no-untyped-call]  # transformers' stubs leave it untyped
     request = torch.randint(0, 2048, (4, 64))
     with torch.no_grad(), record_torch(name="bert_serve x8") as serving:
         for _ in range(8):
@@ -139,11 +140,14 @@ def measure(trace: Trace) -> dict[str, Any]:
     return row
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the benchmark's options to ``parser``."""
     parser.add_argument("--record", action="store_true", help="also record real torch loops")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay every trace on the three configurations and print the table (or JSON); return 0."""
     traces: dict[str, Trace] = {}
     for name, path in shipped_traces().items():
         traces[name] = Trace.from_events(read_all(path), name=name)
@@ -168,6 +172,3 @@ def main(argv: list[str]) -> int:
     print(f"training_step x8 with a marker after each step: {marked}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
