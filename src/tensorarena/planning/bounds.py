@@ -107,8 +107,8 @@ def good_enough(height: int, bound: int, gap: float) -> bool:
 
 def distinct(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The distinct values, ascending: ``np.unique`` for one integer array, without the import of
-    ``numpy.ma`` that ``np.unique`` costs on its first call in NumPy 2.4 (0.1-0.2 s of every
-    ``tensorarena plan`` process)."""
+    ``numpy.ma`` that ``np.unique`` costs on its first call in NumPy 2.4 (a noticeable part of
+    every ``tensorarena plan`` process's start-up: bench/RESULTS.md)."""
     ordered = np.sort(values)
     if len(ordered) < 2:
         return ordered

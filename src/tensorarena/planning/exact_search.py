@@ -41,10 +41,10 @@ one at its lowest offset and each pinned one at its pin.
 
 The sorted listing of every fully compact plan survives every cut above, which is all that
 completeness needs. The node exists twice, one search in two engines (:data:`ENGINES`): NumPy
-calls on arrays of a few hundred elements (:mod:`~tensorarena.planning.exact_node`, ~100 µs a
-node, the pure build's) and native loops over lists of ints that mypyc compiles
-(:mod:`~tensorarena.planning.exact_lists`, 13-55 µs, the compiled build's); minimalloc's C++
-node costs 1-5 µs. The search touches no process-wide setting: it runs on a list, not on the
+calls on arrays of a few hundred elements (:mod:`~tensorarena.planning.exact_node`, the pure
+build's) and native loops over lists of ints that mypyc compiles
+(:mod:`~tensorarena.planning.exact_lists`, several times cheaper a node, the compiled build's);
+minimalloc's C++ node is cheaper still (per-node costs: bench/RESULTS.md). The search touches no process-wide setting: it runs on a list, not on the
 interpreter's stack.
 """
 
