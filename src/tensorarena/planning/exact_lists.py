@@ -4,7 +4,8 @@ The same search as :class:`~tensorarena.planning.exact_node.Search`, technique f
 node for node (the tests check that both visit the same number of nodes and find the same
 offsets), for problems without pinned buffers whose section table is small. The NumPy node's
 cost on minimalloc's challenging suite is nearly all the overhead of calling NumPy on arrays of
-a few hundred elements (bench/RESULTS.md); here every loop is over ``list[int]`` and compiles, with the
+a few hundred elements (bench/RESULTS.md); here every loop is over ``list[int]`` and compiles, with
+the
 compiled build, to C loops over native integers. Interpreted (the pure build), the same loops are
 slower than NumPy, so :class:`~tensorarena.planning.exact_search.Solver` uses this module only
 when it runs compiled (:func:`compiled`), unless asked otherwise.

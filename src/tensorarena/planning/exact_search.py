@@ -44,7 +44,8 @@ completeness needs. The node exists twice, one search in two engines (:data:`ENG
 calls on arrays of a few hundred elements (:mod:`~tensorarena.planning.exact_node`, the pure
 build's) and native loops over lists of ints that mypyc compiles
 (:mod:`~tensorarena.planning.exact_lists`, several times cheaper a node, the compiled build's);
-minimalloc's C++ node is cheaper still (per-node costs: bench/RESULTS.md). The search touches no process-wide setting: it runs on a list, not on the
+minimalloc's C++ node is cheaper still (per-node costs: bench/RESULTS.md). The search touches no
+process-wide setting: it runs on a list, not on the
 interpreter's stack.
 """
 

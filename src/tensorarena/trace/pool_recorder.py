@@ -19,7 +19,8 @@ history shows its caching allocator's, not each tensor's. A pool over another po
 the upper pool's arenas are blocks of the lower one.
 
 Sites: with ``stack_depth`` > 0 each call keeps that many frames of the Python stack of the code
-that called into tensorarena (:func:`tensorarena.adaptors.sites.capture`; its cost is in bench/RESULTS.md),
+that called into tensorarena (:func:`tensorarena.adaptors.sites.capture`; its cost is in
+bench/RESULTS.md),
 formatted once per distinct stack and shared (interned), so a loop that allocates a million
 times from one line keeps one string.
 """
