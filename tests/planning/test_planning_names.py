@@ -8,6 +8,6 @@ import tensorarena.planning as planning
 
 def test_all_is_exactly_the_lazily_loaded_names_and_each_loads() -> None:
     loaded = vars(planning)["_WHERE"]
-    assert planning.__all__ == sorted(loaded)
+    assert sorted(planning.__all__) == sorted(loaded)
     for name in planning.__all__:
         assert getattr(planning, name) is not None, name

@@ -7,7 +7,6 @@ graph front ends or the ONNX shape inference (a third of the package's import ti
 """
 
 # The imports under TYPE_CHECKING re-export for type checkers; __all__ lists _EXPORTS's names.
-# ruff: noqa: F401
 
 from __future__ import annotations
 
@@ -73,12 +72,41 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [  # the names of _EXPORTS, written out so documentation tools read them
-    "Buffer", "DEFAULT_NODE_LIMIT", "ExactResult", "GraphProblem", "OpGraph", "PLANNERS", "Plan",
-    "PlanStatistics", "Problem", "Progress", "Reordering", "Schedule", "SolverParams",
-    "StopReason", "capacity_from_name", "check_order", "greedy_breadth", "greedy_size",
-    "greedy_size_first_fit", "heap_best_fit", "is_valid", "lower_bound", "naive", "plan",
-    "portfolio", "problem_from_exported", "problem_from_fx", "problem_from_onnx", "read_problem",
-    "read_solution", "reorder", "solve_exact", "trace_training", "validate", "write_problem",
+    "DEFAULT_NODE_LIMIT",
+    "PLANNERS",
+    "Buffer",
+    "ExactResult",
+    "GraphProblem",
+    "OpGraph",
+    "Plan",
+    "PlanStatistics",
+    "Problem",
+    "Progress",
+    "Reordering",
+    "Schedule",
+    "SolverParams",
+    "StopReason",
+    "capacity_from_name",
+    "check_order",
+    "greedy_breadth",
+    "greedy_size",
+    "greedy_size_first_fit",
+    "heap_best_fit",
+    "is_valid",
+    "lower_bound",
+    "naive",
+    "plan",
+    "portfolio",
+    "problem_from_exported",
+    "problem_from_fx",
+    "problem_from_onnx",
+    "read_problem",
+    "read_solution",
+    "reorder",
+    "solve_exact",
+    "trace_training",
+    "validate",
+    "write_problem",
     "write_solution",
 ]
 
