@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "exec": ("tensorarena.bench.exec", "models eager, planned and compiled: memory, latency"),
     "replay": ("tensorarena.bench.replay", "shipped traces on every strategy; replay speed"),
     "adaptors": ("tensorarena.bench.adaptors", "what each debugging adaptor costs per pair"),
+    "eager": ("tensorarena.bench.eager", "real eager loops under torch.learned() vs pools, glibc"),
     "torch-use": ("tensorarena.bench.torch_use",
                   "one torch allocation under tensorarena.torch.use vs torch's own"),
 }
