@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tensorarena.bench.eager import worker  # noqa: E402
-from tensorarena.cli.main import main  # noqa: E402
+from tensorarena.bench.eager import worker
+from tensorarena.cli.main import main
 
 pytestmark = pytest.mark.torch
 
