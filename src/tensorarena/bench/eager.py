@@ -50,6 +50,13 @@ WARM_STEPS = 3  #: steps before the steady window
 
 # --- the loops ----------------------------------------------------------------------------------
 
+def _config(kind: str, **options: Any) -> Any:
+    """A ``transformers`` config (their constructors take ``**kwargs`` that stubs do not see)."""
+    import transformers
+
+    return getattr(transformers, kind)(**options)
+
+
 def _loop(name: str) -> tuple[Any, Callable[[Any, int, Any], str]]:
     """A fresh model and its step (``step(model, number, state) -> fingerprint``)."""
     import torch
@@ -58,24 +65,25 @@ def _loop(name: str) -> tuple[Any, Callable[[Any, int, Any], str]]:
     torch.manual_seed(0)
     ids = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
     if name == "gpt2":
-        model: Any = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        model: Any = transformers.GPT2LMHeadModel(_config("GPT2Config",
             n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=64, bos_token_id=0,
             eos_token_id=0,
             attn_implementation="eager"))
     elif name == "bert":
-        model = transformers.BertForMaskedLM(transformers.BertConfig(
+        model = transformers.BertForMaskedLM(_config("BertConfig",
             num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=512,
             vocab_size=512, max_position_embeddings=64, attn_implementation="eager"))
     elif name == "resnet":
-        model = transformers.ResNetForImageClassification(transformers.ResNetConfig(
+        model = transformers.ResNetForImageClassification(_config("ResNetConfig",
             embedding_size=16, hidden_sizes=[16, 32, 64], depths=[1, 1, 1], num_labels=10))
         images = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(1))
         labels = torch.arange(4)
     elif name == "llama":
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        model = transformers.LlamaForCausalLM(_config("LlamaConfig",
             num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=4,
             intermediate_size=256, vocab_size=512, max_position_embeddings=128,
-            bos_token_id=0, eos_token_id=None, pad_token_id=0)).eval()
+            bos_token_id=0, eos_token_id=None, pad_token_id=0))
+        model.eval()
 
         def decode(model: Any, number: int, state: Any) -> str:
             with torch.no_grad():
