@@ -164,6 +164,8 @@ def _memory(name: str, config: str, steps: int) -> dict[str, Any]:
         if config == "learned":
             report = context.report()
             result.update(served=report.served, fell_back=report.fell_back,
+                          arena_bytes=report.arena_bytes,
+                          arena_lower_bound=sum(p.lower_bound for p in report.plans),
                           fallbacks={r.value: n for r, n in report.fallbacks().items() if n})
     return {**result, "fingerprints": fingerprints}
 
