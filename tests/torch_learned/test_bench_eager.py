@@ -23,10 +23,10 @@ def _result(capsys: Any, *argv: str) -> dict[str, Any]:
 
 def test_learned_and_the_interleaved_timing_agree_with_torch_step_by_step(
         shim: Any, capsys: Any) -> None:
-    learned = _result(capsys, "resnet", "learned", "5")
+    learned = _result(capsys, "gpt2", "learned", "5")
     assert learned["served"] > 0 and learned["steady_reserved"] >= learned["steady_live"] > 0
     assert learned["peak_reserved"] >= learned["steady_reserved"]
-    timing = _result(capsys, "resnet", "timing", "5")
+    timing = _result(capsys, "gpt2", "timing", "5")
     assert timing["ms_default"] > 0 and timing["ms_learned"] > 0
     assert learned["fingerprints"] == timing["fingerprints"] == timing["fingerprints_default"]
     assert len(set(learned["fingerprints"])) == 5  # the loop trains: every step differs
