@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "thread-cache": ("tensorarena.bench.thread_cache", "ThreadCached's hit path, ns per pair"),
     "outputs": ("tensorarena.bench.outputs", "fresh vs handed-over outputs, calls interleaved"),
     "learned": ("tensorarena.bench.learned", "plans learned from repeating steps, replayed"),
+    "eager": ("tensorarena.bench.eager", "real eager loops under torch.learned() vs pools, glibc"),
     "torch-use": ("tensorarena.bench.torch_use",
                   "one torch allocation under tensorarena.torch.use vs torch's own"),
 }

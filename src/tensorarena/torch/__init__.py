@@ -3,11 +3,23 @@
 :func:`use` routes every allocation torch makes on a device to a tensorarena resource while its
 :class:`Route` is installed (a context manager, or an install / uninstall pair);
 :func:`memory_stats` reports what went through it in ``torch.cuda.memory_stats()``'s keys.
+:func:`learned` is a route to plans learned from a loop's first step (:class:`LearnedSteps`).
 ``import tensorarena.torch`` imports no torch: the first :func:`use` does, and builds torch's CPU
 allocator shim on first use (:mod:`tensorarena.interop.torch_cpu_shim`).
 """
 
+from tensorarena.torch.learned_steps import LearnedSteps, StepScope, learned
 from tensorarena.torch.route import Route, Threads, routed_blocks, use
 from tensorarena.torch.statistics import RouteStatistics, memory_stats
 
-__all__ = ["Route", "RouteStatistics", "Threads", "memory_stats", "routed_blocks", "use"]
+__all__ = [
+    "LearnedSteps",
+    "Route",
+    "RouteStatistics",
+    "StepScope",
+    "Threads",
+    "learned",
+    "memory_stats",
+    "routed_blocks",
+    "use",
+]
