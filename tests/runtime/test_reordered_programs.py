@@ -88,3 +88,19 @@ def test_a_reordered_training_step_equals_eager() -> None:
     assert default.program.outputs == "arena" and default.program.reordered
     torch.manual_seed(1)
     torch.testing.assert_close(default(*args, **kwargs), (loss, grads))
+
+
+def test_the_order_a_program_runs_does_not_depend_on_its_time_limit() -> None:
+    # The search over orders ends on its step budget (the same order on any machine under any
+    # load); time_limit bounds the plans only. A thousandth of a second once ended the search
+    # before its first step, and the order then depended on the clock.
+    from tensorarena.planning.budget import StopReason
+
+    torch.manual_seed(0)
+    model, (args, kwargs) = build_model("gpt2", size="tiny")
+    model.eval()
+    hurried = PlannedProgram.from_module(model, args, kwargs, reorder=True, time_limit=0.001)
+    patient = PlannedProgram.from_module(model, args, kwargs, reorder=True, time_limit=1.0)
+    assert hurried.schedule is not None and patient.schedule is not None
+    assert hurried.schedule.stopped_by is not StopReason.TIME_LIMIT
+    assert hurried.schedule.order == patient.schedule.order

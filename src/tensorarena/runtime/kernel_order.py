@@ -145,11 +145,13 @@ def _searched(compiler: Compiler, bindings: Mapping[Any, int],
     from tensorarena.planning.op_graph import op_graph_from_fx, with_node_buffers
     from tensorarena.planning.reorder import reorder_graph
     from tensorarena.runtime.inplace import hints
+    from tensorarena.runtime.reordering import REORDER_TIME_LIMIT
 
     given_gm, given_problem_of = compiler.given
     graph = given_gm.graph
     ops = op_graph_from_fx(graph, given_problem_of(graph, bindings or hints(graph)))
     names = set(ops.names)
     local = with_node_buffers(ops, {n: nbytes for n, nbytes in scratch.items() if n in names})
-    found = reorder_graph(local, time_limit=compiler.time_limit).candidates
+    limit = max(compiler.time_limit, REORDER_TIME_LIMIT)  # the step budget ends it first
+    found = reorder_graph(local, time_limit=limit).candidates
     return ops, [(method, tuple(ops.names[v] for v in order)) for method, order in found]

@@ -115,8 +115,9 @@ class ProgramOptions:
         ``tensorarena bench exec --unplaceable``;
     ``reorder``
         run the nodes in the order :func:`tensorarena.planning.reorder` chooses (memory-aware
-        operator reordering: lower peaks of live bytes, so smaller arenas), searched for up to
-        ``time_limit`` seconds on the example shapes before anything else; the order chosen is
+        operator reordering: lower peaks of live bytes, so smaller arenas), searched on the
+        example shapes before anything else with a budget of work steps, so the same order on
+        any machine (``REORDER_TIME_LIMIT`` seconds at most); the order chosen is
         the program's ``schedule``, and it runs (``reordered``) unless it would raise the lower
         bound of the buffers planned here (reorder also counts the outputs, which the arena
         leaves out; ``"always"`` runs it regardless, to compare orders). Every order it returns

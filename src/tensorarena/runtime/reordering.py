@@ -22,7 +22,14 @@ if TYPE_CHECKING:
 
     from tensorarena.planning.graph_problem import GraphProblem
 
-__all__ = ["arena_bound", "copied", "reordered", "with_graph"]
+__all__ = ["REORDER_TIME_LIMIT", "arena_bound", "copied", "reordered", "with_graph"]
+
+#: The outer bound, in seconds, of a program's search over orders. The search's budget of work
+#: steps (:data:`~tensorarena.planning.budget.DEFAULT_REORDER_STEPS`) ends it first on the models
+#: measured, so a program runs the same order on any machine under any load; the program's
+#: ``time_limit`` bounds only its plans. (The search used to stop at ``time_limit``, two seconds
+#: by default: where the clock ended it, the order, and the arena, depended on the load.)
+REORDER_TIME_LIMIT = 120.0
 
 
 def copied(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, torch.fx.Graph]:
@@ -61,8 +68,8 @@ def reordered(
     sizes = hints(graph)
     given = problem_of(graph, sizes)
     ops = op_graph_from_fx(graph, given)
-    schedule = reorder(ops, time_limit=time_limit, plan_time_limit=time_limit,
-                       alignment=BLOCK_ALIGNMENT).schedule
+    schedule = reorder(ops, time_limit=max(time_limit, REORDER_TIME_LIMIT),
+                       plan_time_limit=time_limit, alignment=BLOCK_ALIGNMENT).schedule
     new = reordered_graph(graph, schedule.order)
     new._codegen = graph._codegen  # inputs and outputs (un)flatten as before
     module = with_graph(gm, new)

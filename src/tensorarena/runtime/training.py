@@ -13,8 +13,9 @@ By default the step plans its outputs too and runs in the order
 of the activations their backward freed, in an arena the caller's gradients hold until they
 are dropped (:mod:`~tensorarena.runtime.held_arenas`), instead of coming on top of an arena of
 activations; what it saves on tiny GPT-2, against eager's peak: ``tensorarena bench exec
---training``, recorded in ``bench/RESULTS.md``. The order costs a search at construction (up
-to ``time_limit`` seconds).
+--training``, recorded in ``bench/RESULTS.md``. The order costs a search at construction,
+bounded by a budget of work steps (the same order on any machine; seconds on a full-size model:
+``bench/RESULTS.md``).
 
 Random ops (dropout) run the same kernels in the same order as eager execution, so the same seed
 gives the same masks.
