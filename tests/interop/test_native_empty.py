@@ -61,7 +61,7 @@ class Setup:
         empty(1, np.float32, like="torch")  # the real route of np.float32, worked out once
         self.routes: dict[Any, Any] = {np.float32: ROUTES[np.float32]}
         arrays.empty(1, np.float32)
-        self.dtypes: dict[Any, Any] = {np.float32: arrays._DTYPES[np.float32]}
+        self.dtypes: dict[Any, Any] = {np.float32: arrays.DTYPES[np.float32]}
         extra: dict[str, Any] = {}
         if numpy:
             extra = {"dtypes": self.dtypes, "owner": native_owner, "frombuffer": np.frombuffer,
@@ -286,7 +286,7 @@ def test_other_numpy_calls_go_to_the_function(
     setup = Setup(numpy=True)  # its table: float32, a structured dtype and a torch dtype
     for dtype in (np.dtype([("a", "u1"), ("b", "f4")]), torch.bfloat16):
         arrays.empty(1, dtype, like="torch" if dtype is torch.bfloat16 else "numpy")
-        setup.dtypes[dtype] = arrays._DTYPES[dtype]
+        setup.dtypes[dtype] = arrays.DTYPES[dtype]
     assert setup.entry(*args, **kwargs) == "general"
     assert setup.general.calls == [(args, kwargs)]
     assert setup.allocated() == {}
@@ -324,7 +324,7 @@ def test_a_failing_frombuffer_gives_the_block_back() -> None:
 def test_an_allocate_that_makes_another_numpy_dtype_keeps_each_call_its_own() -> None:
     setup = Setup(numpy=True)
     arrays.empty(1, np.int16)
-    setup.dtypes[np.int16] = arrays._DTYPES[np.int16]
+    setup.dtypes[np.int16] = arrays.DTYPES[np.int16]
     inner: list[Any] = []
     nested = [True]
 

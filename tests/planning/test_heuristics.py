@@ -154,7 +154,7 @@ def test_greedy_size_matches_reference(problem: Problem, alignment: int) -> None
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(problem=problems())
 def test_breadth_order_matches_reference(problem: Problem) -> None:
-    arrays = h._Arrays(problem, None)
+    arrays = h.PlacementArrays(problem, None)
     assert h.breadth_order(arrays).tolist() == reference_breadth_order(problem)
     plan = h.greedy_breadth(problem)
     assert list(plan.offsets) == reference_place(
@@ -166,7 +166,7 @@ def test_breadth_order_on_long_lifetimes() -> None:
     # Many ticks exercise every level of the sparse table, including exact powers of two.
     buffers = [Buffer(f"b{i}", i, i + 1 + (i * 7) % 33, 1 + (i * 13) % 17) for i in range(80)]
     problem = Problem(buffers)
-    arrays = h._Arrays(problem, None)
+    arrays = h.PlacementArrays(problem, None)
     assert h.breadth_order(arrays).tolist() == reference_breadth_order(problem)
 
 
@@ -202,14 +202,14 @@ def test_best_fit_and_first_fit_differ_where_they_should() -> None:
             Buffer("x", 6, 8, 3),
         ]
     )
-    arrays = h._Arrays(problem, None)
+    arrays = h.PlacementArrays(problem, None)
     order = np.arange(5, dtype=np.int64)
     best = h.place(arrays, order, best_fit=True).tolist()
     first = h.place(arrays, order, best_fit=False).tolist()
     assert best == [0, 6, 10, 13, 10]
     assert first == [0, 6, 10, 13, 0]
     # Alignment 4 lifts every offset to a multiple of 4; the snug gap is then [12, 16).
-    aligned = h._Arrays(problem, 4)
+    aligned = h.PlacementArrays(problem, 4)
     assert h.place(aligned, order, best_fit=True).tolist() == [0, 8, 12, 16, 12]
     assert h.place(aligned, order, best_fit=False).tolist() == [0, 8, 12, 16, 0]
 

@@ -14,7 +14,7 @@ from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import heuristics, planners
 from tensorarena.planning import long_lived_first as llf
 from tensorarena.planning.exact import ExactResult, solve_exact
-from tensorarena.planning.heuristics import _Arrays
+from tensorarena.planning.heuristics import PlacementArrays
 from tensorarena.planning.long_lived_first import FRACTIONS, long_lived_first, long_lived_order
 from tensorarena.planning.planners import plan
 from tensorarena.planning.problem import Buffer, Problem, lower_bound
@@ -70,7 +70,7 @@ def test_the_order_stacks_long_lived_buffers_by_birth_then_the_rest_by_size() ->
         Buffer("short_small_late", 6, 7, 3), Buffer("short_small_early", 1, 2, 3),
         Buffer("long_same_birth", 0, 9, 1),
     ])
-    arrays = _Arrays(problem, None)
+    arrays = PlacementArrays(problem, None)
     ids = [problem.buffers[i].id for i in long_lived_order(arrays, 0.5).tolist()]
     assert ids == ["long_same_birth", "long_early", "long_late", "short_big",
                    "short_small_early", "short_small_late"]

@@ -104,7 +104,7 @@ def test_no_second_choice_unless_reordering_with_the_kernel_arena(options: Any) 
 def test_whisper_training_step_is_below_eager_with_kernel_scratch_counted() -> None:
     pytest.importorskip("transformers")
     from tensorarena.planning.models import build_model
-    from tensorarena.planning.torch_frontend import _default_loss
+    from tensorarena.planning.torch_frontend import default_loss
 
     torch.manual_seed(0)
     model, (args, kwargs) = build_model("whisper-encoder", size="tiny")
@@ -123,7 +123,7 @@ def test_whisper_training_step_is_below_eager_with_kernel_scratch_counted() -> N
         assert [n for n in ran if n in set(schedule.order)] == list(schedule.order)
     torch.manual_seed(1)
     model.zero_grad(set_to_none=True)
-    expected = _default_loss(model(*args, **kwargs))
+    expected = default_loss(model(*args, **kwargs))
     expected.backward()
     torch.testing.assert_close(loss, expected.detach())
     torch.testing.assert_close(grads, {n: p.grad for n, p in model.named_parameters()

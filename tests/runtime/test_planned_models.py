@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tensorarena.planning.models import build_model  # noqa: E402
-from tensorarena.planning.torch_frontend import _default_loss  # noqa: E402
+from tensorarena.planning.torch_frontend import default_loss  # noqa: E402
 from tensorarena.runtime import PlannedProgram  # noqa: E402
 from tensorarena.runtime.backend import Backend, register_backend  # noqa: E402
 from tensorarena.runtime.training import TrainingStep  # noqa: E402
@@ -36,7 +36,7 @@ def eager_step(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                seed: int) -> tuple[Any, dict[str, Any]]:
     torch.manual_seed(seed)
     model.zero_grad(set_to_none=True)
-    loss = _default_loss(model(*args, **kwargs))
+    loss = default_loss(model(*args, **kwargs))
     loss.backward()
     return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
@@ -104,7 +104,7 @@ def test_torch_compile_with_the_tensorarena_backend_equals_eager(name: str) -> N
     compiled = torch.compile(model, backend=backend)
     torch.manual_seed(2)
     model.zero_grad(set_to_none=True)
-    loss = _default_loss(compiled(*args, **kwargs))
+    loss = default_loss(compiled(*args, **kwargs))
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
     expected_loss, expected_grads = eager_step(model, args, kwargs, seed=2)

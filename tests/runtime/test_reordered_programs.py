@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tensorarena.planning.reorder")
 
 from tensorarena.planning.models import build_model  # noqa: E402
-from tensorarena.planning.torch_frontend import _default_loss  # noqa: E402
+from tensorarena.planning.torch_frontend import default_loss  # noqa: E402
 from tensorarena.runtime import PlannedProgram, TrainingStep  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -75,7 +75,7 @@ def test_a_reordered_training_step_equals_eager() -> None:
     loss, grads = step(*args, **kwargs)
     torch.manual_seed(1)  # the same dropout masks: random ops keep their order
     model.zero_grad(set_to_none=True)
-    expected = _default_loss(model(*args, **kwargs))
+    expected = default_loss(model(*args, **kwargs))
     expected.backward()
     torch.testing.assert_close(loss, expected.detach())
     torch.testing.assert_close(grads, {n: p.grad for n, p in model.named_parameters()})

@@ -77,14 +77,14 @@ def _training_call(model: Any, forward: Callable[..., Any], args: tuple[Any, ...
     :class:`~tensorarena.runtime.TrainingStep` returns it: the loss and every gradient."""
     import torch
 
-    from tensorarena.planning.torch_frontend import _default_loss
+    from tensorarena.planning.torch_frontend import default_loss
 
     names = [name for name, p in model.named_parameters() if p.requires_grad]
 
     def call() -> Any:
         torch.manual_seed(0)  # the same dropout masks in every execution
         model.zero_grad(set_to_none=True)
-        loss = _default_loss(forward(*args, **kwargs))
+        loss = default_loss(forward(*args, **kwargs))
         loss.backward()  # type: ignore[no-untyped-call]
         params = dict(model.named_parameters())
         return loss.detach(), {name: params[name].grad for name in names}

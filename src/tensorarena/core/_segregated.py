@@ -8,12 +8,12 @@ sl_bits - 1``. Row ``cls >> sl_bits`` of the classes is TLSF's first level, ``cl
 
 The layout is the C original's, written for the compiler (see ``setup.py``):
 
-* Every extent of the region, free or held, is a :class:`_Block` (start, size, class) chained to
-  its physical neighbours: the boundary tags. Releasing a block finds its neighbours through the
-  chain, so the only map is ``held`` (start → block of the live ones), one insertion per reserve
-  and one removal per release. The dicts of free extents by start and by end that the engine
-  used before cost 4–8 dict operations on boxed ints a pair (``_Py_dict_lookup`` was a large share
-  of a compiled pair).
+* Every extent of the region, free or held, is a :class:`SegregatedBlock` (start, size, class)
+  chained to its physical neighbours: the boundary tags. Releasing a block finds its neighbours
+  through the chain, so the only map is ``held`` (start → block of the live ones), one insertion
+  per reserve and one removal per release. The dicts of free extents by start and by end that the
+  engine used before cost 4–8 dict operations on boxed ints a pair (``_Py_dict_lookup`` was a
+  large share of a compiled pair).
 * A free block is also on its class's doubly linked free list (intrusive: ``prev_free`` /
   ``next_free``), pushed and popped at the head, so the extents of one class come last-in
   first-out, which keeps recently freed memory warm.
@@ -58,7 +58,7 @@ from tensorarena.errors import (
     SizeMismatchError,
 )
 
-__all__ = ["SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
+__all__ = ["SegregatedBlock", "SegregatedExtents", "bin_class", "floor_of_class", "search_class"]
 
 # Final: the compiled build (see setup.py) inlines it instead of looking it up by name.
 #: The class of a block that is held, not free.
@@ -90,7 +90,7 @@ def _lowest_bit(word: int) -> int:
     return (word & -word).bit_length() - 1
 
 
-class _Block:
+class SegregatedBlock:
     """One extent ``[start, start + size)`` of the region: held (``cls == _HELD``) or free in
     class ``cls``. Physical neighbours and free-list neighbours are linked both ways."""
 
@@ -98,10 +98,10 @@ class _Block:
         self.start = start
         self.size = size
         self.cls = _HELD
-        self.prev_phys: _Block | None = None
-        self.next_phys: _Block | None = None
-        self.prev_free: _Block | None = None
-        self.next_free: _Block | None = None
+        self.prev_phys: SegregatedBlock | None = None
+        self.next_phys: SegregatedBlock | None = None
+        self.prev_free: SegregatedBlock | None = None
+        self.next_free: SegregatedBlock | None = None
 
 
 class _Row:
@@ -127,12 +127,12 @@ class SegregatedExtents(BuiltinStrategy):
         # One class past the capacity's own, so a rounded-up request that can fit has a list; a
         # larger one is refused by the bound test.
         self._classes = bin_class(capacity, sl_bits) + 2
-        self._heads: list[_Block | None] = [None] * self._classes
+        self._heads: list[SegregatedBlock | None] = [None] * self._classes
         self._rows = [_Row() for _ in range((self._classes >> sl_bits) + 1)]
         self._fl_bits = 0
-        self._held: dict[int, _Block] = {}
-        self._spare: list[_Block] = []
-        self._first: _Block | None = None
+        self._held: dict[int, SegregatedBlock] = {}
+        self._spare: list[SegregatedBlock] = []
+        self._first: SegregatedBlock | None = None
         self._free = 0
         self._extents = 0
         self.reset()
@@ -152,14 +152,14 @@ class SegregatedExtents(BuiltinStrategy):
         self._free = self._extents = 0
         self._first = None
         if self._capacity > 0:
-            block = _Block(0, self._capacity)
+            block = SegregatedBlock(0, self._capacity)
             self._first = block
             self._link(block, bin_class(self._capacity, self._sl_bits))
             self._free = self._capacity
 
     # --- free lists and bitmaps --------------------------------------------------------------
 
-    def _link(self, block: _Block, cls: int) -> None:
+    def _link(self, block: SegregatedBlock, cls: int) -> None:
         """Push the free ``block`` on the head of class ``cls``'s list."""
         head = self._heads[cls]
         block.cls = cls
@@ -176,7 +176,7 @@ class SegregatedExtents(BuiltinStrategy):
         self._heads[cls] = block
         self._extents += 1
 
-    def _unlink(self, block: _Block) -> None:
+    def _unlink(self, block: SegregatedBlock) -> None:
         """Take the free ``block`` off its class's list (it stays in the chain)."""
         cls = block.cls
         before = block.prev_free
@@ -208,7 +208,7 @@ class SegregatedExtents(BuiltinStrategy):
         fl += 1 + _lowest_bit(rows)
         return (fl << self._sl_bits) + _lowest_bit(self._rows[fl].bits)
 
-    def _new_block(self, start: int, size: int) -> _Block:
+    def _new_block(self, start: int, size: int) -> SegregatedBlock:
         """A block for a new extent, from the spares when there is one (no allocation)."""
         spare = self._spare
         if spare:
@@ -216,7 +216,7 @@ class SegregatedExtents(BuiltinStrategy):
             block.start = start
             block.size = size
             return block
-        return _Block(start, size)
+        return SegregatedBlock(start, size)
 
     def _class_of(self, size: int) -> int:
         """The class a free extent of ``size`` bytes is binned in (``bin_class``)."""
@@ -375,7 +375,7 @@ class SegregatedExtents(BuiltinStrategy):
             cls = self._nonempty_from(cls + 1)
         return None
 
-    def _carve(self, block: _Block, offset: int, nbytes: int) -> int:
+    def _carve(self, block: SegregatedBlock, offset: int, nbytes: int) -> int:
         """Take ``[offset, offset + nbytes)`` out of the free ``block``, which holds it."""
         self._unlink(block)
         self._free -= nbytes

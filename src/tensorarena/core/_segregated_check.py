@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from tensorarena.debug import check
 
 if TYPE_CHECKING:
-    from tensorarena.core._segregated import SegregatedExtents, _Block
+    from tensorarena.core._segregated import SegregatedBlock, SegregatedExtents
 
 __all__ = ["check_structure"]
 
@@ -29,11 +29,11 @@ def _class_of(nbytes: int, sl_bits: int) -> int:
 
 def check_structure(engine: SegregatedExtents) -> None:
     """Check the chain, the free lists, the bitmaps and the counters against each other."""
-    chain: list[_Block] = []
+    chain: list[SegregatedBlock] = []
     free_ids: set[int] = set()
     position = 0
     block = engine._first
-    previous: _Block | None = None
+    previous: SegregatedBlock | None = None
     while block is not None:
         check(len(chain) <= 2 * len(engine._held) + engine._extents + 1, "the chain loops")
         check(block.start == position and block.size > 0, f"a gap or overlap at {position}")
@@ -59,7 +59,7 @@ def check_structure(engine: SegregatedExtents) -> None:
         fl = cls >> engine._sl_bits
         bit = (engine._rows[fl].bits >> (cls & engine._sl_mask)) & 1
         check(bit == (head is not None), f"class {cls}'s bit disagrees with its list")
-        before: _Block | None = None
+        before: SegregatedBlock | None = None
         block = head
         while block is not None:
             check(listed < len(free_ids), "a free list loops or lists a held block")

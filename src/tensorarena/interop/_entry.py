@@ -46,13 +46,13 @@ def compiled_entry(general: Function) -> Function:
         from tensorarena.interop._native_empty import FastEmpty
     except ImportError:  # the pure build
         return general
-    from tensorarena.interop.arrays import _DTYPES
+    from tensorarena.interop.arrays import DTYPES
     from tensorarena.interop.owner import native_owner
 
     # NumPy arrays over the native owner, where it was built (else they stay the function's).
     numpy: dict[str, Any] = {}
     if native_owner is not None:
-        numpy = {"dtypes": _DTYPES, "owner": native_owner, "frombuffer": np.frombuffer}
+        numpy = {"dtypes": DTYPES, "owner": native_owner, "frombuffer": np.frombuffer}
     entry = FastEmpty(
         general, ROUTES, scope._current, vars(default), DEFAULT_ALIGNMENT, MAX_SIZE,
         default_dtype=np.float32,  # empty's default dtype argument (a test checks they agree)

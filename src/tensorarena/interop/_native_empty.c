@@ -15,7 +15,7 @@
  * gives the block back, as there.
  *
  * The last dtype argument of each kind is kept here (by the identity of the argument), read once
- * from tensorarena.interop._torch_route.ROUTES or arrays._DTYPES, which the Python empty() fills.
+ * from tensorarena.interop._torch_route.ROUTES or arrays.DTYPES, which the Python empty() fills.
  */
 #include "_native_capsule.h"
 

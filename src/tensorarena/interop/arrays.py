@@ -63,7 +63,7 @@ from tensorarena.interop.scope import Scope, current_scope
 from tensorarena.memory.resource import DEFAULT_ALIGNMENT, MemoryResource
 from tensorarena.sizes import MAX_SIZE, check_alignment
 
-__all__ = ["empty", "zeros"]
+__all__ = ["DTYPES", "empty", "zeros"]
 
 Shape = int | tuple[int, ...] | list[int]
 # Bound once: the hot path calls them for every array. ``Final``: the compiled build keeps them
@@ -84,7 +84,9 @@ _DEFAULT_ALIGNMENT: Final = DEFAULT_ALIGNMENT
 _DEFAULT_ALIGNMENT_OBJECT: Final[Any] = DEFAULT_ALIGNMENT
 Like = Literal["numpy", "torch"]
 
-_DTYPES: Final[dict[Any, _DtypeEntry]] = {}
+#: What each dtype argument seen so far resolves to (filled by :func:`empty`; the native entry
+#: reads it too).
+DTYPES: Final[dict[Any, _DtypeEntry]] = {}
 # Dimensions must fit NumPy's npy_intp.
 _MAX_DIM: Final = (1 << 63) - 1
 # The largest int the compiled build keeps unboxed: a bound compared at C speed.
@@ -98,7 +100,7 @@ _verified: weakref.ref[Any] | None = None
 
 def _resolve_dtype(dtype: Any) -> _DtypeEntry:
     try:
-        return _DTYPES[dtype]
+        return DTYPES[dtype]
     except (KeyError, TypeError):
         pass
     torch_dtype = None
@@ -127,8 +129,8 @@ def _resolve_dtype(dtype: Any) -> _DtypeEntry:
     entry = (resolved.itemsize, typestr, structured, torch_dtype, resolved)
     # Unhashable specs are resolved again next time; the cap keeps odd callers from growing it.
     with contextlib.suppress(TypeError):
-        if len(_DTYPES) < 256:
-            _DTYPES[dtype] = entry
+        if len(DTYPES) < 256:
+            DTYPES[dtype] = entry
     return entry
 
 
@@ -196,7 +198,7 @@ def empty(
     else:
         route = None
         try:
-            entry = _DTYPES[dtype]
+            entry = DTYPES[dtype]
         except (KeyError, TypeError):
             entry = _resolve_dtype(dtype)
     itemsize, _, structured, torch_dtype, np_dtype = entry

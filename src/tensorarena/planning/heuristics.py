@@ -36,6 +36,7 @@ from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
     "HEURISTICS",
+    "PlacementArrays",
     "breadth_order",
     "greedy_breadth",
     "greedy_size",
@@ -57,7 +58,7 @@ Int64Array = npt.NDArray[np.int64]
 # ---------------------------------------------------------------------------------------------
 
 
-class _Arrays:
+class PlacementArrays:
     """Starts, ends, sizes and alignments of a problem as int64 arrays (global alignment folded
     in). Every heuristic starts by making these, so they also hold its start time and checked
     arguments."""
@@ -95,13 +96,13 @@ class _Arrays:
 # ---------------------------------------------------------------------------------------------
 
 
-def size_order(arrays: _Arrays) -> Int64Array:
+def size_order(arrays: PlacementArrays) -> Int64Array:
     """Size descending, ties to the longer lifetime, then input order (TFLite's greedy by size)."""
     index = np.arange(arrays.n)
     return np.lexsort((index, -(arrays.end - arrays.start), -arrays.size)).astype(np.int64)
 
 
-def spatial_order(arrays: _Arrays) -> Int64Array:
+def spatial_order(arrays: PlacementArrays) -> Int64Array:
     """XLA's spatial order: size descending, then longer lifetime, then buffer id.
 
     That is exactly TFLite's size order (:func:`size_order`); the portfolio places it once.
@@ -109,13 +110,13 @@ def spatial_order(arrays: _Arrays) -> Int64Array:
     return size_order(arrays)
 
 
-def temporal_order(arrays: _Arrays) -> Int64Array:
+def temporal_order(arrays: PlacementArrays) -> Int64Array:
     """XLA's temporal order: longer lifetime first, then larger size, then buffer id."""
     index = np.arange(arrays.n)
     return np.lexsort((index, -arrays.size, -(arrays.end - arrays.start))).astype(np.int64)
 
 
-def breadth_order(arrays: _Arrays) -> Int64Array:
+def breadth_order(arrays: PlacementArrays) -> Int64Array:
     """TFLite's greedy by breadth, as an order.
 
     Time steps are processed by decreasing *breadth* (live bytes at that step; ties to the
@@ -164,7 +165,7 @@ def breadth_order(arrays: _Arrays) -> Int64Array:
 # ---------------------------------------------------------------------------------------------
 
 
-def place(arrays: _Arrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
+def place(arrays: PlacementArrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
     """Place buffers in ``order``, pinned ones first at their offsets; return the offsets
     (indexed like ``arrays``)."""
     n = arrays.n
@@ -234,11 +235,11 @@ def place(arrays: _Arrays, order: Int64Array, *, best_fit: bool) -> Int64Array:
     return offsets
 
 
-def _height(arrays: _Arrays, offsets: Int64Array) -> int:
+def _height(arrays: PlacementArrays, offsets: Int64Array) -> int:
     return int((offsets + arrays.size).max(initial=0))
 
 
-def _plan(problem: Problem, arrays: _Arrays, offsets: Int64Array, name: str,
+def _plan(problem: Problem, arrays: PlacementArrays, offsets: Int64Array, name: str,
           bound: int | None = None) -> Plan:
     if bound is None:
         bound = aligned_lower_bound(problem, arrays.alignment)
@@ -257,11 +258,11 @@ def _plan(problem: Problem, arrays: _Arrays, offsets: Int64Array, name: str,
 
 def naive(problem: Problem, *, alignment: int | None = None) -> Plan:
     """Every buffer its own bytes: offsets are the (aligned) prefix sums of the sizes."""
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     return _plan(problem, arrays, _naive_offsets(arrays), "naive")
 
 
-def _naive_offsets(arrays: _Arrays) -> Int64Array:
+def _naive_offsets(arrays: PlacementArrays) -> Int64Array:
     # Pinned buffers keep their offsets; the free ones are stacked above the highest pin.
     pinned = arrays.pin >= 0
     offsets = np.where(pinned, arrays.pin, 0)
@@ -279,20 +280,20 @@ def _naive_offsets(arrays: _Arrays) -> Int64Array:
 def greedy_size(problem: Problem, *, alignment: int | None = None) -> Plan:
     """TFLite's offset greedy by size: largest first (ties to the longer lifetime), each at the
     smallest gap that fits among time-overlapping placed buffers, else on top of them."""
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     return _plan(problem, arrays, place(arrays, size_order(arrays), best_fit=True), "greedy_size")
 
 
 def greedy_size_first_fit(problem: Problem, *, alignment: int | None = None) -> Plan:
     """TFLite Micro's greedy planner: same order as :func:`greedy_size`, lowest gap that fits."""
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     offsets = place(arrays, size_order(arrays), best_fit=False)
     return _plan(problem, arrays, offsets, "greedy_size_first_fit")
 
 
 def greedy_breadth(problem: Problem, *, alignment: int | None = None) -> Plan:
     """TFLite's greedy by breadth: widest time steps first, their buffers by size, best fit."""
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     offsets = place(arrays, breadth_order(arrays), best_fit=True)
     return _plan(problem, arrays, offsets, "greedy_breadth")
 
@@ -300,7 +301,7 @@ def greedy_breadth(problem: Problem, *, alignment: int | None = None) -> Plan:
 def heap_best_fit(problem: Problem, *, alignment: int | None = None) -> Plan:
     """XLA's ``GlobalDecreasingSizeBestFitHeap``: best fit in spatial (size) order and in
     temporal (lifetime) order; the lower of the two plans."""
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     best: Int64Array | None = None
     best_height = 0
     for order in (spatial_order(arrays), temporal_order(arrays)):
@@ -322,7 +323,7 @@ def portfolio(problem: Problem, *, alignment: int | None = None, gap: float = 0.
     within the relative ``gap`` of it, or (the decision question "does it fit?") one at or
     below ``target`` bytes.
     """
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     gap = check_gap(gap)
     stop = check_capacity(target, name="target")
     bound = aligned_lower_bound(problem, arrays.alignment)

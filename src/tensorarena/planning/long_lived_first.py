@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
-from tensorarena.planning.heuristics import _Arrays, place
+from tensorarena.planning.heuristics import PlacementArrays, place
 from tensorarena.planning.options import check_capacity, check_gap, check_time_limit
 from tensorarena.planning.problem import Plan, PlanStatistics, Problem, lower_bound
 from tensorarena.sizes import Size
@@ -46,7 +46,7 @@ Int64Array = npt.NDArray[np.int64]
 FRACTIONS: tuple[float, ...] = (1.0, 0.3, 0.1, 0.0, 0.5, 0.2, 0.05)
 
 
-def long_lived_order(arrays: _Arrays, fraction: float) -> Int64Array:
+def long_lived_order(arrays: PlacementArrays, fraction: float) -> Int64Array:
     """The buffers living at least ``fraction`` of the span by birth, then the rest by size.
 
     Long-lived ties: later death first, then larger size. The rest go by size descending, and
@@ -75,7 +75,7 @@ def long_lived_first(problem: Problem, *, alignment: int | None = None, gap: flo
     Stops early at a plan within ``gap`` of the bound or at most ``target`` bytes high, and
     before a placement that would not end within ``time_limit`` seconds.
     """
-    arrays = _Arrays(problem, alignment)
+    arrays = PlacementArrays(problem, alignment)
     if initial is not None and (not isinstance(initial, Plan) or (
             initial.problem is not problem and initial.problem != problem)):
         raise InvalidArgumentError(

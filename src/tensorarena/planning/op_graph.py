@@ -276,7 +276,7 @@ def op_graph_from_fx(graph: torch.fx.Graph, problem: GraphProblem) -> OpGraph:
     ``problem`` must come from this very graph (``problem_from_fx`` or ``problem_from_exported``):
     its time steps are the graph's node indices. A graph with a cycle is refused.
     """
-    from tensorarena.planning.torch_frontend import _METADATA_ONLY
+    from tensorarena.planning.torch_frontend import METADATA_ONLY_OPS
     from tensorarena.planning.torch_graph import op_name
 
     nodes = list(graph.nodes)
@@ -308,7 +308,7 @@ def op_graph_from_fx(graph: torch.fx.Graph, problem: GraphProblem) -> OpGraph:
         picks = node.target is operator.getitem and node.args
         for arg in node.all_input_nodes:
             preds[i].add(index[arg.name])
-            if (picks and arg is node.args[0]) or op_name(node) in _METADATA_ONLY:
+            if (picks and arg is node.args[0]) or op_name(node) in METADATA_ONLY_OPS:
                 continue
             roots_used[i] |= carriers[arg.name]
         if node.name in problem.aliases:

@@ -64,7 +64,9 @@ if TYPE_CHECKING:
     import torch.fx
 
 __all__ = [
+    "METADATA_ONLY_OPS",
     "data_dependent_errors",
+    "default_loss",
     "element_names",
     "problem_from_exported",
     "problem_from_fx",
@@ -80,7 +82,7 @@ TRACING_MODE_KEY = "tensorarena_tracing_mode"
 # Ops that return their input itself when inactive (``train=False`` or ``p=0``).
 _DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
 # Ops that read only a tensor's metadata: using a tensor this way does not keep its bytes alive.
-_METADATA_ONLY = frozenset(
+METADATA_ONLY_OPS = frozenset(
     {"_assert_tensor_metadata", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
 )
 
@@ -229,7 +231,7 @@ def trace_training(
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         state = {**dict(zip(params, p, strict=True)), **dict(zip(buffers, b, strict=True))}
         out = th.func.functional_call(model, state, a, k)
-        loss = loss_fn(out) if loss_fn is not None else _default_loss(out)
+        loss = loss_fn(out) if loss_fn is not None else default_loss(out)
         wrt = [t for t, grad in zip(p, trainable, strict=True) if grad]
         grads = th.autograd.grad(loss, wrt, allow_unused=True)
         return loss, list(grads)
@@ -279,7 +281,10 @@ def data_dependent_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def _default_loss(out: Any) -> torch.Tensor:
+def default_loss(out: Any) -> torch.Tensor:
+    """The loss :func:`trace_training` trains on when given no ``loss_fn``: the output's ``loss``
+    where it has one (a transformers model given labels), else the sum of its floating-point
+    tensors that require grad."""
     th = load_torch()
     from torch.utils import _pytree as pytree
 
@@ -343,7 +348,7 @@ def _walk(
                 remember_storage(value, node.name, by_storage)
             continue
         selector = _selected_output(node, elements)
-        metadata_only = op_name(node) in _METADATA_ONLY
+        metadata_only = op_name(node) in METADATA_ONLY_OPS
         for arg in () if metadata_only else node.all_input_nodes:
             if selector is None or arg is not node.args[0]:  # picking an output is no use
                 for tensor in _names(arg, live, elements):
