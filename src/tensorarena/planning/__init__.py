@@ -11,6 +11,8 @@ graph front ends or the ONNX shape inference (a third of the package's import ti
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -123,3 +125,18 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """The package, whose two names that are also submodules' (``reorder``, ``validate``) stay
+    the functions: importing a submodule sets it on its package under its own name, which
+    would hide the function (``from tensorarena.planning import validate`` gave the module
+    once ``tensorarena.planning.validate`` had been imported by anything)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _WHERE.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
