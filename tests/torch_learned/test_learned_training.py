@@ -166,6 +166,8 @@ def test_marker_calls_and_a_closed_context(shim: Any) -> None:
     assert "closed" in repr(steps)
     with pytest.raises(ta.errors.ResourceClosedError):
         steps.install()
+    with pytest.raises(ta.errors.ResourceClosedError):
+        steps.step()  # a marker after close is a slip, not a step
     del a, b
     gc.collect()
     assert len(steps.plans) == 0

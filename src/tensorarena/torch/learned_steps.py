@@ -93,6 +93,8 @@ class LearnedSteps:
     def step(self, *, failed: bool = False) -> StepScope:
         """Mark the end of a step (and the start of the next); ``failed=True``: it raised
         halfway, learn nothing from it. ``with steps.step():`` marks after its body too."""
+        if self._closed:
+            raise ResourceClosedError(f"{self!r} is closed: make another with learned()")
         self._plans.step(failed=failed)
         return StepScope(self._plans)
 
