@@ -86,6 +86,7 @@ def _minimalloc(binary: Path, csv: Path, capacity: str) -> dict[str, Any]:
     height = re.search(r"Validation PASS, height (\d+)", log)
     solve = re.search(r"Elapsed time ([0-9.]+)s", log)
     return {"wall": wall, "cpu": cpu, "fits": done.returncode == 0 and height is not None,
+            "exit": done.returncode, "said": log.strip().splitlines()[-1:] or [""],
             "height": int(height.group(1)) if height else None,
             "solve": float(solve.group(1)) if solve else None}
 
@@ -113,7 +114,7 @@ def _minimalloc_binary(path: Path | None) -> Path | None:
 
 def _theirs(result: dict[str, Any]) -> str:
     if not result["fits"]:
-        return f"NO FIT {result['wall']:.2f}s"
+        return f"NO FIT (exit {result['exit']}: {result['said'][0][:60]}) {result['wall']:.2f}s"
     solve = "" if result["solve"] is None else f", solve {result['solve']:.2f}s"
     return f"{result['height']} {result['wall']:.2f}s (cpu {result['cpu']:.2f}s{solve})"
 
