@@ -171,3 +171,22 @@ def test_the_program_read_back_plans_as_an_export_here_plans() -> None:
     assert planned_there.aliases == planned_here.aliases
     assert planned_there.problem == planned_here.problem
     assert planned_there.unplanned == planned_here.unplanned
+
+
+def test_a_model_whose_constants_are_its_own_buffers_comes_back_from_the_child() -> None:
+    """Llama's rotary ``inv_freq`` is a non-persistent buffer: a constant of the program. Sent
+    as a shape, torch.export.load could not read the program (and it was exported twice)."""
+    pytest.importorskip("transformers")
+    from tensorarena.planning.models import build_model
+
+    model, (args, kwargs) = build_model("llama", size="tiny", batch=None, seq=None)
+    model.eval()
+    ep = export_process.export_in_child(
+        lambda: export_module(model, args, kwargs, dynamic_shapes=None, strict=False,
+                              isolated=False), model)
+    assert ep is not None
+    own = dict(model.named_buffers(remove_duplicate=False))
+    shared = [name for name in ep.constants if name in own]
+    assert shared and all(ep.constants[name] is own[name] for name in shared)
+    with torch.no_grad():
+        assert torch.equal(ep.module()(*args, **kwargs).logits, model(*args, **kwargs).logits)

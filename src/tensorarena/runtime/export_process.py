@@ -2,21 +2,22 @@
 
 An export imports several hundred modules this process never needs again (``torch.export``'s
 tracer pulls in ``aot_autograd``, its partitioners and ``networkx``) and fills caches that are
-never emptied: 20-30 MiB of resident memory that stayed after every program built from it was
-deleted, more than a small model's whole plan. :func:`export_in_child` forks, exports there,
-and sends back the program with ``torch.export.save``; this process reads it with
-``torch.export.load``, which imports a score of modules and no tracer. The model's own
-parameters and buffers do not travel: the child sends each as a shape (a ``meta`` tensor) and
-the copy read here gets the model's tensors back by name, the very objects an export made here
-would hold. Everything else (the graph, its symbolic shapes, constants the export lifted out of
-the code, the example inputs) travels as saved.
+never emptied: tens of megabytes of resident memory that stayed after every program built from
+it was deleted, more than a small model's whole plan. :func:`export_in_child` forks, exports
+there, and sends back the program with ``torch.export.save``; this process reads it with
+``torch.export.load``, which imports a score of modules and no tracer. The model's parameters and
+persistent buffers do not travel: the child sends each as a shape (a ``meta`` tensor). The copy
+read here gets the model's tensors back by name (constants that are the model's buffers too), the
+very objects an export made here would hold. Everything else (the graph, its symbolic shapes,
+constants the export lifted out of the code, the example inputs) travels as saved.
 
 The child runs only where it is safe and can help: where the platform forks, and while this
 process runs one Python thread (a lock another thread holds at the fork would never be freed in
-the child). A program ``torch.export.save`` cannot write (a custom class among its constants)
-returns ``None`` and is exported here. A failure of the export itself comes back as the error
-the same export raises here: its class, message and attributes, with torch's error and the
-model's frames as text in its cause (:class:`ExportProcessError`).
+the child). A program that ``torch.export.save`` cannot write (a custom class among its
+constants) or ``torch.export.load`` cannot read gives ``None``: it is exported here. A failure
+of the export itself comes back as the error the same export raises here: its class, message
+and attributes, with torch's error and the model's frames as text in its cause
+(:class:`ExportProcessError`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ def export_in_child(export: Callable[[], torch.export.ExportedProgram],
     finally:
         status = _reap(pid)
     if kind == _OK:
-        return _load(payload, model)
+        try:
+            return _load(payload, model)
+        except Exception:  # a program torch.export.load cannot read back is exported here
+            return None
     if kind == _FAILED:
         raise _error_from(payload)
     if kind == _UNSAVED:
@@ -114,13 +118,15 @@ def _child(export: Callable[[], torch.export.ExportedProgram], model: torch.nn.M
 
 
 def _saved_without_weights(ep: torch.export.ExportedProgram, model: torch.nn.Module) -> bytes:
-    """``ep`` saved with each of ``model``'s own tensors replaced by its shape: a name list
-    (which of them to give back) and then ``torch.export.save``'s bytes."""
+    """``ep`` saved with each of ``model``'s parameters and persistent buffers replaced by its
+    shape: the names of the model's tensors to give back, then ``torch.export.save``'s bytes."""
     th = load_torch()
     own = _named_tensors(model)
     moved: dict[str, list[str]] = {"state_dict": [], "constants": []}
-    with _swapped(ep._state_dict, own, moved["state_dict"]), \
-            _swapped(ep._constants, own, moved["constants"]):
+    # Constants (a non-persistent buffer among them) travel whole: torch.export.load cannot
+    # read one saved as a shape. The model's own are given back by name all the same.
+    moved["constants"] = [name for name, tensor in ep.constants.items() if own.get(name) is tensor]
+    with _swapped(ep._state_dict, own, moved["state_dict"]):
         buffer = io.BytesIO()
         th.export.save(ep, buffer)
     names = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
