@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorarena.planning.bounds import aligned_lower_bound
 from tensorarena.planning.exact import solve_exact
@@ -31,7 +31,7 @@ from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.planning.validate import validate
 from tensorarena.sizes import check_alignment
 
-__all__ = ["MARGINS", "REPAIR_NODES", "WINDOW_NODES", "RepairResult", "repair"]
+__all__ = ["MARGINS", "REPAIR_NODES", "WINDOW_NODES", "RepairResult", "repair", "repaired_plan"]
 
 #: Ticks added on each side of the span of the buffers that reach the height, in this order.
 MARGINS: tuple[int, ...] = (0, 2, 8, 32, 128)
@@ -97,6 +97,21 @@ def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODE
     if best is not plan:
         best = Plan(problem, best.offsets, planner=f"windowed_repair:{plan.planner}")
     return RepairResult(best, nodes, windows, improved)
+
+
+def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
+                  alignment: int | None = None) -> Plan:
+    """``plan`` after :func:`repair` on its default node budget, with ``plan``'s statistics
+    counting the repair's nodes too (what :func:`~tensorarena.planning.plan` returns when asked
+    to ``repair``)."""
+    result = repair(problem, plan, time_limit=time_limit, alignment=alignment)
+    found = result.plan
+    statistics = plan.statistics
+    if statistics is not None:
+        statistics = replace(statistics, nodes=statistics.nodes + result.nodes)
+    optimal = plan.optimal or found.height <= aligned_lower_bound(problem, alignment)
+    return Plan(problem, found.offsets, planner=found.planner, optimal=optimal,
+                statistics=statistics)
 
 
 def _window(problem: Problem, plan: Plan, margin: int) -> tuple[int, int] | None:
