@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from instances import BUDGETED
 
 import tensorarena.cli.main as cli_main
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import planners
+from tensorarena.planning.budget import StopReason
 from tensorarena.planning.csv_io import write_problem
+from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.planners import plan
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.planning.repair import repair
@@ -119,3 +122,26 @@ def test_the_cli_repairs_on_request(tmp_path: Path, capsys: pytest.CaptureFixtur
                                 *flags])
         summary = json.loads(capsys.readouterr().out)
         assert (status, summary["height"]) == (0, height)
+
+
+def test_repair_says_what_ended_it() -> None:
+    assert repair(HOLE, HOLE_PLAN).stopped_by is StopReason.PROVEN  # at the bound
+    assert repair(HOLE, HOLE_PLAN, node_limit=0).stopped_by is StopReason.BUDGET
+    assert repair(HOLE, HOLE_PLAN, time_limit=0.0).stopped_by is StopReason.TIME_LIMIT
+    # An optimum above the bound (37 against 33): every window tried, none lower.
+    optimum = solve_exact(BUDGETED, node_limit=None).plan
+    assert optimum is not None and optimum.height == 37
+    kept = repair(BUDGETED, optimum)
+    assert kept.plan is optimum
+    assert kept.stopped_by is StopReason.COMPLETE and kept.windows > 0
+
+
+def test_plan_with_repair_reports_a_repair_the_clock_ended() -> None:
+    # No time left for the repair: the plan is the planner's, and says the clock ended it.
+    result = plan(TIGHT, "greedy_size", repair=True, time_limit=0.0)
+    assert result.height == 6
+    assert result.statistics is not None
+    assert result.statistics.stopped_by is StopReason.TIME_LIMIT
+    repaired = plan(TIGHT, "greedy_size", repair=True)
+    assert repaired.statistics is not None
+    assert repaired.statistics.stopped_by is StopReason.PROVEN
