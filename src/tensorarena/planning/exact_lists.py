@@ -2,12 +2,11 @@
 
 The same search as :class:`~tensorarena.planning.exact_node.Search`, technique for technique and
 node for node (the tests check that both visit the same number of nodes and find the same
-offsets), for problems whose section table is small. Pinned buffers follow the NumPy node's rule
-(:mod:`~tensorarena.planning.exact_pins`). The NumPy node's
-cost on minimalloc's challenging suite is nearly all the overhead of calling NumPy on arrays of
-a few hundred elements (bench/RESULTS.md); here every loop is over ``list[int]`` and compiles, with
-the
-compiled build, to C loops over native integers. Interpreted (the pure build), the same loops are
+offsets), for problems whose section table is small, pinned buffers included (the NumPy node's
+rule, :mod:`~tensorarena.planning.exact_pins`). The NumPy node's cost on minimalloc's challenging
+suite is nearly all the overhead of calling NumPy on arrays of a few hundred elements
+(bench/RESULTS.md); here every loop is over ``list[int]`` and compiles, with the compiled build,
+to C loops over native integers. Interpreted (the pure build), the same loops are
 slower than NumPy, so :class:`~tensorarena.planning.exact_search.Solver` uses this module only
 when it runs compiled (:func:`compiled`), unless asked otherwise.
 
@@ -262,7 +261,7 @@ class ListSearch:
         pinned = self.pinned
         pin = self.pin
         pins: list[int] = []  # the unplaced pinned buffers
-        bar = _NEVER  # the lowest key among them
+        pin_bar = _NEVER  # the lowest key among them
         # The constants as native locals (mypyc boxes a module constant this large).
         mask: i64 = _MASK
         k1: i64 = _K1
@@ -291,11 +290,12 @@ class ListSearch:
                 if v > value:
                     return EXHAUSTED
                 v = value
-                if canonical and v * n + rank[i] <= last_key:
+                pin_key = v * n + rank[i]
+                if canonical and pin_key <= last_key:
                     return EXHAUSTED
                 pins.append(i)
-                if v * n + rank[i] < bar:
-                    bar = v * n + rank[i]
+                if pin_key < pin_bar:
+                    pin_bar = pin_key
             kept.append(item)
             lows.append(value)
             nbytes = size[i]
@@ -335,7 +335,7 @@ class ListSearch:
         keys.sort()
         if pins:
             keys = unblocked(keys, n, by_rank, pins, pin, size, self.first, self.last,
-                             bar if canonical else -1)
+                             pin_bar if canonical else -1)
         if self.dominance:
             # Keys are offset * n + rank (rank < n): offset < lowest_top is key < lowest_top * n.
             bar = lowest_top * n
