@@ -190,3 +190,9 @@ def test_a_model_whose_constants_are_its_own_buffers_comes_back_from_the_child()
     assert shared and all(ep.constants[name] is own[name] for name in shared)
     with torch.no_grad():
         assert torch.equal(ep.module()(*args, **kwargs).logits, model(*args, **kwargs).logits)
+
+
+def test_no_child_once_this_process_has_a_cuda_context(monkeypatch: Any) -> None:
+    assert export_process.can_export_in_child()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert not export_process.can_export_in_child()

@@ -11,13 +11,13 @@ read here gets the model's tensors back by name (constants that are the model's 
 very objects an export made here would hold. Everything else (the graph, its symbolic shapes,
 constants the export lifted out of the code, the example inputs) travels as saved.
 
-The child runs only where it is safe and can help: where the platform forks, and while this
+The child runs only where it is safe and can help: where the platform forks, while this
 process runs one Python thread (a lock another thread holds at the fork would never be freed in
-the child). A program that ``torch.export.save`` cannot write (a custom class among its
-constants) or ``torch.export.load`` cannot read gives ``None``: it is exported here. A failure
-of the export itself comes back as the error the same export raises here: its class, message
-and attributes, with torch's error and the model's frames as text in its cause
-(:class:`ExportProcessError`).
+the child) and before it has made a CUDA context (which a forked child cannot use). A program
+that ``torch.export.save`` cannot write (a custom class among its constants) or
+``torch.export.load`` cannot read gives ``None``: it is exported here. A failure of the export
+itself comes back as the error the same export raises here: its class, message and attributes,
+with torch's error and the model's frames as text in its cause (:class:`ExportProcessError`).
 """
 
 from __future__ import annotations
@@ -51,8 +51,12 @@ class ExportProcessError(Exception):
 
 
 def can_export_in_child() -> bool:
-    """Whether :func:`export_in_child` may fork here (a platform with ``fork``, one thread)."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+    """Whether :func:`export_in_child` may fork here: a platform with ``fork``, one Python
+    thread, and no CUDA context yet (a forked child cannot use its parent's)."""
+    if not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    cuda = getattr(load_torch(), "cuda", None)
+    return not (cuda is not None and cuda.is_initialized())
 
 
 def export_in_child(export: Callable[[], torch.export.ExportedProgram],

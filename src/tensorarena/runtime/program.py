@@ -131,9 +131,10 @@ class PlannedProgram:
         be exported raises :class:`ExportFailedError` carrying torch's error. A call with other
         non-tensor values (``n=5``) exports ``model`` again with them and plans that graph in
         this workspace, kept like a shape's plan (:mod:`~tensorarena.runtime.variants`).
-        The export runs in a child process where it can (``isolate_export``, default on where
-        the platform forks and one Python thread runs: :mod:`~tensorarena.runtime.export_process`),
-        so that what it imports and caches does not stay in this one."""
+        The export runs in a child process where it can (``isolate_export``; by default where
+        the platform forks, one Python thread runs and CUDA is not yet initialised), so that
+        what it imports and caches does not stay in this one
+        (:mod:`~tensorarena.runtime.export_process`)."""
         check_example(args, kwargs)
         ep = graph_sources.export_module(model, args, kwargs or {},
                                          dynamic_shapes=dynamic_shapes, strict=strict,
