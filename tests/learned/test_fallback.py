@@ -11,6 +11,7 @@ from tensorarena.adaptors.limiting import Limiting
 from tensorarena.errors import (
     DoubleFreeError,
     InvalidAddressError,
+    InvalidArgumentError,
     OutOfMemoryError,
     ResourceClosedError,
 )
@@ -128,3 +129,10 @@ def test_closed_it_takes_nothing_new_and_gives_back_arenas_as_they_empty() -> No
     fallback.deallocate(small, 100)
     fallback.deallocate(large, FALLBACK_THRESHOLD)
     assert _held(meter) == 0
+
+
+@pytest.mark.parametrize("option", ["threshold", "chunk", "granularity"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, "8KiB"])
+def test_a_bad_option_is_refused(option: str, value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=option):
+        SegregatedFallback(HostMemory(), **{option: value})  # type: ignore[arg-type]

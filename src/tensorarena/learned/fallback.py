@@ -25,7 +25,12 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from tensorarena.core.registry import StrategySpec
-from tensorarena.errors import DoubleFreeError, InvalidAddressError, ResourceClosedError
+from tensorarena.errors import (
+    DoubleFreeError,
+    InvalidAddressError,
+    InvalidArgumentError,
+    ResourceClosedError,
+)
 from tensorarena.memory.growth import Doubling
 from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import MemoryResource
@@ -55,6 +60,10 @@ class SegregatedFallback:
     def __init__(self, upstream: MemoryResource, *, strategy: StrategySpec = "best_fit",
                  threshold: int = FALLBACK_THRESHOLD, chunk: int = FALLBACK_CHUNK,
                  granularity: int = _GRANULARITY) -> None:
+        for name, value in (("threshold", threshold), ("chunk", chunk),
+                            ("granularity", granularity)):
+            if type(value) is not int or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         self._upstream = upstream
         self._threshold = threshold
         self._granularity = granularity

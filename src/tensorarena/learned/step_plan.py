@@ -98,10 +98,10 @@ class StepPlan:
         # before each position (the allocations that outlived the recording have none).
         self._slots_of: dict[int, list[int]] = {}
         before = [0]
-        for i, (size, offset) in enumerate(zip(self.sizes, offsets, strict=True)):
-            if offset is not None:
+        for i, (size, planned) in enumerate(zip(self.sizes, offsets, strict=True)):
+            if planned is not None:
                 self._slots_of.setdefault(size, []).append(i)
-            before.append(before[-1] + (offset is not None))
+            before.append(before[-1] + (planned is not None))
         self._slots_before = before
         self.height = made.height
         self.lower_bound = problem.lower_bound()
