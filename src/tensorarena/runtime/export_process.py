@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from tensorarena import errors
+import tensorarena.errors as error_classes
 from tensorarena._optional import load_torch
 from tensorarena.errors import ExportFailedError
 
@@ -260,8 +260,8 @@ def _restore_views(ep: torch.export.ExportedProgram) -> None:
 
 def _error_from(payload: bytes) -> BaseException:
     name, message, attributes, text = pickle.loads(payload)
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.TensorArenaError)):
+    cls = getattr(error_classes, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, error_classes.TensorArenaError)):
         if name == "KeyboardInterrupt":
             return KeyboardInterrupt()
         cls = ExportFailedError
