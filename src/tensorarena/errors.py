@@ -53,6 +53,7 @@ Runtime: planned programs
     ShapeNotCoveredError          InvalidArgumentError  an input a program cannot serve
     ExportFailedError                             torch.export could not capture a model
       DataDependentError                          a branch or a size depends on input values
+    ExportProcessError                            the cause of one raised by an export's child
     PlanVerificationError                         a planned program's outputs differ from eager
     NoGradWarning                 (warning)       an input requires grad, a call runs no_grad
 
@@ -76,6 +77,7 @@ __all__ = [
     "DeviceUnavailableError",
     "DoubleFreeError",
     "ExportFailedError",
+    "ExportProcessError",
     "InfeasibleError",
     "InvalidAddressError",
     "InvalidAlignmentError",
@@ -548,6 +550,11 @@ class DataDependentError(ExportFailedError):
     def __init__(self, message: str, *, where: str = "") -> None:
         self.where = where
         super().__init__(message)
+
+
+class ExportProcessError(TensorArenaError):
+    """The ``__cause__`` of an :class:`ExportFailedError` raised where the export ran in a child
+    process: torch's error and the frames it kept, as text (the objects stay in the child)."""
 
 
 class PlanVerificationError(TensorArenaError):

@@ -14,7 +14,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorarena.errors import DataDependentError, ExportFailedError  # noqa: E402
+from tensorarena.errors import (  # noqa: E402
+    DataDependentError,
+    ExportFailedError,
+    ExportProcessError,
+)
 from tensorarena.runtime import PlannedProgram, export_process  # noqa: E402
 from tensorarena.runtime.exporting import export_module  # noqa: E402
 
@@ -98,7 +102,7 @@ def test_an_export_failure_in_the_child_raises_the_error_an_export_here_raises()
     assert str(there.value) == str(here.value)
     assert there.value.where == here.value.where and "forward" in there.value.where
     cause = there.value.__cause__
-    assert isinstance(cause, export_process.ExportProcessError)
+    assert isinstance(cause, ExportProcessError)
     assert type(here.value.__cause__).__name__ in str(cause)
 
 

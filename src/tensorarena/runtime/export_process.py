@@ -35,19 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 import tensorarena.errors as error_classes
 from tensorarena._optional import load_torch
-from tensorarena.errors import ExportFailedError
+from tensorarena.errors import ExportFailedError, ExportProcessError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ExportProcessError", "can_export_in_child", "export_in_child"]
+__all__ = ["can_export_in_child", "export_in_child"]
 
 _OK, _FAILED, _UNSAVED = b"O", b"F", b"U"
 _LENGTH = struct.Struct("<Q")
-
-
-class ExportProcessError(Exception):
-    """The cause of an export error raised in the child: torch's error and traceback, as text."""
 
 
 def can_export_in_child() -> bool:
