@@ -26,6 +26,7 @@ ROOT_NAMES = [
     "Arena", "ArenaStatistics", "AsyncWorkError", "BufferOverflowError", "ConcurrentUseError",
     "Count", "Counting", "CpuStream", "CudaError", "DataDependentError", "DeviceArray",
     "DeviceMismatchError", "DeviceUnavailableError", "DoubleFreeError", "ExportFailedError",
+    "ExportProcessError",
     "Guarded", "GuardedStatistics", "HostMemory", "InfeasibleError", "InvalidAddressError",
     "InvalidAlignmentError", "InvalidArgumentError", "InvalidDtypeError", "InvalidPlanError",
     "InvalidProblemError", "InvalidResourceError", "InvalidSizeError", "InvariantError",

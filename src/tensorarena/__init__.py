@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         DeviceUnavailableError,
         DoubleFreeError,
         ExportFailedError,
+        ExportProcessError,
         InfeasibleError,
         InvalidAddressError,
         InvalidAlignmentError,
@@ -141,7 +142,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tensorarena.errors": (
         "AsyncWorkError", "BufferOverflowError", "ConcurrentUseError", "CudaError",
         "DataDependentError", "DeviceMismatchError", "DeviceUnavailableError",
-        "DoubleFreeError", "ExportFailedError", "InfeasibleError", "InvalidAddressError",
+        "DoubleFreeError", "ExportFailedError", "ExportProcessError", "InfeasibleError",
+        "InvalidAddressError",
         "InvalidAlignmentError", "InvalidArgumentError", "InvalidDtypeError",
         "InvalidPlanError", "InvalidProblemError", "InvalidResourceError",
         "InvalidSizeError", "InvariantError", "LeakWarning", "MalformedTraceError",

@@ -56,7 +56,7 @@ from tensorarena.errors import (
 from tensorarena.memory._pool_arenas import PoolArenas, release_arenas
 from tensorarena.memory._pool_statistics import ArenaSnapshot, PoolStatistics
 from tensorarena.memory.growth import GrowthPolicy, NextPowerOfTwo
-from tensorarena.memory.pool_observers import ObserverFanOut, PoolObserver, register_pool
+from tensorarena.memory.pool_observers import ObservedPool, PoolObserver, register_pool
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -78,7 +78,7 @@ from tensorarena.sizes import (
 __all__ = ["ArenaSnapshot", "Pool"]
 
 
-class Pool(PoolArenas, PoolStatistics):
+class Pool(PoolArenas, PoolStatistics, ObservedPool):
     """A resource whose arenas come from ``upstream``, one placement strategy per arena.
 
     ``initial_size`` bytes are taken from the upstream at once (0: wait for the first request);
@@ -277,40 +277,6 @@ class Pool(PoolArenas, PoolStatistics):
             if lock is not None:
                 lock.release()
 
-    def add_observer(self, observer: PoolObserver) -> None:
-        """Tell ``observer`` of every later allocation, free and out-of-memory error.
-
-        It is called inside ``allocate``/``deallocate`` with the pool's lock held (a
-        thread-safe pool), so a free is observed before its address can be handed out again,
-        and a bound ``pool.allocate`` taken earlier is observed too. An observer must not
-        raise; one that takes a lock of its own must never call into the pool while holding
-        it (:class:`~tensorarena.memory.pool_observers.PoolObserver`).
-        """
-        with self._lock:
-            self._observers += (observer,)
-            self._observer = _called(self._observers)
-
-    def remove_observer(self, observer: PoolObserver) -> None:
-        """Stop telling ``observer`` (one that is not observing is ignored)."""
-        with self._lock:
-            kept = list(self._observers)
-            for index, known in enumerate(kept):
-                if known is observer:
-                    del kept[index]
-                    break
-            self._observers = tuple(kept)
-            self._observer = _called(self._observers)
-
-    def _set_observer(self, observer: PoolObserver | None) -> None:
-        """Replace the observer :func:`~tensorarena.report.record_memory_history` installed
-        (None: remove it), leaving the others."""
-        with self._lock:
-            if self._history is not None:
-                self.remove_observer(self._history)
-            self._history = observer
-            if observer is not None:
-                self.add_observer(observer)
-
     def _grow_for(self, nbytes: int, alignment: int, stream: Stream) -> Arena:
         """:meth:`_grow`, telling the observer of an out-of-memory error."""
         try:
@@ -429,9 +395,3 @@ class Pool(PoolArenas, PoolStatistics):
             address=address,
         )
 
-
-def _called(observers: tuple[PoolObserver, ...]) -> PoolObserver | None:
-    """What the pool's calls tell: nobody, the one observer, or all of them in turn."""
-    if not observers:
-        return None
-    return observers[0] if len(observers) == 1 else ObserverFanOut(observers)

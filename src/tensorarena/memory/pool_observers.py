@@ -21,7 +21,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["ObserverFanOut", "PoolObserver", "register_pool", "watch_pools"]
+__all__ = ["ObservedPool", "ObserverFanOut", "PoolObserver", "observer_of", "register_pool",
+           "watch_pools"]
 
 
 class PoolObserver(Protocol):
@@ -58,6 +59,58 @@ class ObserverFanOut:
         """Tell every observer of an out-of-memory error."""
         for observer in self.observers:
             observer.out_of_memory(nbytes)
+
+
+def observer_of(observers: tuple[PoolObserver, ...]) -> PoolObserver | None:
+    """What a pool's calls tell: nobody, the one observer, or all of them in turn."""
+    if not observers:
+        return None
+    return observers[0] if len(observers) == 1 else ObserverFanOut(observers)
+
+
+class ObservedPool:
+    """The observer half of a :class:`~tensorarena.memory.Pool`: its ``_observers`` tuple,
+    the ``_observer`` its calls tell (:func:`observer_of` them), and the one
+    ``record_memory_history`` installed (``_history``), all changed under its ``_lock``."""
+
+    _lock: Any
+    _observers: tuple[PoolObserver, ...]
+    _observer: PoolObserver | None
+    _history: PoolObserver | None
+
+    def add_observer(self, observer: PoolObserver) -> None:
+        """Tell ``observer`` of every later allocation, free and out-of-memory error.
+
+        It is called inside ``allocate``/``deallocate`` with the pool's lock held (a
+        thread-safe pool), so a free is observed before its address can be handed out again,
+        and a bound ``pool.allocate`` taken earlier is observed too. An observer must not
+        raise; one that takes a lock of its own must never call into the pool while holding
+        it (:class:`~tensorarena.memory.pool_observers.PoolObserver`).
+        """
+        with self._lock:
+            self._observers += (observer,)
+            self._observer = observer_of(self._observers)
+
+    def remove_observer(self, observer: PoolObserver) -> None:
+        """Stop telling ``observer`` (one that is not observing is ignored)."""
+        with self._lock:
+            kept = list(self._observers)
+            for index, known in enumerate(kept):
+                if known is observer:
+                    del kept[index]
+                    break
+            self._observers = tuple(kept)
+            self._observer = observer_of(self._observers)
+
+    def _set_observer(self, observer: PoolObserver | None) -> None:
+        """Replace the observer :func:`~tensorarena.report.record_memory_history` installed
+        (None: remove it), leaving the others."""
+        with self._lock:
+            if self._history is not None:
+                self.remove_observer(self._history)
+            self._history = observer
+            if observer is not None:
+                self.add_observer(observer)
 
 
 _lock = threading.Lock()
