@@ -53,9 +53,9 @@ finds steps without markers has seen it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, NamedTuple
 
 from tensorarena.adaptors.counting import Counting
 from tensorarena.core.registry import StrategySpec
@@ -426,7 +426,8 @@ class LearnedPlans(LearnedStatistics):
             return {address: block.nbytes for address, block in self._blocks.items()}
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        with self._lock:  # a native server's blocks are booked as the lock is taken
+            return len(self._blocks)
 
     def __repr__(self) -> str:
         mode = "markers" if self._finder is None else "detect_steps"
@@ -445,3 +446,73 @@ class LearnedPlans(LearnedStatistics):
             return exc
         return InvalidAddressError(  # pragma: no cover - every pool block is in _blocks
             f"address {address:#x} is not a live block of this LearnedPlans", address=address)
+
+    # --- native serving (tensorarena.learned.native_serving) ---------------------------------
+    # A native server (the route of tensorarena.torch.learned) hands out the current plan's next
+    # slots with no call here. It is paused while this resource runs (its lock's hooks), and
+    # what it did meanwhile is booked first, in order: _book_native mirrors what allocate books
+    # for a served slot and deallocate for a freed block. Nothing above knows of it.
+
+    def _serve_natively(self, hook: Callable[[Any], AbstractContextManager[Any]]
+                        ) -> AbstractContextManager[Any]:
+        """Run every call under ``hook(lock)`` (a server's hooks around this resource's
+        lock); returns it."""
+        with self._lock:
+            self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
+        return hooked
+
+    def _native_target(self) -> tuple[StepPlan, int] | None:
+        """The plan and position a native server may serve from now, or ``None``: the step
+        follows a plan past its key, in order, from a held arena."""
+        cursor = self._cursor
+        if (cursor is None or self._closed or self._finder is not None
+                or len(self._recorder) < self._plans.key_length):
+            return None
+        position, skipped = cursor.save()
+        plan = cursor.plan
+        if skipped or plan.base is None or plan.retired:
+            return None
+        return plan, position
+
+    def _book_native(self, events: list[int], plans: Mapping[int, StepPlan],
+                     alignment: int) -> None:
+        """Book what a native server did: per slot it served ``1, address, table, slot,
+        nbytes`` (``plans[table]``'s), per such block freed ``2, address``."""
+        blocks, recorder, serial, cursor = self._blocks, self._recorder, self._serial, self._cursor
+        live, peak, peak_blocks = self._live_bytes, self._peak_live, self._peak_blocks
+        served = total = 0
+        i, end = 0, len(events)
+        while i < end:
+            if events[i] == 1:
+                address, table, slot, nbytes = events[i + 1:i + 5]
+                i += 5
+                plan = plans[table]
+                offset: int = plan.offsets[slot]  # type: ignore[assignment]
+                blocks[address] = _Block(nbytes, plan, offset, serial,
+                                         recorder.allocated(nbytes, alignment))
+                served += 1
+                total += nbytes
+                live += nbytes
+                peak = max(peak, live)
+                peak_blocks = max(peak_blocks, len(blocks))
+                if cursor is not None and cursor.plan is plan:
+                    cursor.position = slot + 1
+                continue
+            address = events[i + 1]
+            i += 2
+            block = blocks.get(address)
+            if block is None or block.plan is None:  # freed here already (by a direct call)
+                continue
+            del blocks[address]
+            live -= block.nbytes
+            self._plans.freed_from(block.plan)
+            if block.serial == serial:
+                recorder.freed(block.number)
+            elif block.serial == serial - 1 and self._previous is not None:
+                self._carried.add(block.number)
+                self._cut = len(recorder)
+        self._live_bytes, self._peak_live, self._peak_blocks = live, peak, peak_blocks
+        self._served += served
+        self._step_served += served
+        self._allocations += served
+        self._total_bytes += total
