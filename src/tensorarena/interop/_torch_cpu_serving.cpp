@@ -12,11 +12,18 @@
 // side's Occupancy calls occupancy_* while a server exists) are the one truth that the
 // never-alias rule is checked against, as LearnedPlans checks it.
 //
-// What happened here is logged (per allocation: 1, address, table, slot, nbytes; per free:
-// 2, address) and booked by the Python side, in order, the next time it runs (serving_pause
-// returns the log): its counts, recording and report stay what they would have been. A free of
-// a block whose table was retired (the plan was replaced or the plans closed) also asks the
-// Python side to book it now (the sync callable), since an arena goes back with its last block.
+// What happened here is booked by the Python side the next time it runs (serving_pause returns
+// it), so that its counts, recording and report stay what they would have been. To make that
+// cheap, the server keeps the step's recording itself while the Python side is away: leaving,
+// the Python side tells it where the step stands (serving_leave: its serial, the recording's
+// length and clock), and the server numbers and times each allocation it serves and each free
+// of its blocks as the Python Recorder would (a free of the last step's block is *carried*).
+// Booking is then a few list operations, and only the server's blocks still live at a pause
+// get a Python record. A free that comes while the Python side runs (a collection, another
+// thread) is only logged (its block has a Python record by then) and booked by the Python side
+// itself. A free of a block whose table was retired (the plan was replaced or the plans closed)
+// asks the Python side to book it at once (the sync callable): an arena goes back with its last
+// block.
 // Everything here runs under the GIL: the route's allocate and free take it, and so does every
 // call from Python. Tables are counted: the server holds one reference while the table is
 // registered, each live block one, so a block of a replaced table is freed into the table it
@@ -50,23 +57,41 @@ struct ServingTable {
   }
 };
 
+struct ServedBlock {
+  ServingTable* table;
+  uint64_t slot, nbytes, serial, number;
+  bool booked;  // the Python side has a record of it
+};
+
 struct Serving {
   long refs = 1;  // the capsule's; the route holds one more
   PyObject* sync = nullptr;
-  uint64_t alignment = 64;
   std::unordered_map<uint64_t, ServingTable*> tables;
   ServingTable* armed = nullptr;
   uint64_t position = 0;
   bool closed = false;
-  std::vector<uint64_t> events;
-  uint64_t served = 0, freed = 0;  // natively, ever
+  std::unordered_map<uintptr_t, ServedBlock> blocks;  // live blocks served here
+  uint64_t served = 0, freed = 0;  // here, ever
+  // Where the Python side's step stands, while it is away (valid): set by serving_leave.
+  bool valid = false;
+  uint64_t serial = 0, length = 0, clock = 0;
+  bool previous = false;  // the last step was learned from: its blocks' frees are carried
+  // Since the last pause, while valid: allocations (address, table, slot, nbytes, tick), ends
+  // (number, tick), booked blocks freed (address), carried (number) and the cut after the last
+  // of them, live bytes and blocks (change, and highest change), bytes served.
+  std::vector<uint64_t> made, ends, dropped, carried;
+  uint64_t cut = 0;
+  bool cut_set = false;
+  int64_t live = 0, live_peak = 0, count = 0, count_peak = 0;
+  uint64_t total = 0;
+  // While not valid: booked blocks freed (address), for the Python side to book itself.
+  std::vector<uint64_t> raw;
 };
 
 namespace {
 
 constexpr const char* kServingCapsule = "tensorarena.torch_cpu_serving";
 constexpr uint64_t kNoSlot = ~uint64_t{0};
-constexpr uint64_t kAllocated = 1, kFreed = 2;
 
 void unref_table(ServingTable* table) {
   if (--table->refs == 0) delete table;
@@ -137,30 +162,68 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   if (offset == kNoSlot || table->base == 0) return nullptr;
   uintptr_t address = table->base + static_cast<uintptr_t>(offset);
   if (address % alignment != 0 || !table->is_free(offset, offset + nbytes)) return nullptr;
+  if (!serving->valid) return nullptr;  // (armed implies valid: a pause clears both)
+  if (!serving->blocks.emplace(address, ServedBlock{table, position, nbytes, serving->serial,
+                                                    serving->length, false}).second) {
+    return nullptr;  // a live block of the server's has that address: the Python call decides
+  }
   table->live.emplace(offset, offset + std::max<uint64_t>(nbytes, 1));
   table->refs++;
   serving->position = position + 1;
   serving->served++;
-  serving->events.insert(serving->events.end(),
-                         {kAllocated, static_cast<uint64_t>(address), table->id, position,
-                          static_cast<uint64_t>(nbytes)});
+  serving->made.insert(serving->made.end(),
+                       {static_cast<uint64_t>(address), table->id, position,
+                        static_cast<uint64_t>(nbytes), serving->clock});
+  serving->length++;
+  serving->clock++;
+  serving->total += nbytes;
+  serving->live += static_cast<int64_t>(nbytes);
+  serving->live_peak = std::max(serving->live_peak, serving->live);
+  serving->count++;
+  serving->count_peak = std::max(serving->count_peak, serving->count);
   *out = table;
   return reinterpret_cast<void*>(address);
 }
 
 void serving_untake(Serving* serving, ServingTable* table, void* data) {
+  auto found = serving->blocks.find(reinterpret_cast<uintptr_t>(data));
+  uint64_t nbytes = found->second.nbytes;
+  serving->blocks.erase(found);
   table->live.erase(reinterpret_cast<uintptr_t>(data) - table->base);
   serving->position--;
   serving->served--;
-  serving->events.resize(serving->events.size() - 5);
+  serving->made.resize(serving->made.size() - 5);
+  serving->length--;
+  serving->clock--;
+  serving->total -= nbytes;
+  serving->live -= static_cast<int64_t>(nbytes);
+  serving->count--;
   unref_table(table);
 }
 
 bool serving_free(Serving* serving, ServingTable* table, void* data) {
-  table->live.erase(reinterpret_cast<uintptr_t>(data) - table->base);
-  serving->events.insert(serving->events.end(),
-                         {kFreed, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(data))});
+  uintptr_t address = reinterpret_cast<uintptr_t>(data);
+  table->live.erase(address - table->base);
   serving->freed++;
+  auto found = serving->blocks.find(address);
+  if (found != serving->blocks.end()) {
+    ServedBlock block = found->second;
+    serving->blocks.erase(found);
+    if (!serving->valid) {
+      serving->raw.push_back(address);  // booked (every live block is at a pause)
+    } else {
+      if (block.booked) serving->dropped.push_back(address);
+      serving->live -= static_cast<int64_t>(block.nbytes);
+      serving->count--;
+      if (block.serial == serving->serial) {
+        serving->ends.insert(serving->ends.end(), {block.number, serving->clock++});
+      } else if (block.serial + 1 == serving->serial && serving->previous) {
+        serving->carried.push_back(block.number);
+        serving->cut = serving->length;
+        serving->cut_set = true;
+      }
+    }
+  }
   bool tell = table->retired || serving->closed;
   unref_table(table);
   return tell;
@@ -247,31 +310,88 @@ PyObject* serving_drop(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// serving_arm(server, id, position): serve the table from position on, until paused.
-PyObject* serving_arm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// serving_leave(server, serial, previous, length, clock, id, position) -> bool: the Python side
+// leaves with its step there; serve table id (0: none) from position on until the next pause.
+// False (nothing changed) while frees it has not booked are logged: book them, then leave.
+PyObject* serving_leave(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 3, &serving, &table)) return nullptr;
-  uint64_t position;
-  if (!unsigned_args(args, 2, 3, &position)) return nullptr;
-  if (table->retired || serving->closed) {
-    PyErr_SetString(PyExc_ValueError, "cannot arm a retired table or a closed server");
-    return nullptr;
+  if (!parse(args, nargs, 7, &serving, nullptr)) return nullptr;
+  uint64_t values[6];
+  if (!unsigned_args(args, 1, 7, values)) return nullptr;
+  ServingTable* table = nullptr;
+  if (values[4] != 0) {
+    table = table_of(serving, args[5]);
+    if (table == nullptr) return nullptr;
+    if (table->retired || serving->closed) {
+      PyErr_SetString(PyExc_ValueError, "cannot arm a retired table or a closed server");
+      return nullptr;
+    }
   }
+  if (!serving->raw.empty()) Py_RETURN_FALSE;
+  serving->serial = values[0];
+  serving->previous = values[1] != 0;
+  serving->length = values[2];
+  serving->clock = values[3];
   serving->armed = table;
-  serving->position = position;
-  Py_RETURN_NONE;
+  serving->position = values[5];
+  serving->valid = true;
+  Py_RETURN_TRUE;
 }
 
-// serving_pause(server) -> bytes: stop serving; the log since the last call (uint64 words).
+PyObject* list_of(const std::vector<uint64_t>& words) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(words.size()));
+  if (list == nullptr) return nullptr;
+  for (size_t i = 0; i < words.size(); ++i) {
+    PyObject* item = PyLong_FromUnsignedLongLong(words[i]);
+    if (item == nullptr) {
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+  }
+  return list;
+}
+
+// serving_pause(server) -> None if nothing happened, else (made, ends, dropped, carried, cut
+// or -1, clock, live change, highest, blocks change, highest, bytes served, unbooked, raw): what
+// happened since the last pause; unbooked: the live blocks with no Python record (address,
+// table, slot, nbytes, number; now booked). Stops serving until the next leave.
 PyObject* serving_pause(PyObject*, PyObject* capsule) {
   Serving* serving = serving_of(capsule);
   if (serving == nullptr) return nullptr;
   serving->armed = nullptr;
-  PyObject* log = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(serving->events.data()),
-                                            static_cast<Py_ssize_t>(serving->events.size() * 8));
-  if (log != nullptr) serving->events.clear();
-  return log;
+  serving->valid = false;
+  std::vector<uint64_t> unbooked;
+  for (auto& entry : serving->blocks) {
+    ServedBlock& block = entry.second;
+    if (block.booked) continue;
+    unbooked.insert(unbooked.end(), {static_cast<uint64_t>(entry.first), block.table->id,
+                                     block.slot, block.nbytes, block.number});
+  }
+  if (serving->made.empty() && serving->ends.empty() && serving->dropped.empty() &&
+      serving->carried.empty() && serving->raw.empty() && serving->live == 0 &&
+      serving->count == 0 && unbooked.empty()) {
+    Py_RETURN_NONE;
+  }
+  PyObject* result = Py_BuildValue(
+      "(NNNNLKLLLLKNN)", list_of(serving->made), list_of(serving->ends),
+      list_of(serving->dropped), list_of(serving->carried),
+      serving->cut_set ? static_cast<long long>(serving->cut) : -1LL,
+      static_cast<unsigned long long>(serving->clock),
+      static_cast<long long>(serving->live), static_cast<long long>(serving->live_peak),
+      static_cast<long long>(serving->count), static_cast<long long>(serving->count_peak),
+      static_cast<unsigned long long>(serving->total), list_of(unbooked), list_of(serving->raw));
+  if (result == nullptr) return nullptr;
+  for (auto& entry : serving->blocks) entry.second.booked = true;
+  serving->made.clear();
+  serving->ends.clear();
+  serving->dropped.clear();
+  serving->carried.clear();
+  serving->raw.clear();
+  serving->cut_set = false;
+  serving->live = serving->live_peak = serving->count = serving->count_peak = 0;
+  serving->total = 0;
+  return result;
 }
 
 // serving_close(server): serve nothing more; frees of blocks served here are booked at once.
@@ -356,8 +476,9 @@ PyMethodDef serving_methods[] = {
     {"serving_table", fast(serving_table), METH_FASTCALL, "Register a plan's table."},
     {"serving_retire", fast(serving_retire), METH_FASTCALL, "Serve a table no more."},
     {"serving_drop", fast(serving_drop), METH_FASTCALL, "Forget a table."},
-    {"serving_arm", fast(serving_arm), METH_FASTCALL, "Serve a table from a position on."},
-    {"serving_pause", serving_pause, METH_O, "Stop serving; return the log since last time."},
+    {"serving_leave", fast(serving_leave), METH_FASTCALL,
+     "The Python side leaves: where its step stands, and what to serve."},
+    {"serving_pause", serving_pause, METH_O, "Stop serving; return what happened since."},
     {"serving_close", serving_close, METH_O, "Serve nothing more."},
     {"serving_counts", serving_counts, METH_O, "(served, freed) by the server, ever."},
     {"occupancy_is_free", fast(occupancy_is_free), METH_FASTCALL, "No live range overlaps."},

@@ -461,58 +461,58 @@ class LearnedPlans(LearnedStatistics):
             self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
         return hooked
 
-    def _native_target(self) -> tuple[StepPlan, int] | None:
-        """The plan and position a native server may serve from now, or ``None``: the step
-        follows a plan past its key, in order, from a held arena."""
-        cursor = self._cursor
-        if (cursor is None or self._closed or self._finder is not None
-                or len(self._recorder) < self._plans.key_length):
-            return None
-        position, skipped = cursor.save()
-        plan = cursor.plan
-        if skipped or plan.base is None or plan.retired:
-            return None
-        return plan, position
+    def _native_state(self) -> tuple[int, bool, int, int, StepPlan | None, int, int, int]:
+        """Where the step stands for a native server leaving: serial, whether the last step was
+        learned from, the recording's length and clock, the plan and position it may serve
+        from (``None``: none; the step follows a plan past its key, in order, from a held
+        arena), live bytes and blocks."""
+        cursor, recorder = self._cursor, self._recorder
+        plan: StepPlan | None = None
+        position = 0
+        if (cursor is not None and not self._closed and self._finder is None
+                and len(recorder) >= self._plans.key_length):
+            position, skipped = cursor.save()
+            if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
+                plan = cursor.plan
+        return (self._serial, self._previous is not None, len(recorder), recorder.clock, plan,
+                position, self._live_bytes, len(self._blocks))
 
-    def _book_native(self, events: list[int], plans: Mapping[int, StepPlan],
-                     alignment: int) -> None:
-        """Book what a native server did: per slot it served ``1, address, table, slot,
-        nbytes`` (``plans[table]``'s), per such block freed ``2, address``."""
-        blocks, recorder, serial, cursor = self._blocks, self._recorder, self._serial, self._cursor
-        live, peak, peak_blocks = self._live_bytes, self._peak_live, self._peak_blocks
-        served = total = 0
-        i, end = 0, len(events)
-        while i < end:
-            if events[i] == 1:
-                address, table, slot, nbytes = events[i + 1:i + 5]
-                i += 5
-                plan = plans[table]
-                offset: int = plan.offsets[slot]  # type: ignore[assignment]
-                blocks[address] = _Block(nbytes, plan, offset, serial,
-                                         recorder.allocated(nbytes, alignment))
-                served += 1
-                total += nbytes
-                live += nbytes
-                peak = max(peak, live)
-                peak_blocks = max(peak_blocks, len(blocks))
-                if cursor is not None and cursor.plan is plan:
-                    cursor.position = slot + 1
-                continue
-            address = events[i + 1]
-            i += 2
-            block = blocks.get(address)
-            if block is None or block.plan is None:  # freed here already (by a direct call)
-                continue
-            del blocks[address]
-            live -= block.nbytes
-            self._plans.freed_from(block.plan)
+    def _book_native(self, booked: tuple[Any, ...], plans: Mapping[int, StepPlan],
+                     alignment: int, live: int, count: int) -> None:
+        """Book what a native server did since it left with ``live`` bytes in ``count``
+        blocks (``booked``: ``serving_pause``'s answer, see ``_torch_cpu_serving.cpp``)."""
+        (made, ends, dropped, carried, cut, clock, change, highest, blocks_change,
+         blocks_highest, total, unbooked, raw) = booked
+        recorder, blocks, serial = self._recorder, self._blocks, self._serial
+        if made or ends:
+            recorder.book(made[3::5], alignment, made[4::5], ends, clock)
+        for address in dropped:
+            self._plans.freed_from(blocks.pop(address).plan)  # type: ignore[arg-type]
+        if carried:
+            self._carried.update(carried)
+            self._cut = cut
+        for i in range(0, len(unbooked), 5):
+            address, table, slot, nbytes, number = unbooked[i:i + 5]
+            plan = plans[table]
+            blocks[address] = _Block(nbytes, plan, plan.offsets[slot], serial, number)
+        served = len(made) // 5
+        if served or change or blocks_change:
+            self._live_bytes = live + change
+            self._peak_live = max(self._peak_live, live + highest)
+            self._peak_blocks = max(self._peak_blocks, count + blocks_highest)
+            self._served += served
+            self._step_served += served
+            self._allocations += served
+            self._total_bytes += total
+            cursor = self._cursor
+            if served and cursor is not None and cursor.plan is plans[made[-4]]:
+                cursor.position = made[-3] + 1
+        for address in raw:  # freed while this resource ran: as deallocate books a free
+            block = blocks.pop(address)
+            self._live_bytes -= block.nbytes
+            self._plans.freed_from(block.plan)  # type: ignore[arg-type]
             if block.serial == serial:
                 recorder.freed(block.number)
             elif block.serial == serial - 1 and self._previous is not None:
                 self._carried.add(block.number)
                 self._cut = len(recorder)
-        self._live_bytes, self._peak_live, self._peak_blocks = live, peak, peak_blocks
-        self._served += served
-        self._step_served += served
-        self._allocations += served
-        self._total_bytes += total

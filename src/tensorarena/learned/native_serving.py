@@ -13,11 +13,14 @@ ranges (the plan's :class:`~tensorarena.learned.step_plan.Occupancy` is this ser
 exists, so both sides take and release in one place). Their frees release their ranges there.
 
 Anything else, the first allocation that differs included, is the route's Python call as
-before. The server is *paused* while the plans run (the hooks of their lock), and what it did
-meanwhile is booked there first, in order, as the plans would have booked it themselves: the
-report, the statistics and the recording a step is learned from are the same as without a
-server. A block whose plan was replaced, or whose plans were closed, is booked when it is freed,
-so that an arena goes back with its last block.
+before. The server is *paused* while the plans run (the hooks of their lock) and *left* as
+they are left, told where the step stands (its serial, the recording's length and clock); while
+away it numbers and times what it serves and frees as the plans' recorder would. What it did is
+booked by the plans when next entered: the report, the statistics and the recording a step is
+learned from are the same as without a server, and booking costs a few list operations per
+pause, not a Python call per allocation (only blocks still live get a Python record). A free
+that comes while the plans run is booked by them. A block whose plan was replaced, or whose
+plans were closed, is booked when it is freed, so that an arena goes back with its last block.
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ class NativeServing:
         self._retired: set[int] = set()
         self._next = 1
         self._closed = False
+        self._left = (0, 0)  # live bytes and blocks as the server was left
         self._lock = plans._serve_natively(lambda lock: _HookedLock(lock, self))
 
     @property
@@ -142,36 +146,37 @@ class NativeServing:
     # --- the lock's hooks ---------------------------------------------------------------------
 
     def catch_up(self) -> None:
-        """Pause the server and book what it did since last time."""
-        shim, capsule = self._shim, self._capsule
-        events = shim.serving_pause(capsule)
-        while events:  # a free booked while booking (a collection) comes in the next batch
-            self._plans._book_native(memoryview(events).cast("Q").tolist(), self._tables,
-                                     self._alignment)
-            events = shim.serving_pause(capsule)
+        """Pause the server and book what it did since it was left."""
+        booked = self._shim.serving_pause(self._capsule)
+        if booked is not None:
+            self._plans._book_native(booked, self._tables, self._alignment, *self._left)
 
     def arm(self) -> None:
-        """Let the server go on where the plans stand, if it may; forget plans that went."""
+        """Leave the server where the plans stand (serving from there if it may); forget
+        plans that went."""
         shim, capsule = self._shim, self._capsule
-        for table, plan in list(self._tables.items()):
-            if not plan.retired:
+        for table, held in list(self._tables.items()):
+            if not held.retired:
                 continue
-            if plan.base is None:  # its arena went back: no block of it lives
+            if held.base is None:  # its arena went back: no block of it lives
                 shim.serving_drop(capsule, table)
-                plan.occupancy = Occupancy()
-                del self._tables[table], self._ids[id(plan)]
+                held.occupancy = Occupancy()
+                del self._tables[table], self._ids[id(held)]
                 self._retired.discard(table)
             elif table not in self._retired:
                 shim.serving_retire(capsule, table)
                 self._retired.add(table)
-        if self._closed:
-            return
-        target = self._plans._native_target()
-        if target is None:
-            return
-        plan, position = target
-        found = self._ids.get(id(plan))
-        shim.serving_arm(capsule, self._register(plan) if found is None else found, position)
+        while True:
+            serial, previous, length, clock, plan, position, live, count = (
+                self._plans._native_state())
+            table = 0
+            if plan is not None and not self._closed:
+                found = self._ids.get(id(plan))
+                table = self._register(plan) if found is None else found
+            self._left = (live, count)
+            if shim.serving_leave(capsule, serial, previous, length, clock, table, position):
+                return
+            self.catch_up()  # frees that came while the plans ran: booked here first
 
     def _register(self, plan: StepPlan) -> int:
         table, self._next = self._next, self._next + 1

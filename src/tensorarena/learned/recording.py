@@ -140,6 +140,20 @@ class Recorder:
         self._ends[index] = self._clock
         self._clock += 1
 
+    def book(self, sizes: list[int], alignment: int, starts: list[int], ends: list[int],
+             clock: int) -> None:
+        """Log what was logged elsewhere on this clock (a native server): the next allocations
+        (``sizes``, made at ``starts``), then ``ends`` (flat ``number, tick`` pairs); the clock
+        is ``clock`` after them."""
+        self._sizes += sizes
+        self._alignments += [alignment] * len(sizes)
+        self._starts += starts
+        self._ends += [None] * len(sizes)
+        ended = self._ends
+        for i in range(0, len(ends), 2):
+            ended[ends[i]] = ends[i + 1]
+        self._clock = clock
+
     def start_of(self, index: int) -> int:
         """The tick at which allocation ``index`` was made."""
         return self._starts[index]

@@ -12,6 +12,8 @@
 ``learned()`` is :func:`~tensorarena.torch.use` over a :class:`~tensorarena.learned.LearnedPlans`
 made for the loop: the first step is recorded and planned, the later ones are served from one
 planned arena (the rules, and why nothing live is ever aliased: :mod:`tensorarena.learned`).
+A step that repeats its plan is served by the route in C++, with no Python call per allocation
+(:mod:`tensorarena.learned.native_serving`; ``native=False`` turns it off).
 ``steps.step()`` is a marker when called (the step before it ends there), and as a context it
 also marks the end of its body: a body that raises ends its step as failed (nothing is learned
 from it) and the exception goes on.
