@@ -245,3 +245,39 @@ def test_the_native_occupancy_is_the_python_one(shim: Any, seed: int) -> None:
             assert native.ranges() == reference.ranges()
         for lo, _ in reference.ranges():  # leave the arena as the plans left it
             native.release(lo)
+
+
+def free_while_the_plans_run(native: bool) -> tuple[Any, ...]:
+    """A served block freed while the plans hold their lock: the step's recording just after,
+    blocks counted inside and after, and the report after one more step."""
+    with learned(native=native) as steps:
+        for number in range(3):
+            with steps.step():
+                run_step(number)
+        kept: list[Any] = []
+        with steps.step():
+            live = run_step(3, keep=kept)
+            served = steps.native_served
+            with steps.plans._lock:  # the plans run: the server is paused
+                inside = len(steps.plans._blocks)
+                del kept[:]
+                gc.collect()
+                unbooked = len(steps.plans._blocks)
+            recording = steps.plans._recorder.finish()  # as the server was left
+            after = len(steps.plans)
+            steps.plans._check_invariants()
+            del live
+        with steps.step():
+            run_step(4)
+        assert (steps.native_served > served) == native  # and the server goes on
+        return recording, inside, unbooked, after, steps.report()
+
+
+def test_a_free_while_the_plans_run_is_booked_before_the_server_goes_on(shim: Any) -> None:
+    # Only logged while the plans run (a collection inside a call, another thread); leaving,
+    # the plans book it before the server may serve again, at its place on the step's clock.
+    recording, inside, unbooked, after, report = free_while_the_plans_run(True)
+    assert unbooked == inside and after == inside - 1
+    expected = free_while_the_plans_run(False)
+    assert (recording, inside, after, report) == (expected[0], expected[1], *expected[3:])
+    assert routed_blocks() == 0
