@@ -27,8 +27,8 @@ __all__ = ["RecordedAllocation", "Recorder", "StepRecording"]
 class RecordedAllocation(NamedTuple):
     """One allocation of a step: live during ``[start, end)`` on the step's clock; ``end`` is
     ``None`` when the block outlived the step. (A named tuple, not a frozen dataclass: a step
-    makes one per allocation at its marker, and a frozen dataclass costs three times as much
-    to make, a visible part of a small model's step.)"""
+    makes one per allocation at its marker, and a frozen dataclass is several times dearer to
+    make, a visible part of a small model's step.)"""
 
     nbytes: int
     alignment: int
