@@ -18,7 +18,7 @@ VERSION_PY := src/tensorarena/_version.py
 BUILD_DEPS := setup.py $(wildcard src/tensorarena/core/*.py) \
               $(wildcard src/tensorarena/adaptors/_thread_cache*.py) src/tensorarena/interop/arrays.py \
               src/tensorarena/interop/_torch_route.py $(wildcard src/tensorarena/interop/_native_*.[ch]) \
-              src/tensorarena/planning/exact_lists.py
+              src/tensorarena/planning/exact_lists.py src/tensorarena/planning/exact_pins.py
 # The test set-up pins torch to the CPU build on disk (see the file); users get only the extra's floor.
 CONSTRAINTS := constraints-test.txt
 

@@ -40,6 +40,7 @@ COMPILED_MODULES = (
     "tensorarena.interop.arrays",
     # The exact planner's node (its NumPy twin, planning/exact_node.py, serves the pure build).
     "tensorarena.planning.exact_lists",
+    "tensorarena.planning.exact_pins",
 )
 
 #: The hand-written C extensions the compiled build adds (their sources are ``.c`` files beside

@@ -418,3 +418,29 @@ def test_a_cursor_on_a_plan_whose_arena_went_back_falls_back() -> None:
     assert cursor.match(64, 64) == (0, False)
     plan.base = None  # retired and given back while a step still pointed at it
     assert cursor.match(64, 64) is FallbackReason.NO_ARENA
+
+
+@pytest.mark.parametrize(("planned_between", "found"), [(4, True), (5, False)])
+def test_matching_ahead_passes_over_positions_without_a_slot_uncounted(
+        planned_between: int, found: bool) -> None:
+    from tensorarena.learned.recording import RecordedAllocation, StepRecording
+    from tensorarena.learned.step_plan import StepCursor, StepPlan
+
+    # A 32-byte allocation, ``planned_between`` planned 64-byte ones, ten that outlived the
+    # recording (no slot: passed over free), then the 128-byte one a later step asks for next.
+    allocations = [RecordedAllocation(32, 64, 0, 1)]
+    allocations += [RecordedAllocation(64, 64, 2 + 2 * i, 3 + 2 * i)
+                    for i in range(planned_between)]
+    clock = 2 + 2 * planned_between
+    allocations += [RecordedAllocation(16, 64, clock + i, None) for i in range(10)]
+    allocations.append(RecordedAllocation(128, 64, clock + 10, clock + 11))
+    plan = StepPlan(StepRecording(tuple(allocations), clock + 12), key_length=1, node_limit=100)
+    plan.base = 1 << 20
+    cursor = StepCursor(plan, 0, lookahead=4)
+    assert cursor.match(32, 64) == (0, False)
+    last = len(allocations) - 1
+    # Up to ``lookahead`` slots ahead (the cursor's own, which did not match, and three more
+    # jumped over): the planned ones in between count, the ten without a slot do not.
+    assert cursor.match(128, 64) == ((last, True) if found else FallbackReason.ORDER_MISMATCH)
+    if found:  # the planned slots jumped over stay findable
+        assert cursor.match(64, 64) == (1, True)

@@ -2,16 +2,19 @@
 
 Both must visit exactly the same nodes and return the same offsets, for every technique switched
 on or off, at capacities that fit and capacities that do not, under node budgets that stop them
-midway, and with the memories of failed states forced to start afresh. Run on the pure build the
-list engine runs interpreted; on the compiled build, compiled: the same test judges both.
+midway, with pinned buffers, and with the memories of failed states forced to start afresh. Run
+on the pure build the list engine runs interpreted; on the compiled build, compiled: the same test
+judges both.
 """
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from instances import BUDGETED, aligned_instance
 
-from tensorarena.errors import InvalidArgumentError
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError
 from tensorarena.planning import exact_node
 from tensorarena.planning.exact import greedy_plan, solve_exact
 from tensorarena.planning.exact_lists import compiled
@@ -114,21 +117,95 @@ def test_a_memory_that_starts_afresh_changes_neither_engine(
             _check_plan(problem, sections, numpy, capacity)
 
 
-def test_pins_and_large_tables_take_the_numpy_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a pinned at 4, b below it, c (live with both) above: 12 fits, 11 does not.
-    pinned = Problem([Buffer("a", 0, 2, 4, offset=4), Buffer("b", 0, 2, 4), Buffer("c", 1, 3, 4)])
-    sections = build_sections(pinned.buffers)
-    assert Solver(engine="lists").engine_for(sections) == "numpy"
-    found = Solver(engine="lists").solve(sections, 12)
-    assert found.status is Status.FOUND
-    assert found.offsets is not None and found.offsets.tolist() == [4, 0, 8]
-    assert Solver(engine="lists").solve(sections, 11).status is Status.EXHAUSTED
+def _pinned_instance(seed: int, n: int) -> Problem:
+    """An aligned instance with about a third of its buffers pinned where a greedy plan put
+    them, some raised a little (a pin above its lowest offset leaves a hole below it)."""
+    rng = random.Random(seed)
+    problem = aligned_instance(seed, n, shortest=1)
+    greedy = greedy_plan(problem)
+    while True:
+        buffers = [
+            Buffer(b.id, b.start, b.end, b.nbytes, b.alignment,
+                   o + b.alignment * rng.choice((0, 0, 1, 2)))
+            if rng.random() < 0.35 else b
+            for b, o in zip(problem.buffers, greedy.offsets, strict=True)
+        ]
+        try:
+            pinned = Problem(buffers)
+        except InvalidProblemError:
+            continue  # two raised pins clash: draw again
+        if pinned.pinned:
+            return pinned
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pinned_problems_visit_the_same_nodes_in_both_engines(seed: int) -> None:
+    problem = _pinned_instance(500 + seed, 10)
+    sections = build_sections(problem.buffers)
+    assert Solver(engine="lists").engine_for(sections) == "lists"
+    pins_top = max(b.offset + b.nbytes for b in problem.buffers if b.offset is not None)
+    statuses = set()
+    for capacity in range(lower_bound(problem), greedy_plan(problem).height + 1):
+        numpy, _ = _both(sections, capacity)
+        statuses.add(numpy.status)
+        if numpy.status is Status.FOUND:
+            _check_plan(problem, sections, numpy, capacity)
+        if capacity < pins_top:  # a pin past the capacity: refused before any node
+            assert numpy.status is Status.EXHAUSTED and numpy.nodes == 0
+    assert Status.FOUND in statuses
+
+
+@pytest.mark.parametrize("flags", COMBINATIONS,
+                         ids=lambda flags: "".join("1" if f else "0" for f in flags))
+def test_pinned_problems_run_the_same_in_both_engines_whatever_the_switches(
+    flags: tuple[bool, ...]
+) -> None:
+    params = SolverParams(**dict(zip(SWITCHES, flags, strict=True)))
+    for seed in (3, 21):
+        problem = _pinned_instance(seed, 7)
+        sections = build_sections(problem.buffers)
+        low = lower_bound(problem)
+        for capacity in (low, low + 3, greedy_plan(problem).height):
+            _both(sections, capacity, params)
+
+
+def test_a_node_budget_stops_both_engines_at_the_same_node_with_pins() -> None:
+    sections = build_sections(_pinned_instance(509, 12).buffers)
+    full, _ = _both(sections, 50)  # a search of some 1,700 nodes
+    assert full.status is not Status.STOPPED and full.nodes > 1000
+    for limit in (1, 2, 17, 256, full.nodes - 1):
+        numpy, _ = _both(sections, 50, node_limit=limit)
+        assert numpy.status is Status.STOPPED and numpy.nodes == limit
+
+
+def test_pins_at_the_boundaries_give_the_same_answer_in_both_engines() -> None:
+    # a pinned at the capacity's last bytes, b touching it from below in space and c touching
+    # it in time (c starts as a ends): exactly 12 fits, 11 does not; a free buffer blocked by
+    # an unplaced pin goes above it.
+    problem = Problem([Buffer("a", 0, 2, 4, offset=8), Buffer("b", 0, 2, 8),
+                       Buffer("c", 2, 4, 12), Buffer("d", 1, 2, 0)])
+    sections = build_sections(problem.buffers)
+    numpy, _ = _both(sections, 12)
+    assert numpy.status is Status.FOUND
+    _check_plan(problem, sections, numpy, 12)
+    assert _both(sections, 11)[0].status is Status.EXHAUSTED
+    # A pin that leaves exactly its own size free below it, and a buffer that cannot use it.
+    hole = Problem([Buffer("p", 0, 4, 4, offset=4), Buffer("q", 0, 2, 4), Buffer("r", 1, 3, 4)])
+    sections = build_sections(hole.buffers)
+    found, _ = _both(sections, 12)
+    _check_plan(hole, sections, found, 12)
+    assert _both(sections, 11)[0].status is Status.EXHAUSTED
+
+
+def test_large_tables_take_the_numpy_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     plain = build_sections(BUDGETED.buffers)
     assert Solver(engine="lists").engine_for(plain) == "lists"
     assert Solver(engine="numpy").engine_for(plain) == "numpy"
     monkeypatch.setattr(exact_node, "MEMBERS_LIMIT", 0)  # the section table is "too large"
     assert Solver(engine="lists").engine_for(plain) == "numpy"
     assert Solver(engine="lists").solve(plain, 36).nodes == 1193  # the scattered floors
+    pinned = build_sections(_pinned_instance(3, 7).buffers)
+    assert Solver(engine="lists").engine_for(pinned) == "numpy"
 
 
 def test_the_default_engine_follows_the_build_and_a_bad_one_is_refused() -> None:

@@ -138,6 +138,30 @@ def test_every_planner_keeps_the_pins(name: str, problem: Problem) -> None:
             assert offset == buffer.offset
 
 
+# A pin ending exactly at the capacity, a second pin touching it in space (below it) and a third
+# touching it in time (born as it dies), with free buffers that fit only in what is left.
+AT_CAPACITY = Problem(
+    [
+        Buffer("top", 0, 4, 8, offset=16),
+        Buffer("under", 0, 2, 8, offset=8),
+        Buffer("after", 4, 6, 24, offset=0),
+        Buffer("free_low", 0, 4, 8),
+        Buffer("free_late", 2, 4, 8),
+    ],
+    name="at_capacity",
+)
+
+
+# naive gives every free buffer bytes of its own: it keeps the pins but needs 40 here.
+@pytest.mark.parametrize("name", [name for name in PLANNERS if name != "naive"])
+def test_every_planner_fits_pins_that_end_exactly_at_the_capacity(name: str) -> None:
+    result = plan(AT_CAPACITY, name, capacity=24)
+    validate(AT_CAPACITY, result, capacity=24)
+    assert result.height == 24
+    assert [result.offset_of(b) for b in ("top", "under", "after")] == [16, 8, 0]
+    assert result.offset_of("free_low") == 0 and result.offset_of("free_late") == 8
+
+
 def test_the_exact_search_fills_the_hole_below_a_pin_exactly() -> None:
     # Height 24 needs fits_below under the pin and wide above it: the lower bound, proven.
     result = plan(HOLE, "exact", gap=0.0)

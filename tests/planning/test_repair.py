@@ -3,7 +3,18 @@ cross the window's edges pinned, keeps only strictly lower plans that validate."
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+from instances import BUDGETED
+
+import tensorarena.cli.main as cli_main
+from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import planners
+from tensorarena.planning.budget import StopReason
+from tensorarena.planning.csv_io import write_problem
+from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.planners import plan
 from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.planning.repair import repair
@@ -75,3 +86,62 @@ def test_auto_leaves_repair_to_the_caller() -> None:
     repaired = repair(tight, greedy)
     validate(tight, repaired.plan)
     assert repaired.plan.height == 5
+
+
+TIGHT = Problem([Buffer("a", 1, 3, 3), Buffer("b", 1, 4, 2), Buffer("c", 3, 6, 1),
+                 Buffer("d", 4, 5, 3)])
+
+
+def test_plan_repairs_any_planners_plan_when_asked() -> None:
+    plain = plan(TIGHT, "greedy_size")
+    assert plain.height == 6 and plain.statistics is not None
+    repaired = plan(TIGHT, "greedy_size", repair=True)
+    validate(TIGHT, repaired)
+    assert repaired.height == 5 and repaired.optimal  # at the bound
+    assert repaired.planner == "windowed_repair:greedy_size"
+    assert repaired.statistics is not None and repaired.statistics.nodes > 0
+
+
+def test_plan_with_repair_keeps_the_pins_and_a_capacity() -> None:
+    pinned = Problem([*TIGHT.buffers[:3], Buffer("d", 4, 5, 3, offset=2)])
+    repaired = plan(pinned, "greedy_size", capacity=6, repair=True)
+    validate(pinned, repaired, capacity=6)
+    assert repaired.offset_of("d") == 2
+
+
+def test_plan_refuses_a_repair_that_is_not_a_bool() -> None:
+    with pytest.raises(InvalidArgumentError, match="repair must be a bool"):
+        plan(TIGHT, repair="yes")  # type: ignore[arg-type]
+
+
+def test_the_cli_repairs_on_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tight.csv"
+    write_problem(TIGHT, path)
+    for flags, height in (([], 6), (["--repair"], 5)):
+        status = cli_main.main(["plan", str(path), "--planner", "greedy_size", "--json",
+                                *flags])
+        summary = json.loads(capsys.readouterr().out)
+        assert (status, summary["height"]) == (0, height)
+
+
+def test_repair_says_what_ended_it() -> None:
+    assert repair(HOLE, HOLE_PLAN).stopped_by is StopReason.PROVEN  # at the bound
+    assert repair(HOLE, HOLE_PLAN, node_limit=0).stopped_by is StopReason.BUDGET
+    assert repair(HOLE, HOLE_PLAN, time_limit=0.0).stopped_by is StopReason.TIME_LIMIT
+    # An optimum above the bound (37 against 33): every window tried, none lower.
+    optimum = solve_exact(BUDGETED, node_limit=None).plan
+    assert optimum is not None and optimum.height == 37
+    kept = repair(BUDGETED, optimum)
+    assert kept.plan is optimum
+    assert kept.stopped_by is StopReason.COMPLETE and kept.windows > 0
+
+
+def test_plan_with_repair_reports_a_repair_the_clock_ended() -> None:
+    # No time left for the repair: the plan is the planner's, and says the clock ended it.
+    result = plan(TIGHT, "greedy_size", repair=True, time_limit=0.0)
+    assert result.height == 6
+    assert result.statistics is not None
+    assert result.statistics.stopped_by is StopReason.TIME_LIMIT
+    repaired = plan(TIGHT, "greedy_size", repair=True)
+    assert repaired.statistics is not None
+    assert repaired.statistics.stopped_by is StopReason.PROVEN

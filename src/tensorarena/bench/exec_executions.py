@@ -123,7 +123,8 @@ def build_execution(name: str, model: Any, args: tuple[Any, ...], kwargs: dict[s
             raise InvalidArgumentError("the exported execution runs inference only")
         from tensorarena.runtime.exporting import export_module
 
-        forward = export_module(model, args, kwargs, dynamic_shapes=None, strict=False).module()
+        forward = export_module(model, args, kwargs, dynamic_shapes=None, strict=False,
+                                isolated=False).module()
     else:
         raise InvalidArgumentError(f"unknown execution {name!r}; known: {', '.join(EXECUTIONS)}")
     if training:

@@ -108,6 +108,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minimize", action="store_true",
                         help="with --capacity: keep lowering the plan after it fits (default: "
                              "stop at the first plan that fits)")
+    parser.add_argument("--repair", action="store_true",
+                        help="then lower the plan by exact searches over the time windows "
+                             "around its peak, on their own node budget (off by default: it "
+                             "costs search time and rarely gains)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
                         help="pin a graph input's shape (repeatable), e.g. ids=8,128")
     parser.add_argument("--quiet", "-q", action="store_true",
@@ -317,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
         with _ProgressLine(label, not args.quiet) as progress:
             result = plan(problem, args.planner, capacity=capacity, time_limit=time_limit,
                           node_limit=node_limit, alignment=alignment, gap=args.gap,
-                          minimize=args.minimize, progress=progress, params=params)
+                          minimize=args.minimize, progress=progress, params=params,
+                          repair=args.repair)
     except PlanDoesNotFitError as exc:
         result, fits, impossible = exc.plan, False, exc.proven
     except TensorArenaError as exc:

@@ -16,10 +16,10 @@ from typing import Any
 
 from tensorarena.adaptors.counting import Counting
 from tensorarena.debug import check
+from tensorarena.learned.fallback import SegregatedFallback
 from tensorarena.learned.plan_cache import PlanCache
 from tensorarena.learned.report import FallbackReason, LearnedPlansReport
 from tensorarena.learned.step_finder import StepFinder
-from tensorarena.memory.pool import Pool
 from tensorarena.stats import Count, MemoryStatistics
 
 __all__ = ["LearnedStatistics"]
@@ -30,7 +30,7 @@ class LearnedStatistics:
 
     _lock: threading.RLock
     _meter: Counting
-    _pool: Pool
+    _pool: SegregatedFallback
     _plans: PlanCache
     _finder: StepFinder | None
     _blocks: dict[int, Any]

@@ -3,10 +3,11 @@ later runs from one planned arena.
 
 A training step, a decode step or a fixed-shape request allocates the same sizes in the same
 order every time. The first run of a step is *recorded* (sizes, alignments, order, lifetimes on
-a logical clock; :mod:`~tensorarena.learned.recording`) and served by a dynamic
-:class:`~tensorarena.memory.Pool`. At the step marker (:meth:`LearnedPlans.step`, or leaving
-:meth:`LearnedPlans.step_scope`) the recording is planned by :mod:`tensorarena.planning` under a
-node budget (the same plan on any machine), and every later step whose first allocations have
+a logical clock; :mod:`~tensorarena.learned.recording`) and served by a dynamic pool (the
+fallback memory of :mod:`~tensorarena.learned.fallback`). At the step marker
+(:meth:`LearnedPlans.step`, or leaving :meth:`LearnedPlans.step_scope`) the recording is
+planned by :mod:`tensorarena.planning` under a node budget (the same plan on any machine),
+and every later step whose first allocations have
 the recorded sizes is served from one arena taken from the upstream in one piece: the i-th
 allocation gets its planned offset when its size matches (the matching rule and the
 never-alias rule: :mod:`~tensorarena.learned.step_plan`). Whatever cannot be served from a slot
@@ -34,9 +35,12 @@ Design choices, and what they cost:
   from the third step on the gradients have slots too and the arena is the whole footprint.
 * **Memory back to the system.** At every marker after a plan exists, the pool gives its empty
   arenas back (``trim()``), and again before a plan takes its arena, so the steady state does
-  not carry the first step's pool; a block that outlived its step keeps only its own pool
-  arena. :meth:`LearnedPlans.report` gives the peak reserved since the last new plan began to
-  serve (the steady state) apart from the whole run's.
+  not carry the first step's pool. What outlives the first step (an optimizer's state, made
+  among that step's temporaries) costs about its own bytes: the pool is segregated, a large
+  block in a region of its own and small ones in small arenas by class of size
+  (:mod:`~tensorarena.learned.fallback`), so that no lasting block pins an arena the step's
+  temporaries filled. :meth:`LearnedPlans.report` gives the peak reserved since the last new
+  plan began to serve (the steady state) apart from the whole run's.
 * **Without markers** (``detect_steps=True``): the steps are found by
   :class:`~tensorarena.learned.step_finder.StepFinder` and planned from the last period seen,
   so a trace can be replayed with no markers (``tensorarena replay --strategy learned``).
@@ -66,6 +70,7 @@ from tensorarena.errors import (
     SizeMismatchError,
 )
 from tensorarena.learned._learned_statistics import LearnedStatistics
+from tensorarena.learned.fallback import SegregatedFallback
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
 from tensorarena.learned.recording import Recorder, StepRecording
@@ -73,7 +78,6 @@ from tensorarena.learned.report import FallbackReason
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
 from tensorarena.memory.host import HostMemory
-from tensorarena.memory.pool import Pool
 from tensorarena.memory.resource import (
     DEFAULT_ALIGNMENT,
     MemoryKind,
@@ -118,12 +122,13 @@ class LearnedPlans(LearnedStatistics):
     """A resource that learns a plan from the first run of a repeating step (module docstring).
 
     ``upstream`` gives the bytes (default :class:`~tensorarena.memory.HostMemory`): the arenas
-    in one piece each, and the dynamic pool's arenas (``strategy``, default best fit, default
-    growth). ``max_patterns`` plans at most, looked up by the sizes of a step's first
-    ``key_length`` allocations; ``lookahead`` bounds how far a step may stray from its
-    recording's order and still be served. ``node_limit`` is the planner's budget per plan.
-    ``detect_steps=True`` finds the steps without markers, with ``period_detector`` (default
-    ``PeriodDetector(max_period=65536)``: its options bound and tune the search).
+    in one piece each, and the fallback memory's regions and small arenas (``strategy``: the
+    small arenas' placement, default best fit). ``max_patterns`` plans at most, looked up by
+    the sizes of a step's first ``key_length`` allocations; ``lookahead`` bounds how far a
+    step may stray from its recording's order and still be served. ``node_limit`` is the
+    planner's budget per plan. ``detect_steps=True`` finds the steps without markers, with
+    ``period_detector`` (default ``PeriodDetector(max_period=65536)``: its options bound and
+    tune the search).
     """
 
     def __init__(
@@ -156,7 +161,7 @@ class LearnedPlans(LearnedStatistics):
             raise InvalidArgumentError(
                 f"period_detector must be a PeriodDetector, got {period_detector!r}")
         self._finder = StepFinder(period_detector) if detect_steps else None
-        self._pool = Pool(self._meter, strategy=strategy, initial_size=0, thread_safe=False)
+        self._pool = SegregatedFallback(self._meter, strategy=strategy)
         self._lock = threading.RLock()
         self._closed = False
         self._blocks: dict[int, _Block] = {}

@@ -15,7 +15,10 @@ allocation falls back, so the rule holds whatever the caller does, not just when
 **Matching** (:class:`StepCursor`). The i-th allocation of a step takes slot i when its size
 matches. When it does not, the cursor looks for a slot of that size among the slots it skipped
 in this step and then up to ``lookahead`` slots ahead (a deleted or swapped allocation), jumps
-there and remembers what it skipped. When nothing of that size is near, the allocation falls
+there and remembers what it skipped. Positions whose allocation outlived the recording have no
+slot: the search passes over them without counting them, so a later step that no longer makes
+the first step's lasting state (an optimizer's, made once) finds the slots past that burst
+instead of falling back for the rest of it. When nothing of that size is near, the allocation falls
 back and the cursor stays: the next allocation may realign (an inserted allocation), or be found
 one ahead (a changed size). Matching never stops for the rest of a step: a step that differs in
 one place is served everywhere else.
@@ -95,6 +98,15 @@ class StepPlan:
         self.cyclic = cyclic is not None
         self.size_set = frozenset(self.sizes)
         self.offsets: tuple[int | None, ...] = tuple(offsets)
+        # For matching out of order: the slots of each size, in order, and how many slots come
+        # before each position (the allocations that outlived the recording have none).
+        self._slots_of: dict[int, list[int]] = {}
+        before = [0]
+        for i, (size, planned) in enumerate(zip(self.sizes, offsets, strict=True)):
+            if planned is not None:
+                self._slots_of.setdefault(size, []).append(i)
+            before.append(before[-1] + (planned is not None))
+        self._slots_before = before
         self.height = made.height
         self.lower_bound = problem.lower_bound()
         self.optimal = made.optimal
@@ -114,6 +126,19 @@ class StepPlan:
         return (f"StepPlan(allocations={len(self.sizes)}, planned={self.planned}, "
                 f"height={self.height}, lower_bound={self.lower_bound}, "
                 f"live={len(self.occupancy)})")
+
+    def next_slot(self, nbytes: int, position: int, lookahead: int) -> int | None:
+        """The first position after ``position`` with a slot of ``nbytes`` bytes, if fewer than
+        ``lookahead`` slots lie between (positions without a slot are passed over free)."""
+        slots = self._slots_of.get(nbytes)
+        if not slots:
+            return None
+        k = bisect.bisect_right(slots, position)
+        if k == len(slots):
+            return None
+        found = slots[k]
+        before = self._slots_before
+        return found if before[found] - before[position + 1] < lookahead else None
 
     def matches_prefix(self, observed: list[int]) -> bool:
         """True if the step's first allocations had the sizes ``observed``."""
@@ -151,13 +176,14 @@ class StepCursor:
             if found is not None:
                 del self._skipped[found]
             else:
-                end = min(len(sizes), position + 1 + self._lookahead)
-                found = next((j for j in range(position + 1, end) if sizes[j] == nbytes), None)
+                found = plan.next_slot(nbytes, position, self._lookahead)
                 if found is None:
                     return (FallbackReason.ORDER_MISMATCH if nbytes in plan.size_set
                             else FallbackReason.SIZE_MISMATCH)
+                offsets = plan.offsets
                 for j in range(position, found):
-                    self._skipped[j] = None
+                    if offsets[j] is not None:
+                        self._skipped[j] = None
                 while len(self._skipped) > self._lookahead:
                     del self._skipped[next(iter(self._skipped))]
                 self.position = found + 1

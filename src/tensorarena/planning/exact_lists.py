@@ -2,11 +2,11 @@
 
 The same search as :class:`~tensorarena.planning.exact_node.Search`, technique for technique and
 node for node (the tests check that both visit the same number of nodes and find the same
-offsets), for problems without pinned buffers whose section table is small. The NumPy node's
-cost on minimalloc's challenging suite is nearly all the overhead of calling NumPy on arrays of
-a few hundred elements (bench/RESULTS.md); here every loop is over ``list[int]`` and compiles, with
-the
-compiled build, to C loops over native integers. Interpreted (the pure build), the same loops are
+offsets), for problems whose section table is small, pinned buffers included (the NumPy node's
+rule, :mod:`~tensorarena.planning.exact_pins`). The NumPy node's cost on minimalloc's challenging
+suite is nearly all the overhead of calling NumPy on arrays of a few hundred elements
+(bench/RESULTS.md); here every loop is over ``list[int]`` and compiles, with the compiled build,
+to C loops over native integers. Interpreted (the pure build), the same loops are
 slower than NumPy, so :class:`~tensorarena.planning.exact_search.Solver` uses this module only
 when it runs compiled (:func:`compiled`), unless asked otherwise.
 
@@ -36,6 +36,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, final
+
+from tensorarena.planning.exact_pins import unblocked
 
 if TYPE_CHECKING:  # native 64-bit integers for mypyc; plain ints interpreted
     from mypy_extensions import i64
@@ -146,11 +148,16 @@ class ListSearch:
         stored: list[int],
         tick: Callable[[int], None] | None,
         limits: tuple[int, int, int, int, int],
+        pin: list[int],
     ) -> None:
         (self.canonical, inference, dominance, self.floors, self.decompose, self.fresh_windows,
          self.remember, self.use_nogoods) = switches
         self.inference = inference and self.canonical
         self.dominance = dominance and self.canonical
+        self.pin = pin  # each buffer's pinned offset, -1 for a free one
+        self.pinned = any(p >= 0 for p in pin)
+        if self.pinned:  # these assume every buffer can go at its lowest offset
+            self.dominance = self.decompose = self.use_nogoods = False
         n = len(size)
         self.n = n
         self.cap = capacity
@@ -251,6 +258,10 @@ class ListSearch:
         keys: list[int] = []
         smallest = _NEVER
         lowest_top = _NEVER
+        pinned = self.pinned
+        pin = self.pin
+        pins: list[int] = []  # the unplaced pinned buffers
+        pin_bar = _NEVER  # the lowest key among them
         # The constants as native locals (mypyc boxes a module constant this large).
         mask: i64 = _MASK
         k1: i64 = _K1
@@ -272,6 +283,19 @@ class ListSearch:
                 continue
             value = offsets[i]
             v: int = value
+            if pinned and pin[i] >= 0:
+                # Tried at its pin only; dead once something placed overlaps it or the
+                # canonical order has passed it.
+                value = pin[i]
+                if v > value:
+                    return EXHAUSTED
+                v = value
+                pin_key = v * n + rank[i]
+                if canonical and pin_key <= last_key:
+                    return EXHAUSTED
+                pins.append(i)
+                if pin_key < pin_bar:
+                    pin_bar = pin_key
             kept.append(item)
             lows.append(value)
             nbytes = size[i]
@@ -309,6 +333,9 @@ class ListSearch:
                 self.hits += 1
                 return EXHAUSTED
         keys.sort()
+        if pins:
+            keys = unblocked(keys, n, by_rank, pins, pin, size, self.first, self.last,
+                             pin_bar if canonical else -1)
         if self.dominance:
             # Keys are offset * n + rank (rank < n): offset < lowest_top is key < lowest_top * n.
             bar = lowest_top * n

@@ -102,8 +102,8 @@ class Solver:
     """The decision search with a set of techniques (:class:`SolverParams`).
 
     ``engine`` picks the node's implementation (:data:`ENGINES`); by default the list engine
-    when it runs compiled (mypyc), NumPy's otherwise. Problems with pinned buffers, or whose
-    section table is too large, always take NumPy's. The engine changes the speed, never the
+    when it runs compiled (mypyc), NumPy's otherwise. Problems whose section table is too
+    large always take NumPy's. The engine changes the speed, never the
     nodes visited or the answer.
     """
 
@@ -220,8 +220,6 @@ class Solver:
         """The list engine's inputs when it is the one to run, else None."""
         if self.engine == "numpy" or (self.engine is None and not exact_lists.compiled()):
             return None
-        if bool((sections.pin >= 0).any()):
-            return None
         table = section_members(sections)
         if table is None:
             return None
@@ -246,6 +244,7 @@ class _ListInputs:
         self.overlaps: list[list[int]] = [ov.tolist() for ov in sections.overlaps]
         self.by_section: list[int] = table[0].tolist()
         self.section_start: list[int] = table[1].tolist()
+        self.pin: list[int] = sections.pin.tolist()
 
     def search(self, capacity: int, rank: IntArray, heuristic: str, deadline: float,
                failed: dict[int, int], nogoods: dict[int, tuple[int, ...]],
@@ -257,4 +256,4 @@ class _ListInputs:
         return ListSearch(self.switches, capacity, self.size, self.align, self.first, self.last,
                           self.width, self.overlaps, sec.total.tolist(), sec.cuts.tolist(),
                           self.by_section, self.section_start, rank.tolist(), heuristic,
-                          deadline, failed, nogoods, stored, tick, limits)
+                          deadline, failed, nogoods, stored, tick, limits, self.pin)

@@ -70,6 +70,7 @@ from tensorarena.planning.problem import (
     lower_bound,
 )
 from tensorarena.planning.progress import ProgressCallback, Reporter
+from tensorarena.planning.repair import repaired_plan
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
@@ -99,7 +100,9 @@ DEFAULT_TIME_LIMIT = 300.0
 
 # Windowed repair (:mod:`~tensorarena.planning.repair`) is not a stage of ``auto``: on the large
 # traces it was meant for (pangu_2.6B, S_1) it lowered nothing and cost ~17 s of pangu's 30
-# (bench/window_repair.py). Call :func:`~tensorarena.planning.repair.repair` on a plan to try it.
+# (bench/window_repair.py), and their excess is not local to any window it can search
+# (bench/RESULTS.md). ``plan(..., repair=True)`` (``tensorarena plan --repair``) runs it after
+# any planner; :func:`~tensorarena.planning.repair.repair` takes any plan.
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +346,7 @@ def plan(
     minimize: bool = False,
     progress: ProgressCallback | None = None,
     params: SolverParams | None = None,
+    repair: bool = False,
 ) -> Plan:
     """Plan offsets for ``problem`` with the named planner (see the module docstring).
 
@@ -358,8 +362,11 @@ def plan(
     asks for a proof of optimality). ``progress`` is called with a
     :class:`~tensorarena.planning.progress.Progress` as planning goes. ``params``
     (:class:`~tensorarena.planning.exact_params.SolverParams`) switches the exact search's
-    techniques on and off. The plan's ``statistics`` say how long it all took, the nodes the
-    exact search visited and the best lower bound known (``bound``).
+    techniques on and off. ``repair=True`` then lowers the plan by exact searches over the
+    time windows around its peak (:func:`~tensorarena.planning.repair.repair`, on its own node
+    budget, within what is left of ``time_limit``); off by default, as it gains nothing on
+    most plans and costs search time on large ones. The plan's ``statistics`` say how long it
+    all took, the nodes the searches visited and the best lower bound known (``bound``).
 
     Bad arguments raise before any planning: :class:`~tensorarena.errors.UnknownNameError`,
     :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time or node
@@ -378,6 +385,8 @@ def plan(
         check_alignment(alignment)
     if not isinstance(minimize, bool):
         raise InvalidArgumentError(f"minimize must be a bool, got {minimize!r}")
+    if not isinstance(repair, bool):
+        raise InvalidArgumentError(f"repair must be a bool, got {repair!r}")
     check_progress(progress)
     if params is not None and not isinstance(params, SolverParams):
         raise InvalidArgumentError(f"params must be a SolverParams, got {type(params).__name__}")
@@ -409,6 +418,9 @@ def plan(
         )
     start = time.perf_counter()
     result = PLANNERS[planner](problem, options)
+    if repair:
+        left = max(0.0, options.time_limit - (time.perf_counter() - start))
+        result = repaired_plan(problem, result, time_limit=left, alignment=alignment)
     peak = lower_bound(problem)
     measured = result.statistics or PlanStatistics(seconds=0.0, lower_bound=peak)
     bound = measured.bound or aligned_lower_bound(problem, alignment)

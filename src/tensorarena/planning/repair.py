@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorarena.planning.bounds import aligned_lower_bound
+from tensorarena.planning.budget import StopReason
 from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.options import (
     check_node_limit,
@@ -31,7 +32,7 @@ from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.planning.validate import validate
 from tensorarena.sizes import check_alignment
 
-__all__ = ["MARGINS", "REPAIR_NODES", "WINDOW_NODES", "RepairResult", "repair"]
+__all__ = ["MARGINS", "REPAIR_NODES", "WINDOW_NODES", "RepairResult", "repair", "repaired_plan"]
 
 #: Ticks added on each side of the span of the buffers that reach the height, in this order.
 MARGINS: tuple[int, ...] = (0, 2, 8, 32, 128)
@@ -47,12 +48,15 @@ MAX_WINDOW_BUFFERS = 2_500
 @dataclass(frozen=True, slots=True)
 class RepairResult:
     """The repaired plan (``plan``; the input plan when nothing lower was found), the nodes
-    searched, the windows tried and how many of them lowered the plan."""
+    searched, the windows tried, how many of them lowered the plan, and what ended the repair:
+    the bound reached (``PROVEN``), every window tried (``COMPLETE``), the node budget
+    (``BUDGET``) or the clock (``TIME_LIMIT``: the answer may differ on another machine)."""
 
     plan: Plan
     nodes: int
     windows: int
     improved: int
+    stopped_by: StopReason = StopReason.COMPLETE
 
 
 def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODES,
@@ -77,26 +81,54 @@ def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODE
     bound = aligned_lower_bound(problem, alignment)
     nodes = windows = improved = 0
     margins = list(MARGINS)
+    stopped = StopReason.COMPLETE
     while margins and best.height > bound:
         if nodes_left is not None and nodes >= nodes_left:
+            stopped = StopReason.BUDGET
             break
         left = seconds - (time.perf_counter() - started)
         if left <= 0:
+            stopped = StopReason.TIME_LIMIT
             break
         window = _window(problem, best, margins.pop(0))
         if window is None:
             continue
         budget = WINDOW_NODES if nodes_left is None else min(WINDOW_NODES, nodes_left - nodes)
         windows += 1
-        lowered, spent = _solve_window(problem, best, window, budget, left, alignment)
+        lowered, spent, timed_out = _solve_window(problem, best, window, budget, left,
+                                                  alignment)
         nodes += spent
+        if timed_out:
+            stopped = StopReason.TIME_LIMIT
         if lowered is not None:
             best = lowered
             improved += 1
             margins = list(MARGINS)  # a new peak: look around it afresh
     if best is not plan:
         best = Plan(problem, best.offsets, planner=f"windowed_repair:{plan.planner}")
-    return RepairResult(best, nodes, windows, improved)
+    if best.height <= bound:
+        stopped = StopReason.PROVEN
+    return RepairResult(best, nodes, windows, improved, stopped)
+
+
+def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
+                  alignment: int | None = None) -> Plan:
+    """``plan`` after :func:`repair` on its default node budget, with ``plan``'s statistics
+    counting the repair's nodes too (what :func:`~tensorarena.planning.plan` returns when asked
+    to ``repair``)."""
+    result = repair(problem, plan, time_limit=time_limit, alignment=alignment)
+    found = result.plan
+    statistics = plan.statistics
+    if statistics is not None:
+        stopped = statistics.stopped_by
+        if result.stopped_by is StopReason.PROVEN or (
+                result.stopped_by is StopReason.TIME_LIMIT and stopped is not StopReason.PROVEN):
+            stopped = result.stopped_by
+        statistics = replace(statistics, nodes=statistics.nodes + result.nodes,
+                             stopped_by=stopped)
+    optimal = plan.optimal or found.height <= aligned_lower_bound(problem, alignment)
+    return Plan(problem, found.offsets, planner=found.planner, optimal=optimal,
+                statistics=statistics)
 
 
 def _window(problem: Problem, plan: Plan, margin: int) -> tuple[int, int] | None:
@@ -110,8 +142,9 @@ def _window(problem: Problem, plan: Plan, margin: int) -> tuple[int, int] | None
 
 
 def _solve_window(problem: Problem, plan: Plan, window: tuple[int, int], budget: int,
-                  seconds: float, alignment: int | None) -> tuple[Plan | None, int]:
-    """(the merged plan if the window's search lowered the height, else None; nodes spent)."""
+                  seconds: float, alignment: int | None) -> tuple[Plan | None, int, bool]:
+    """(the merged plan if the window's search lowered the height, else None; nodes spent;
+    whether the clock ended the search)."""
     t0, t1 = window
     height = plan.height
     offsets = list(plan.offsets)
@@ -135,7 +168,7 @@ def _solve_window(problem: Problem, plan: Plan, window: tuple[int, int], budget:
             local.append(Buffer(b.id, max(b.start, t0), min(b.end, t1), b.nbytes, b.alignment,
                                 o))
     if outside_top >= height or len(local) > MAX_WINDOW_BUFFERS or not free:
-        return None, 0
+        return None, 0, False
     sub = Problem(local, name=f"{problem.name}[{t0}:{t1})")
     if alignment is not None:
         sub = sub.with_alignment(alignment)
@@ -146,10 +179,11 @@ def _solve_window(problem: Problem, plan: Plan, window: tuple[int, int], budget:
     result = solve_exact(sub, capacity=height - 1, initial=seed, node_limit=budget,
                          time_limit=seconds)
     found = result.plan
+    timed_out = result.stopped_by is StopReason.TIME_LIMIT
     if found is None or max(found.height, outside_top) >= height:
-        return None, result.nodes
+        return None, result.nodes, timed_out
     for i, offset in zip(chosen, found.offsets, strict=True):
         offsets[i] = offset
     merged = Plan(problem, tuple(offsets))
     validate(problem, merged)
-    return merged, result.nodes
+    return merged, result.nodes, timed_out

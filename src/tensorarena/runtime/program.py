@@ -124,22 +124,28 @@ class PlannedProgram:
     @classmethod
     def from_module(cls, model: torch.nn.Module, args: Sequence[Any] = (),
                     kwargs: Mapping[str, Any] | None = None, *, dynamic_shapes: Any = None,
-                    strict: bool = False, **options: Any) -> PlannedProgram:
+                    strict: bool = False, isolate_export: bool | None = None,
+                    **options: Any) -> PlannedProgram:
         """Export ``model`` with ``torch.export.export`` (under ``no_grad``, in the mode it is
         in: call ``model.eval()`` first for inference) and plan the program; a model that cannot
         be exported raises :class:`ExportFailedError` carrying torch's error. A call with other
         non-tensor values (``n=5``) exports ``model`` again with them and plans that graph in
-        this workspace, kept like a shape's plan (:mod:`~tensorarena.runtime.variants`)."""
+        this workspace, kept like a shape's plan (:mod:`~tensorarena.runtime.variants`).
+        The export runs in a child process where it can (``isolate_export``; by default where
+        the platform forks, one Python thread runs and CUDA is not yet initialised), so that
+        what it imports and caches does not stay in this one
+        (:mod:`~tensorarena.runtime.export_process`)."""
         check_example(args, kwargs)
         ep = graph_sources.export_module(model, args, kwargs or {},
-                                         dynamic_shapes=dynamic_shapes, strict=strict)
+                                         dynamic_shapes=dynamic_shapes, strict=strict,
+                                         isolated=isolate_export)
         options.setdefault("name", type(model).__name__)
         program = cls.from_exported(ep, **options)
         layout = program._signature.layout
         if layout is not None and layout.baked:
             program._variants = exported_again(
                 model, cls.from_exported, layout, options, program.workspace,
-                dynamic_shapes=dynamic_shapes, strict=strict)
+                dynamic_shapes=dynamic_shapes, strict=strict, isolated=isolate_export)
         return program
 
     @classmethod

@@ -64,7 +64,7 @@ class Variants:
 
 def exported_again(model: Any, from_exported: Callable[..., Any], layout: CallLayout,
                    options: Mapping[str, Any], workspace: Any, *, dynamic_shapes: Any,
-                   strict: bool) -> Variants:
+                   strict: bool, isolated: bool | None = None) -> Variants:
     """The variants of a program exported from ``model`` with ``options``: each new set of
     values exported again and planned by ``from_exported`` in ``workspace``, whose resource
     and lock they share instead of making their own."""
@@ -73,7 +73,7 @@ def exported_again(model: Any, from_exported: Callable[..., Any], layout: CallLa
 
     def build(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> Any:
         again = export_module(model, call_args, call_kwargs, dynamic_shapes=dynamic_shapes,
-                              strict=strict)
+                              strict=strict, isolated=isolated)
         return from_exported(again, workspace=workspace, **shared)
 
     return Variants(build, layout, limit=options.get("max_plans", 8))

@@ -1,0 +1,279 @@
+"""``torch.export`` in a child process, so that what it leaves behind stays out of this one.
+
+An export imports several hundred modules this process never needs again (``torch.export``'s
+tracer pulls in ``aot_autograd``, its partitioners and ``networkx``) and fills caches that are
+never emptied: tens of megabytes of resident memory that stayed after every program built from
+it was deleted, more than a small model's whole plan. :func:`export_in_child` forks, exports
+there, and sends back the program with ``torch.export.save``; this process reads it with
+``torch.export.load``, which imports a score of modules and no tracer. The model's parameters and
+persistent buffers do not travel: the child sends each as a shape (a ``meta`` tensor). The copy
+read here gets the model's tensors back by name (constants that are the model's buffers too), the
+very objects an export made here would hold. Everything else (the graph, its symbolic shapes,
+constants the export lifted out of the code, the example inputs) travels as saved.
+
+The child runs only where it is safe and can help: where the platform forks, while this
+process runs one Python thread (a lock another thread holds at the fork would never be freed in
+the child) and before it has made a CUDA context (which a forked child cannot use). A program
+that ``torch.export.save`` cannot write (a custom class among its constants) or
+``torch.export.load`` cannot read gives ``None``: it is exported here. A failure of the export
+itself comes back as the error the same export raises here: its class, message and attributes,
+with torch's error and the model's frames as text in its cause (:class:`ExportProcessError`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import tensorarena.errors as error_classes
+from tensorarena._optional import load_torch
+from tensorarena.errors import ExportFailedError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ExportProcessError", "can_export_in_child", "export_in_child"]
+
+_OK, _FAILED, _UNSAVED = b"O", b"F", b"U"
+_LENGTH = struct.Struct("<Q")
+
+
+class ExportProcessError(Exception):
+    """The cause of an export error raised in the child: torch's error and traceback, as text."""
+
+
+def can_export_in_child() -> bool:
+    """Whether :func:`export_in_child` may fork here: a platform with ``fork``, one Python
+    thread, and no CUDA context yet (a forked child cannot use its parent's)."""
+    if not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    cuda = getattr(load_torch(), "cuda", None)
+    return not (cuda is not None and cuda.is_initialized())
+
+
+def export_in_child(export: Callable[[], torch.export.ExportedProgram],
+                    model: torch.nn.Module) -> torch.export.ExportedProgram | None:
+    """``export()`` run in a child process and read back here with ``model``'s tensors, or
+    ``None`` where the program cannot be saved (export it here). A failure of ``export()``
+    raises its error here; a child that dies raises :class:`ExportFailedError`."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        os.close(read_end)
+        _child(export, model, write_end)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            kind, payload = _receive(pipe)
+    finally:
+        status = _reap(pid)
+    if kind == _OK:
+        try:
+            return _load(payload, model)
+        except Exception:  # a program torch.export.load cannot read back is exported here
+            return None
+    if kind == _FAILED:
+        raise _error_from(payload)
+    if kind == _UNSAVED:
+        return None
+    raise ExportFailedError(
+        f"torch.export of {type(model).__name__} ran in a child process that ended before it "
+        f"answered ({_how_it_ended(status)}; out of memory?)\nWhat to try: "
+        "PlannedProgram.from_module(..., isolate_export=False) exports in this process")
+
+
+# ----------------------------------------------------------------------------------------------
+# The child
+# ----------------------------------------------------------------------------------------------
+
+
+def _child(export: Callable[[], torch.export.ExportedProgram], model: torch.nn.Module,
+           write_end: int) -> None:  # pragma: no cover - runs in the child
+    code = 0
+    try:
+        load_torch().set_num_threads(1)  # the parent's thread pool did not come with the fork
+        with os.fdopen(write_end, "wb") as pipe:
+            try:
+                ep = export()
+            except BaseException as exc:  # every failure goes to the parent
+                _send(pipe, _FAILED, _pickled_error(exc))
+            else:
+                try:
+                    data = _saved_without_weights(ep, model)
+                except Exception as exc:  # unsaved programs are exported there
+                    _send(pipe, _UNSAVED, str(exc).encode("utf-8", "replace"))
+                else:
+                    _send(pipe, _OK, data)
+    except BaseException:  # the parent sees a child without an answer
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _saved_without_weights(ep: torch.export.ExportedProgram, model: torch.nn.Module) -> bytes:
+    """``ep`` saved with each of ``model``'s parameters and persistent buffers replaced by its
+    shape: the names of the model's tensors to give back, then ``torch.export.save``'s bytes."""
+    th = load_torch()
+    own = _named_tensors(model)
+    moved: dict[str, list[str]] = {"state_dict": [], "constants": []}
+    # Constants (a non-persistent buffer among them) travel whole: torch.export.load cannot
+    # read one saved as a shape. The model's own are given back by name all the same.
+    moved["constants"] = [name for name, tensor in ep.constants.items() if own.get(name) is tensor]
+    with _swapped(ep._state_dict, own, moved["state_dict"]):
+        buffer = io.BytesIO()
+        th.export.save(ep, buffer)
+    names = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(names)) + names + buffer.getvalue()
+
+
+@contextmanager
+def _swapped(table: dict[str, Any], own: dict[str, Any], moved: list[str]) -> Iterator[None]:
+    """Each entry of ``table`` that is the model's own tensor under that name, replaced by a
+    ``meta`` tensor of its shape (a ``Parameter`` stays one) while the block runs."""
+    th = load_torch()
+    kept = dict(table)
+    for name, tensor in kept.items():
+        if own.get(name) is tensor:
+            shape = th.empty_like(tensor, device="meta")
+            if isinstance(tensor, th.nn.Parameter):
+                shape = th.nn.Parameter(shape, requires_grad=tensor.requires_grad)
+            table[name] = shape
+            moved.append(name)
+    try:
+        yield
+    finally:
+        table.update(kept)
+
+
+def _pickled_error(exc: BaseException) -> bytes:
+    """What the parent needs to raise ``exc`` as ours: class name, message, attributes, and
+    the cause's text (torch's error with the frames it kept)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    text = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    attributes = {k: v for k, v in vars(exc).items() if _picklable(v)}
+    return pickle.dumps((type(exc).__name__, str(exc), attributes, text))
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # anything unpicklable is left out
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# The parent
+# ----------------------------------------------------------------------------------------------
+
+
+def _send(pipe: Any, kind: bytes, payload: bytes) -> None:  # pragma: no cover - in the child
+    pipe.write(kind + _LENGTH.pack(len(payload)))
+    pipe.write(payload)
+
+
+def _receive(pipe: Any) -> tuple[bytes, bytes]:
+    head = pipe.read(1 + _LENGTH.size)
+    if len(head) < 1 + _LENGTH.size:
+        return b"", b""
+    (length,) = _LENGTH.unpack(head[1:])
+    payload = pipe.read(length)
+    return (head[:1], payload) if len(payload) == length else (b"", b"")
+
+
+def _reap(pid: int) -> int:
+    """Wait for the child; a ``KeyboardInterrupt`` here kills it first."""
+    try:
+        return os.waitpid(pid, 0)[1]
+    except BaseException:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise
+
+
+def _how_it_ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+def _load(payload: bytes, model: torch.nn.Module) -> torch.export.ExportedProgram:
+    """The program the child saved, with the model's own tensors where it sent shapes."""
+    th = load_torch()
+    (length,) = _LENGTH.unpack_from(payload)
+    moved: dict[str, list[str]] = pickle.loads(payload[_LENGTH.size:_LENGTH.size + length])
+    ep: torch.export.ExportedProgram = th.export.load(
+        io.BytesIO(payload[_LENGTH.size + length:]))
+    own = _named_tensors(model)
+    for name in moved["state_dict"]:
+        ep._state_dict[name] = own[name]
+    for name in moved["constants"]:
+        ep._constants[name] = own[name]
+    _restore_views(ep)
+    return ep
+
+
+def _restore_views(ep: torch.export.ExportedProgram) -> None:
+    """Give the read program's fake values the storages they share. A saved program keeps each
+    value's shape and strides but not which values are views of which (every value read back
+    has a storage of its own), and the planner finds views and in-place writes by shared
+    storages: the graph is run again on fake tensors, from the placeholders' values, with each
+    parameter and buffer made from the real tensor (tied weights share one, as in an export)."""
+    th = load_torch()
+    from torch._guards import detect_fake_mode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.get("val") for n in placeholders]
+    mode = detect_fake_mode(values)
+    if mode is None:
+        return
+    tensors = {**ep.state_dict, **ep.constants}
+    targets = {spec.arg.name: spec.target for spec in ep.graph_signature.input_specs
+               if getattr(spec.arg, "name", None) is not None and spec.target is not None}
+    for k, node in enumerate(placeholders):
+        real = tensors.get(targets.get(node.name, ""))
+        if isinstance(real, th.Tensor) and isinstance(values[k], th.Tensor):
+            values[k] = mode.from_tensor(real, static_shapes=True)
+    # Node by node as FakeTensorProp.propagate runs them, without the fx interpreter's progress
+    # bar: its tqdm starts a monitor thread, after which no export here could fork.
+    propagation = FakeTensorProp(ep.graph_module, mode)
+    propagation.env = {}
+    propagation.args_iter = iter(values)
+    with mode:
+        for node in ep.graph.nodes:
+            propagation.env[node] = propagation.run_node(node)
+    for node, value in zip(placeholders, values, strict=True):
+        node.meta["val"] = value
+
+
+def _error_from(payload: bytes) -> BaseException:
+    name, message, attributes, text = pickle.loads(payload)
+    cls = getattr(error_classes, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, error_classes.TensorArenaError)):
+        if name == "KeyboardInterrupt":
+            return KeyboardInterrupt()
+        cls = ExportFailedError
+        message = f"torch.export failed in its child process: {name}: {message}"
+    error: BaseException = cls.__new__(cls)
+    Exception.__init__(error, message)
+    vars(error).update(attributes)
+    error.__cause__ = ExportProcessError(text.rstrip())
+    return error
+
+
+def _named_tensors(model: torch.nn.Module) -> dict[str, Any]:
+    tensors: dict[str, Any] = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    return tensors

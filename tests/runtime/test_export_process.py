@@ -1,0 +1,198 @@
+"""torch.export in a child process (runtime.export_process): the same program as an export
+made here, the model's own tensors, the same errors, and torch.export's imports left out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorarena.errors import DataDependentError, ExportFailedError  # noqa: E402
+from tensorarena.runtime import PlannedProgram, export_process  # noqa: E402
+from tensorarena.runtime.exporting import export_module  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the child needs os.fork")
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.register_buffer("scale", torch.full((8,), 0.5), persistent=False)
+
+    def forward(self, x: Any) -> Any:
+        return torch.relu(self.norm(self.linear(x))) * self.scale + torch.tensor(1.0)
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+
+def _isolated(model: Any, *args: Any, **options: Any) -> Any:
+    return export_module(model, args, {}, isolated=True, strict=False, **options)
+
+
+def test_the_program_read_back_holds_the_models_own_parameters_and_buffers() -> None:
+    model = Block().eval()
+    ep = _isolated(model, torch.randn(4, 8), dynamic_shapes=None)
+    own = dict(model.named_parameters())
+    own.update(model.named_buffers())
+    assert ep.state_dict, "the program has parameters"
+    for name, tensor in ep.state_dict.items():
+        assert tensor is own[name], name
+    assert ep.constants["scale"] is model.scale  # a non-persistent buffer: a constant
+    lifted = [v for k, v in ep.constants.items() if k not in own]
+    assert [float(v) for v in lifted] == [1.0]  # lifted out of the code: travels as saved
+
+
+def test_a_planned_program_from_the_child_computes_what_eager_computes() -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    program = PlannedProgram.from_module(model, (x,), isolate_export=True)
+    assert torch.equal(program(x), model(x))
+    model.linear.weight.data.mul_(2)  # the program reads the model's weights, not a copy
+    assert torch.equal(program(x), model(x))
+
+
+def test_training_mode_buffer_updates_reach_the_models_buffers() -> None:
+    torch.manual_seed(0)
+    model, twin = Block().train(), Block().train()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(4, 8)
+    program = PlannedProgram.from_module(model, (x,), isolate_export=True)
+    with torch.no_grad():
+        expected = twin(x)
+    assert torch.equal(program(x), expected)
+    assert torch.equal(model.norm.running_mean, twin.norm.running_mean)
+    assert not torch.equal(model.norm.running_mean, torch.zeros(8))
+
+
+def test_dynamic_shapes_survive_the_trip() -> None:
+    model = Block().eval()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    program = PlannedProgram.from_module(model, (torch.randn(4, 8),), isolate_export=True,
+                                         dynamic_shapes=({0: batch},))
+    for n in (2, 4, 33):
+        x = torch.randn(n, 8)
+        assert torch.equal(program(x), model(x))
+
+
+def test_an_export_failure_in_the_child_raises_the_error_an_export_here_raises() -> None:
+    x = torch.randn(3)
+    with pytest.raises(DataDependentError) as here:
+        export_module(Branchy(), (x,), {}, dynamic_shapes=None, strict=False, isolated=False)
+    with pytest.raises(DataDependentError) as there:
+        _isolated(Branchy(), x, dynamic_shapes=None)
+    assert str(there.value) == str(here.value)
+    assert there.value.where == here.value.where and "forward" in there.value.where
+    cause = there.value.__cause__
+    assert isinstance(cause, export_process.ExportProcessError)
+    assert type(here.value.__cause__).__name__ in str(cause)
+
+
+def test_a_child_that_dies_is_an_export_failure_naming_the_signal() -> None:
+    def killed() -> Any:
+        os.kill(os.getpid(), 9)
+
+    with pytest.raises(ExportFailedError, match="signal 9") as failure:
+        export_process.export_in_child(killed, Block())
+    assert "isolate_export=False" in str(failure.value)
+
+
+def test_a_program_that_cannot_be_saved_is_exported_here(monkeypatch: Any) -> None:
+    def unsaveable(ep: Any, model: Any) -> bytes:
+        raise TypeError("cannot save a custom class")
+
+    monkeypatch.setattr(export_process, "_saved_without_weights", unsaveable)  # the child forks it
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    assert export_process.export_in_child(lambda: torch.export.export(model, (x,)), model) is None
+    ep = _isolated(model, x, dynamic_shapes=None)  # exported here instead
+    assert torch.equal(ep.module()(x), model(x))
+
+
+def test_no_child_while_another_python_thread_runs() -> None:
+    assert export_process.can_export_in_child()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not export_process.can_export_in_child()
+    finally:
+        stop.set()
+        thread.join()
+    assert export_process.can_export_in_child()
+
+
+def test_the_default_export_leaves_torch_exports_tracer_out_of_this_process(
+        tmp_path: Any) -> None:
+    """Fails where the export runs in the process: the tracer imports aot_autograd."""
+    script = textwrap.dedent("""
+        import sys
+        import torch
+        from tensorarena.runtime import PlannedProgram
+
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+        x = torch.randn(2, 8)
+        program = PlannedProgram.from_module(model, (x,))
+        assert torch.equal(program(x), model(x))
+        print("tracer" if "torch._functorch.aot_autograd" in sys.modules else "clean")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "clean"
+
+
+def test_the_program_read_back_plans_as_an_export_here_plans() -> None:
+    """Views and in-place writes are found by shared fake storages, which a saved program
+    loses: without the views restored, GPT-2's views became buffers of their own."""
+    pytest.importorskip("transformers")
+    from tensorarena.planning.models import build_model
+    from tensorarena.planning.torch_frontend import problem_from_exported
+
+    model, (args, kwargs) = build_model("gpt2", size="tiny", batch=None, seq=None)
+    model.eval()
+    here = export_module(model, args, kwargs, dynamic_shapes=None, strict=False, isolated=False)
+    there = export_module(model, args, kwargs, dynamic_shapes=None, strict=False, isolated=True)
+    planned_here, planned_there = problem_from_exported(here), problem_from_exported(there)
+    assert planned_there.aliases == planned_here.aliases
+    assert planned_there.problem == planned_here.problem
+    assert planned_there.unplanned == planned_here.unplanned
+
+
+def test_a_model_whose_constants_are_its_own_buffers_comes_back_from_the_child() -> None:
+    """Llama's rotary ``inv_freq`` is a non-persistent buffer: a constant of the program. Sent
+    as a shape, torch.export.load could not read the program (and it was exported twice)."""
+    pytest.importorskip("transformers")
+    from tensorarena.planning.models import build_model
+
+    model, (args, kwargs) = build_model("llama", size="tiny", batch=None, seq=None)
+    model.eval()
+    ep = export_process.export_in_child(
+        lambda: export_module(model, args, kwargs, dynamic_shapes=None, strict=False,
+                              isolated=False), model)
+    assert ep is not None
+    own = dict(model.named_buffers(remove_duplicate=False))
+    shared = [name for name in ep.constants if name in own]
+    assert shared and all(ep.constants[name] is own[name] for name in shared)
+    with torch.no_grad():
+        assert torch.equal(ep.module()(*args, **kwargs).logits, model(*args, **kwargs).logits)
+
+
+def test_no_child_once_this_process_has_a_cuda_context(monkeypatch: Any) -> None:
+    assert export_process.can_export_in_child()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert not export_process.can_export_in_child()
