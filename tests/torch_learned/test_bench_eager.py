@@ -28,7 +28,9 @@ def test_learned_and_the_interleaved_timing_agree_with_torch_step_by_step(
     assert learned["peak_reserved"] >= learned["steady_reserved"]
     timing = _result(capsys, "gpt2", "timing", "5")
     assert timing["ms_default"] > 0 and timing["ms_learned"] > 0
+    assert timing["ms_learned_python"] > 0
     assert learned["fingerprints"] == timing["fingerprints"] == timing["fingerprints_default"]
+    assert timing["fingerprints_python"] == timing["fingerprints"]
     assert len(set(learned["fingerprints"])) == 5  # the loop trains: every step differs
 
 

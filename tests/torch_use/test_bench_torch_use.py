@@ -16,6 +16,7 @@ def test_the_bench_prints_every_configuration_and_size(shim: Any, capsys: Any) -
     assert main(["bench", "torch-use", "--json", "--iterations", "20", "--batches", "1"]) == 0
     document = json.loads(capsys.readouterr().out)
     times = document["ns_per_tensor"]
-    assert set(times) == {"torch", "route-slot", "route-default", "route-pool"}
+    assert set(times) == {"torch", "route-slot", "route-default", "route-pool", "learned-native",
+                          "learned-python"}
     assert all(set(sizes) == {"64", "4096", "1048576"} for sizes in times.values())
     assert all(value > 0 for sizes in times.values() for value in sizes.values())

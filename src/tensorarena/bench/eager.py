@@ -12,9 +12,13 @@ processes that ran nothing else: :mod:`tensorarena.bench.exec_subprocess`):
   (:mod:`tensorarena.trace.pytorch_like`) serving the same allocation stream, live;
 * ``glibc``: no route (torch's CPU allocator, malloc): resident-memory growth above the baseline
   taken after the model is built (``VmHWM``, reset through ``/proc/self/clear_refs``);
-* ``timing``: two copies of the model in one process, stepped in turn, one under torch's
-  allocator and one under ``learned()`` (its route installed for its step only): the median
-  step time of each, from the 4th step on.
+* ``timing``: three copies of the model in one process, stepped in turn, one under torch's
+  allocator, one under ``learned()`` and one under ``learned(native=False)`` (every allocation
+  a Python call to the plans), each route installed for its step only: the median step time of
+  each, from the 4th step on.
+
+``--threads N`` sets torch's intra-op threads in every process (default: torch's own), so that
+step times on a machine shared with other work are not dominated by oversubscribed threads.
 
 The *steady* window is every step after the first three (learning has settled by then: the
 first step is recorded, the second planned again cyclically, see :mod:`tensorarena.learned`).
@@ -174,41 +178,51 @@ def _timing(name: str, steps: int) -> dict[str, Any]:
     from tensorarena.torch import learned
 
     model, step = _loop(name)
-    twin = copy.deepcopy(model)
-    state, twin_state = _optimizer(model), _optimizer(twin)
-    times: dict[str, list[float]] = {"default": [], "learned": []}
-    fingerprints: dict[str, list[str]] = {"default": [], "learned": []}
-    steps_context = learned()
-    route = steps_context.route
-    route.uninstall()
+    twins = {"learned": copy.deepcopy(model), "learned_python": copy.deepcopy(model)}
+    states = {"default": _optimizer(model), **{k: _optimizer(m) for k, m in twins.items()}}
+    times: dict[str, list[float]] = {k: [] for k in states}
+    fingerprints: dict[str, list[str]] = {k: [] for k in states}
+    contexts = {"learned": learned(), "learned_python": learned(native=False)}
+    for context in contexts.values():
+        context.route.uninstall()
     for number in range(steps):
         start = time.perf_counter()
-        fingerprints["default"].append(step(model, number, state))
+        fingerprints["default"].append(step(model, number, states["default"]))
         times["default"].append(time.perf_counter() - start)
-        route.install()
-        start = time.perf_counter()
-        fingerprints["learned"].append(step(twin, number, twin_state))
-        steps_context.step()
-        times["learned"].append(time.perf_counter() - start)
-        route.uninstall()
-    steps_context.close()
+        for key, context in contexts.items():
+            context.route.install()
+            start = time.perf_counter()
+            fingerprints[key].append(step(twins[key], number, states[key]))
+            context.step()
+            times[key].append(time.perf_counter() - start)
+            context.route.uninstall()
+    for context in contexts.values():
+        context.close()
     medians = {k: statistics.median(v[WARM_STEPS:]) * 1e3 for k, v in times.items()}
     return {"ms_default": medians["default"], "ms_learned": medians["learned"],
+            "ms_learned_python": medians["learned_python"],
             "fingerprints_default": fingerprints["default"],
+            "fingerprints_python": fingerprints["learned_python"],
             "fingerprints": fingerprints["learned"]}
 
 
 def worker(argv: list[str]) -> None:
-    """A configuration's process: ``worker([model, config, steps])`` prints one JSON line."""
+    """A configuration's process: ``worker([model, config, steps, threads])`` prints one JSON
+    line (``threads``, optional: torch's intra-op threads; 0 or absent: torch's default)."""
     name, config, steps = argv[0], argv[1], int(argv[2])
+    if len(argv) > 3 and int(argv[3]) > 0:
+        import torch
+
+        torch.set_num_threads(int(argv[3]))
     result = _timing(name, steps) if config == "timing" else _memory(name, config, steps)
     print(json.dumps(result))
 
 
-def _in_process(name: str, config: str, steps: int, timeout: float) -> dict[str, Any]:
+def _in_process(name: str, config: str, steps: int, timeout: float, threads: int
+                ) -> dict[str, Any]:
     code = "import sys; from tensorarena.bench.eager import worker; worker(sys.argv[1:])"
     try:
-        done = subprocess.run([sys.executable, "-c", code, name, config, str(steps)],
+        done = subprocess.run([sys.executable, "-c", code, name, config, str(steps), str(threads)],
                               capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"skipped": f"ran past {timeout:.0f} s"}
@@ -221,12 +235,13 @@ def _in_process(name: str, config: str, steps: int, timeout: float) -> dict[str,
 
 # --- the whole run ------------------------------------------------------------------------------
 
-def measure(models: tuple[str, ...] = MODELS, *, steps: int = 6,
-            timeout: float = 600.0) -> dict[str, dict[str, Any]]:
-    """Every configuration of every model, each in a fresh process; the ratios per model."""
+def measure(models: tuple[str, ...] = MODELS, *, steps: int = 6, timeout: float = 600.0,
+            threads: int = 0) -> dict[str, dict[str, Any]]:
+    """Every configuration of every model, each in a fresh process; the ratios per model
+    (``threads``: torch's intra-op threads in each, 0: torch's default)."""
     results: dict[str, dict[str, Any]] = {}
     for name in models:
-        runs = {config: _in_process(name, config, steps, timeout)
+        runs = {config: _in_process(name, config, steps, timeout, threads)
                 for config in (*MEMORY_CONFIGS, "timing")}
         results[name] = {"runs": runs, **_ratios(runs)}
     return results
@@ -248,9 +263,11 @@ def _ratios(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     timing = runs["timing"]
     if "ms_default" in timing:
         out["step_time_ratio"] = round(timing["ms_learned"] / timing["ms_default"], 3)
+        out["step_time_ratio_python"] = round(
+            timing["ms_learned_python"] / timing["ms_default"], 3)
     prints = [r["fingerprints"] for r in runs.values() if "fingerprints" in r]
-    prints += [timing["fingerprints_default"]] if "fingerprints_default" in timing else []
-    out["bit_identical"] = len(prints) == len(runs) + 1 and all(p == prints[0] for p in prints)
+    prints += [timing[k] for k in ("fingerprints_default", "fingerprints_python") if k in timing]
+    out["bit_identical"] = len(prints) == len(runs) + 2 and all(p == prints[0] for p in prints)
     return out
 
 
@@ -262,6 +279,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a loop to run (repeatable; default all)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds per configuration's process")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch's intra-op threads per process (default: torch's)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -276,13 +295,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"--steps must be {WARM_STEPS + 2} at least (a steady window of two steps)")
         return 2
     models = tuple(args.model or MODELS)
-    results = measure(models, steps=args.steps, timeout=args.timeout)
+    results = measure(models, steps=args.steps, timeout=args.timeout, threads=args.threads)
     if args.json:
-        print(json.dumps({"build": build(), "steps": args.steps, "models": results}, indent=2))
+        print(json.dumps({"build": build(), "steps": args.steps, "threads": args.threads,
+                          "models": results}, indent=2))
         return 0
     print(f"steady reserved / steady live peak, {args.steps} steps ({WARM_STEPS} warm-up)")
     print(f"{'model':>7} {'live MiB':>9} {'learned':>8} {'pool':>6} {'pt_like':>8} "
-          f"{'glibc':>6} {'peak l/p':>9} {'time l/d':>9} {'ms dflt':>8} {'identical':>9}")
+          f"{'glibc':>6} {'peak l/p':>9} {'time l/d':>9} {'py l/d':>7} {'ms dflt':>8} "
+          f"{'identical':>9}")
     for name, r in results.items():
         def cell(value: float | None, width: int) -> str:
             return f"{'-' if value is None else f'{value:.2f}':>{width}}"
@@ -291,7 +312,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:>7} {cell(live and live / 2**20, 9)} {cell(r['steady_ratio_learned'], 8)}"
               f" {cell(r['steady_ratio_pool'], 6)} {cell(r['steady_ratio_pytorch_like'], 8)}"
               f" {cell(r['steady_ratio_glibc'], 6)} {cell(r.get('peak_learned_over_pool'), 9)}"
-              f" {cell(r.get('step_time_ratio'), 9)} {cell(timing.get('ms_default'), 8)}"
+              f" {cell(r.get('step_time_ratio'), 9)} {cell(r.get('step_time_ratio_python'), 7)}"
+              f" {cell(timing.get('ms_default'), 8)}"
               f" {'yes' if r['bit_identical'] else 'NO':>9}")
         for config, result in r["runs"].items():
             if "skipped" in result:

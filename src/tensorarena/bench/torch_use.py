@@ -6,7 +6,11 @@ that does almost nothing (one slot, handed out and taken back: ``route-slot``, t
 route itself: one Python call to ``allocate`` and one to ``deallocate`` per tensor, with the GIL
 held, see :mod:`tensorarena.torch.route`); the default resource (``route-default``: a thread cache
 over a pool, what ``use()`` takes when given none); a plain ``Pool(HostMemory())``, best fit
-(``route-pool``). Each configuration's loop is timed in batches; the median batch's ns per
+(``route-pool``); ``tensorarena.torch.learned()`` with each batch a step (``learned-native``:
+a step that repeats its plan is served in C++ with no Python call; ``learned-python``: the same
+with ``native=False``, a call to the plans per allocation), the step marker timed with the
+batch (it books what was served natively). Each configuration's loop is timed in batches; the
+median batch's ns per
 iteration (CPU time) is printed, with the overhead over torch's. Configurations take turns batch by
 batch, so a burst of load elsewhere on the machine hits them alike, and time is the thread's CPU
 time (``time.thread_time_ns``: the loop is single-threaded, and on a shared machine this leaves out
@@ -27,7 +31,10 @@ from tensorarena._version import build
 __all__ = ["configure", "main", "measure", "run"]
 
 SIZES = (64, 4096, 1 << 20)
-CONFIGS = ("torch", "route-slot", "route-default", "route-pool")
+CONFIGS = ("torch", "route-slot", "route-default", "route-pool", "learned-native",
+           "learned-python")
+#: Steps each learned configuration runs before it is timed (recorded, then planned again).
+LEARNED_WARM_STEPS = 3
 
 
 class _OneSlot:
@@ -60,6 +67,30 @@ def _loop(torch: Any, nbytes: int, iterations: int) -> int:
     return time.thread_time_ns() - start
 
 
+class _LearnedBatches:
+    """A ``learned()`` route whose every batch is one step; installed while a batch runs."""
+
+    def __init__(self, native: bool) -> None:
+        from tensorarena.torch import LearnedSteps
+
+        self.steps = LearnedSteps(native=native)
+        self.steps.install()
+        self.steps.route.uninstall()
+
+    def loop(self, torch: Any, nbytes: int, iterations: int) -> int:
+        route = self.steps.route
+        route.install()
+        start = time.thread_time_ns()
+        _loop(torch, nbytes, iterations)
+        self.steps.step()  # books what the route served natively: part of the price
+        elapsed = time.thread_time_ns() - start
+        route.uninstall()
+        return elapsed
+
+    def close(self) -> None:
+        self.steps.close()
+
+
 def measure(sizes: Sequence[int] = SIZES, *, iterations: int = 2000, batches: int = 15
             ) -> dict[str, dict[int, float]]:
     """Median ns per make-and-drop of a tensor of each size, per configuration."""
@@ -76,18 +107,29 @@ def measure(sizes: Sequence[int] = SIZES, *, iterations: int = 2000, batches: in
         "route-default": lambda: use(default_resource())}
     samples: dict[str, dict[int, list[float]]] = {c: {n: [] for n in sizes} for c in CONFIGS}
     for nbytes in sizes:
-        for config in CONFIGS:  # warm up: the shim built, the pools grown
+        learned = {"learned-native": _LearnedBatches(True),
+                   "learned-python": _LearnedBatches(False)}
+        for config in CONFIGS:  # warm up: the shim built, the pools grown, the steps planned
+            if config in learned:
+                for _ in range(LEARNED_WARM_STEPS):
+                    learned[config].loop(torch, nbytes, iterations)
+                continue
             route = routes[config]()
             _loop(torch, nbytes, 200)
             if route is not None:
                 route.uninstall()
         for _ in range(batches):
             for config in CONFIGS:
-                route = routes[config]()
-                elapsed = _loop(torch, nbytes, iterations)
-                if route is not None:
-                    route.uninstall()
+                if config in learned:
+                    elapsed = learned[config].loop(torch, nbytes, iterations)
+                else:
+                    route = routes[config]()
+                    elapsed = _loop(torch, nbytes, iterations)
+                    if route is not None:
+                        route.uninstall()
                 samples[config][nbytes].append(elapsed / iterations)
+        for batches_of in learned.values():
+            batches_of.close()
     return {c: {n: statistics.median(v) for n, v in by_size.items()}
             for c, by_size in samples.items()}
 
@@ -118,12 +160,13 @@ def run(args: argparse.Namespace) -> int:
                                             for c, r in results.items()}}, indent=2))
         return 0
     print(f"{'bytes':>9}  " + "  ".join(f"{c:>15}" for c in CONFIGS)
-          + "  slot - torch  default - torch")
+          + "  slot - torch  default - torch  native - torch")
     for nbytes in SIZES:
         cells = "  ".join(f"{results[c][nbytes]:>12.0f} ns" for c in CONFIGS)
         slot = results["route-slot"][nbytes] - results["torch"][nbytes]
         default = results["route-default"][nbytes] - results["torch"][nbytes]
-        print(f"{nbytes:>9}  {cells}  {slot:>9.0f} ns  {default:>12.0f} ns")
+        native = results["learned-native"][nbytes] - results["torch"][nbytes]
+        print(f"{nbytes:>9}  {cells}  {slot:>9.0f} ns  {default:>12.0f} ns  {native:>11.0f} ns")
     print(f"median of {batches} batches of {iterations} torch.empty + drop per configuration")
     return 0
 

@@ -56,11 +56,13 @@ struct Route {
   uint64_t bytes = 0, bytes_peak = 0, bytes_total = 0;
   uint64_t ooms = 0, free_failures = 0, deferred = 0;
   PyObject* last_error = nullptr;
+  Serving* serving = nullptr;  // learned plans' slots served with no Python call, if any
 };
 
 struct Block {
   Route* route;
   size_t nbytes;
+  ServingTable* served = nullptr;  // the table of a block its server gave (no Python call)
 };
 
 struct Pending {
@@ -91,6 +93,7 @@ void release(Route* route) {  // under the GIL
   Py_XDECREF(route->allocate);
   Py_XDECREF(route->deallocate);
   Py_XDECREF(route->last_error);
+  if (route->serving != nullptr) serving_release(route->serving);
   delete route;
 }
 
@@ -160,6 +163,65 @@ void give_back(Route* route, void* data, size_t nbytes) {
   drain();
 }
 
+// Count a block the route handed out (under the GIL): it holds a reference to the route.
+void count_allocated(Route* route, void* data, size_t nbytes) {
+  route->refs++;
+  route->blocks++;
+  route->blocks_total++;
+  if (route->blocks > route->blocks_peak) route->blocks_peak = route->blocks;
+  route->bytes += nbytes;
+  route->bytes_total += nbytes;
+  if (route->bytes > route->bytes_peak) route->bytes_peak = route->bytes;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, static_cast<int64_t>(nbytes), route->bytes,
+                                     route->bytes, c10::Device(c10::DeviceType::CPU));
+  }
+}
+
+// A slot from the route's server, kept in the table (under the GIL), or nullptr.
+void* serve_natively(Route* route, size_t nbytes) {
+  ServingTable* served = nullptr;
+  void* data = serving_take(route->serving, nbytes, route->alignment, &served);
+  if (data == nullptr) return nullptr;
+  bool kept;
+  {
+    std::lock_guard<std::mutex> guard(table_lock);
+    kept = table.emplace(data, Block{route, nbytes, served}).second;
+  }
+  if (!kept) {  // a live block has that address (never, by the plan): the Python call decides
+    serving_untake(route->serving, served, data);
+    return nullptr;
+  }
+  count_allocated(route, data, nbytes);
+  return data;
+}
+
+// A block the server gave is freed (under the GIL, nothing pending on the thread): its range
+// goes back with no Python call, unless its table was retired: then the Python side books it.
+void free_served(Route* route, const Block& block, void* data) {
+  bool tell = serving_free(route->serving, block.served, data);
+  route->blocks--;
+  route->bytes -= block.nbytes;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(block.nbytes), route->bytes,
+                                     route->bytes, c10::Device(c10::DeviceType::CPU));
+  }
+  if (tell && in_call == 0) {
+    in_call++;
+    PyObject* result = PyObject_CallNoArgs(serving_sync_callable(route->serving));
+    if (result == nullptr) {
+      route->free_failures++;
+      bool interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+      keep_error(route);
+      if (interrupted) PyErr_SetInterrupt();
+    }
+    Py_XDECREF(result);
+    in_call--;
+  }
+  release(route);
+  drain();
+}
+
 Route* current() {
   Route* route = this_thread;
   return route != nullptr ? route : every_thread.load(std::memory_order_acquire);
@@ -179,6 +241,13 @@ c10::DataPtr route_allocate(size_t nbytes) {
   if (route == nullptr || in_call != 0) {
     PyGILState_Release(gil);
     return c10::DataPtr();
+  }
+  if (route->serving != nullptr) {
+    void* served = serve_natively(route, nbytes);
+    if (served != nullptr) {
+      PyGILState_Release(gil);
+      return c10::DataPtr(served, served, &free_block, c10::Device(c10::DeviceType::CPU));
+    }
   }
   PyObject *saved_type, *saved_value, *saved_trace;
   PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
@@ -227,18 +296,7 @@ c10::DataPtr route_allocate(size_t nbytes) {
     }
   }
   if (address != 0) {
-    route->refs++;
-    route->blocks++;
-    route->blocks_total++;
-    if (route->blocks > route->blocks_peak) route->blocks_peak = route->blocks;
-    route->bytes += nbytes;
-    route->bytes_total += nbytes;
-    if (route->bytes > route->bytes_peak) route->bytes_peak = route->bytes;
-    if (c10::memoryProfilingEnabled()) {
-      c10::reportMemoryUsageToProfiler(reinterpret_cast<void*>(address),
-                                       static_cast<int64_t>(nbytes), route->bytes, route->bytes,
-                                       c10::Device(c10::DeviceType::CPU));
-    }
+    count_allocated(route, reinterpret_cast<void*>(address), nbytes);
   } else {
     route->ooms++;
   }
@@ -273,7 +331,12 @@ bool route_free(void* data) {
   }
   if (interpreter_gone()) return true;  // leaked: the resource's interpreter is going
   PyGILState_STATE gil = PyGILState_Ensure();
-  if (in_call != 0) {
+  if (block.served != nullptr) {  // its range goes back here, with no Python call
+    PyObject *saved_type, *saved_value, *saved_trace;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
+    free_served(block.route, block, data);
+    PyErr_Restore(saved_type, saved_value, saved_trace);
+  } else if (in_call != 0) {
     block.route->deferred++;
     pending.push_back(Pending{block.route, data, block.nbytes});
   } else {
@@ -357,6 +420,22 @@ PyObject* reset_route_peaks(PyObject*, PyObject* capsule) {
   route->bytes_peak = route->bytes;
   Py_RETURN_NONE;
 }
+
+}  // namespace
+
+bool route_attach_serving(PyObject* capsule, Serving* serving) {
+  Route* route = route_of(capsule);
+  if (route == nullptr) return false;
+  if (route->serving != nullptr) {
+    PyErr_SetString(PyExc_ValueError, "this route has a server already");
+    return false;
+  }
+  serving_hold(serving);
+  route->serving = serving;
+  return true;
+}
+
+namespace {
 
 PyObject* routed_blocks(PyObject*, PyObject*) {
   std::lock_guard<std::mutex> guard(table_lock);

@@ -392,7 +392,8 @@ PyMODINIT_FUNC PyInit_tensorarena_torch_cpu_shim() {
   using namespace tensorarena_shim;
   PyObject* created = PyModule_Create(&module);
   if (created == nullptr) return nullptr;
-  if (PyModule_AddFunctions(created, route_methods) != 0) {
+  if (PyModule_AddFunctions(created, route_methods) != 0 ||
+      PyModule_AddFunctions(created, serving_methods) != 0) {
     Py_DECREF(created);
     return nullptr;
   }

@@ -2,8 +2,9 @@
 //
 // _torch_cpu_shim.cpp: the at::Allocator itself, installing it, the deleter of its own blocks,
 // and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp: routing
-// every allocation to a Python resource while a route is set (tensorarena.torch.use). One
-// extension module serves both, so a program pays one compile and one allocator swap.
+// every allocation to a Python resource while a route is set (tensorarena.torch.use).
+// _torch_cpu_serving.cpp: a route's learned plans served with no Python call. One extension
+// module serves all three, so a program pays one compile and one allocator swap.
 #pragma once
 
 #include <Python.h>
@@ -11,6 +12,7 @@
 #include <c10/core/Allocator.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tensorarena_shim {
 
@@ -36,5 +38,24 @@ void routes_after_fork();
 
 // The module functions of routing, added to the extension's own.
 extern PyMethodDef route_methods[];
+
+// --- serving learned plans with no Python call (_torch_cpu_serving.cpp; all under the GIL) ---
+
+struct Serving;       // a route's server of learned plans' slots
+struct ServingTable;  // one plan's table and its arena's live ranges
+
+// Give the route of a route capsule its server (it takes a reference); false with an error set.
+bool route_attach_serving(PyObject* route_capsule, Serving* serving);
+// A slot for nbytes at the armed position, or nullptr; *table gets the block's table (counted).
+void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingTable** table);
+// Undo the last serving_take (the route could not keep the block).
+void serving_untake(Serving* serving, ServingTable* table, void* data);
+// A block serving_take gave is freed; true if the Python side must book it now (sync).
+bool serving_free(Serving* serving, ServingTable* table, void* data);
+// What the route calls (with no arguments) for that.
+PyObject* serving_sync_callable(Serving* serving);
+void serving_hold(Serving* serving);
+void serving_release(Serving* serving);
+extern PyMethodDef serving_methods[];
 
 }  // namespace tensorarena_shim

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tensorarena.planning.problem import Buffer, Problem
 
 __all__ = ["RecordedAllocation", "Recorder", "StepRecording"]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedAllocation:
+class RecordedAllocation(NamedTuple):
     """One allocation of a step: live during ``[start, end)`` on the step's clock; ``end`` is
-    ``None`` when the block outlived the step."""
+    ``None`` when the block outlived the step. (A named tuple, not a frozen dataclass: a step
+    makes one per allocation at its marker, and a frozen dataclass is several times dearer to
+    make, a visible part of a small model's step.)"""
 
     nbytes: int
     alignment: int
@@ -140,6 +142,20 @@ class Recorder:
         self._ends[index] = self._clock
         self._clock += 1
 
+    def book(self, sizes: list[int], alignment: int, starts: list[int], ends: list[int],
+             clock: int) -> None:
+        """Log what was logged elsewhere on this clock (a native server): the next allocations
+        (``sizes``, made at ``starts``), then ``ends`` (flat ``number, tick`` pairs); the clock
+        is ``clock`` after them."""
+        self._sizes += sizes
+        self._alignments += [alignment] * len(sizes)
+        self._starts += starts
+        self._ends += [None] * len(sizes)
+        ended = self._ends
+        for i in range(0, len(ends), 2):
+            ended[ends[i]] = ends[i + 1]
+        self._clock = clock
+
     def start_of(self, index: int) -> int:
         """The tick at which allocation ``index`` was made."""
         return self._starts[index]
@@ -151,9 +167,11 @@ class Recorder:
         last = len(self._sizes) if last is None else last
         until = self._clock if until is None else until
         base = self._starts[first] if 0 < first < last else 0  # a window starts at its first
-        allocations = tuple(
-            RecordedAllocation(
-                self._sizes[i], self._alignments[i], self._starts[i] - base,
-                None if (end := self._ends[i]) is None or end >= until else end - base)
-            for i in range(first, last))
+        make = tuple.__new__  # RecordedAllocation's fields, with no call of its __new__
+        allocations = tuple([
+            make(RecordedAllocation, (nbytes, alignment, start - base,
+                                      None if end is None or end >= until else end - base))
+            for nbytes, alignment, start, end in zip(
+                self._sizes[first:last], self._alignments[first:last],
+                self._starts[first:last], self._ends[first:last], strict=True)])
         return StepRecording(allocations, until - base)

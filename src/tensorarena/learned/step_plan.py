@@ -72,6 +72,10 @@ class Occupancy:
         del self._starts[i]
         del self._ends[i]
 
+    def ranges(self) -> list[tuple[int, int]]:
+        """The live ranges ``(lo, hi)``, by ``lo``."""
+        return list(zip(self._starts, self._ends, strict=True))
+
 
 class StepPlan:
     """Offsets for a recorded step's allocations in one arena, and the arena's live blocks."""

@@ -12,6 +12,8 @@
 ``learned()`` is :func:`~tensorarena.torch.use` over a :class:`~tensorarena.learned.LearnedPlans`
 made for the loop: the first step is recorded and planned, the later ones are served from one
 planned arena (the rules, and why nothing live is ever aliased: :mod:`tensorarena.learned`).
+A step that repeats its plan is served by the route in C++, with no Python call per allocation
+(:mod:`tensorarena.learned.native_serving`; ``native=False`` turns it off).
 ``steps.step()`` is a marker when called (the step before it ends there), and as a context it
 also marks the end of its body: a body that raises ends its step as failed (nothing is learned
 from it) and the exception goes on.
@@ -28,11 +30,13 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from tensorarena.errors import ResourceClosedError
+from tensorarena.errors import InvalidArgumentError, ResourceClosedError
+from tensorarena.interop import torch_cpu_shim
 from tensorarena.learned import LearnedPlans, LearnedPlansReport
+from tensorarena.learned.native_serving import NativeServing
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.stats import MemoryStatistics
-from tensorarena.torch.route import Route, Threads
+from tensorarena.torch.route import CPU_ALIGNMENT, Route, Threads
 
 __all__ = ["LearnedSteps", "StepScope", "learned"]
 
@@ -58,10 +62,14 @@ class LearnedSteps:
     """A route to learned plans, installed by :func:`learned` (module docstring)."""
 
     def __init__(self, upstream: MemoryResource | None = None, *, threads: Threads | None = None,
-                 **options: Any) -> None:
+                 native: bool = True, **options: Any) -> None:
+        if type(native) is not bool:
+            raise InvalidArgumentError(f"native must be a bool, got {native!r}")
         self._plans = LearnedPlans(upstream, **options)
         self._route = Route(self._plans, device="cpu", threads=threads)
         self._closed = False
+        self._native = native
+        self._server: NativeServing | None = None
 
     @property
     def plans(self) -> LearnedPlans:
@@ -72,6 +80,11 @@ class LearnedSteps:
     def route(self) -> Route:
         """The route that sends torch's allocations to :attr:`plans`."""
         return self._route
+
+    @property
+    def native_served(self) -> int:
+        """Allocations served in C++ with no Python call so far (0 with ``native=False``)."""
+        return 0 if self._server is None else self._server.served
 
     @property
     def upstream(self) -> MemoryResource:
@@ -88,6 +101,9 @@ class LearnedSteps:
         if self._closed:
             raise ResourceClosedError(f"{self!r} is closed: make another with learned()")
         self._route.install()
+        if self._native and self._server is None:
+            self._server = NativeServing(self._plans, torch_cpu_shim.extension(),
+                                         self._route.shim_handle, alignment=CPU_ALIGNMENT)
         return self
 
     def step(self, *, failed: bool = False) -> StepScope:
@@ -113,6 +129,8 @@ class LearnedSteps:
         self._route.uninstall()
         self._closed = True
         self._plans.close()
+        if self._server is not None:
+            self._server.close()
 
     def __enter__(self) -> LearnedSteps:
         if not self._route.installed:
@@ -130,13 +148,15 @@ class LearnedSteps:
 
 
 def learned(upstream: MemoryResource | None = None, *, threads: Threads | None = None,
-            **options: Any) -> LearnedSteps:
+            native: bool = True, **options: Any) -> LearnedSteps:
     """Serve torch's CPU allocations from plans learned from the first step, from now on;
     returns the installed :class:`LearnedSteps` (a context manager, or call
     :meth:`LearnedSteps.close`).
 
     ``upstream``: where the plans' memory comes from (default ``HostMemory()``); ``threads``:
-    as :func:`~tensorarena.torch.use`'s; ``options`` go to
-    :class:`~tensorarena.learned.LearnedPlans` (``max_patterns``, ``key_length``, ...).
+    as :func:`~tensorarena.torch.use`'s; ``native``: serve a step that repeats its plan in C++,
+    with no Python call per allocation (``False``: every allocation calls the plans);
+    ``options`` go to :class:`~tensorarena.learned.LearnedPlans` (``max_patterns``,
+    ``key_length``, ...).
     """
-    return LearnedSteps(upstream, threads=threads, **options).install()
+    return LearnedSteps(upstream, threads=threads, native=native, **options).install()

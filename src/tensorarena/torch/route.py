@@ -176,6 +176,12 @@ class Route:
         return self._threads
 
     @property
+    def shim_handle(self) -> Any:
+        """The compiled shim's handle of a CPU route (made when first installed), or ``None``:
+        what a native server of learned plans attaches to."""
+        return self._capsule
+
+    @property
     def installed(self) -> bool:
         """Whether the route is in place (it serves unless an inner route does)."""
         return self._installed
