@@ -200,3 +200,30 @@ def test_no_child_once_this_process_has_a_cuda_context(monkeypatch: Any) -> None
     assert export_process.can_export_in_child()
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert not export_process.can_export_in_child()
+
+
+def test_no_process_to_be_had_exports_here(monkeypatch: Any) -> None:
+    def refused() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    assert export_process.export_in_child(lambda: torch.export.export(model, (x,)), model) is None
+    ep = _isolated(model, x, dynamic_shapes=None)
+    assert torch.equal(ep.module()(x), model(x))
+
+
+def test_a_child_the_system_reaps_itself_still_answers() -> None:
+    """With SIGCHLD ignored the child is reaped at exit and waitpid finds no child."""
+    import signal
+
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        ep = _isolated(model, x, dynamic_shapes=None)
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+    assert ep.state_dict["linear.weight"] is model.linear.weight
+    assert torch.equal(ep.module()(x), model(x))

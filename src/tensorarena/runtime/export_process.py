@@ -25,12 +25,13 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import signal
 import struct
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import tensorarena.errors as error_classes
@@ -64,7 +65,12 @@ def export_in_child(export: Callable[[], torch.export.ExportedProgram],
         if stream is not None:
             stream.flush()
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to be had (a limit on processes, or memory): export here
+        os.close(read_end)
+        os.close(write_end)
+        return None
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         os.close(read_end)
         _child(export, model, write_end)
@@ -189,12 +195,17 @@ def _receive(pipe: Any) -> tuple[bytes, bytes]:
 
 
 def _reap(pid: int) -> int:
-    """Wait for the child; a ``KeyboardInterrupt`` here kills it first."""
+    """Wait for the child (its exit status; 0 where the system reaped it already: ``SIGCHLD``
+    ignored); a ``KeyboardInterrupt`` here kills it first."""
     try:
         return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return 0
     except BaseException:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
+        with suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with suppress(ChildProcessError):
+            os.waitpid(pid, 0)
         raise
 
 
