@@ -49,7 +49,7 @@ ROOT_NAMES = [
 ]
 
 #: The domains of the exception tree, in the order of errors.py's docstring and sections.
-DOMAINS = ["Arguments", "Memory", "Devices", "Planning", "Runtime", "Traces"]
+DOMAINS = ["Input", "Memory", "Devices", "Planning", "Runtime", "Traces"]
 
 #: Exceptions defined elsewhere on purpose, each with why: none reaches a user.
 INTERNAL_EXCEPTIONS = {

@@ -7,7 +7,7 @@ Every error derives from ``TensorArenaError``, every warning from ``TensorArenaW
 also is: a built-in one (``except ValueError`` keeps working) or ours from another domain.
 Each domain is a section of this module; a test holds this tree to the classes defined.
 
-Arguments: bad input to any layer
+Input: bad arguments to any layer
     InvalidArgumentError          ValueError      an option out of its range or of a wrong type
       UnknownNameError                            a name nothing answers to: ``kind``, ``known``
       InvalidDtypeError           TypeError       a dtype raw memory cannot hold
@@ -129,7 +129,7 @@ class TensorArenaWarning(UserWarning):
 
 
 # ------------------------------------------------------------------------------------------------
-# Arguments: bad input to any layer
+# Input: bad arguments to any layer
 # ------------------------------------------------------------------------------------------------
 
 class InvalidArgumentError(TensorArenaError, ValueError):
