@@ -25,6 +25,15 @@ from tensorarena.runtime.exporting import export_module  # noqa: E402
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the child needs os.fork")
 
 
+@pytest.fixture(autouse=True)
+def _no_thread_in_the_way() -> None:
+    """A thread an earlier test left running forbids the child (and would make these tests
+    check the export made here): said by name rather than failed on."""
+    if export_process.threads_in_the_way():
+        names = [t.name for t in export_process.threads_in_the_way()]
+        pytest.skip(f"threads left running by earlier tests forbid a fork: {names}")
+
+
 class Block(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -227,3 +236,24 @@ def test_a_child_the_system_reaps_itself_still_answers() -> None:
         signal.signal(signal.SIGCHLD, before)
     assert ep.state_dict["linear.weight"] is model.linear.weight
     assert torch.equal(ep.module()(x), model(x))
+
+
+def test_tqdms_progress_monitor_is_stopped_for_the_fork_and_comes_back() -> None:
+    tqdm = pytest.importorskip("tqdm")
+    bar = tqdm.tqdm(total=1, disable=False, file=open(os.devnull, "w"))  # noqa: SIM115
+    try:
+        if tqdm.tqdm.monitor is None:
+            pytest.skip("tqdm started no monitor (monitor_interval is 0)")
+        assert export_process.can_export_in_child()
+        model = Block().eval()
+        x = torch.randn(4, 8)
+        ep = export_process.export_in_child(lambda: torch.export.export(model, (x,)), model)
+        assert ep is not None and torch.equal(ep.module()(x), model(x))
+        assert not any(type(t).__name__ == "TMonitor" for t in threading.enumerate())
+    finally:
+        bar.close()
+        bar.fp.close()
+    again = tqdm.tqdm(total=1, file=open(os.devnull, "w"))  # noqa: SIM115
+    assert tqdm.tqdm.monitor is not None and tqdm.tqdm.monitor.is_alive()
+    again.close()
+    again.fp.close()

@@ -12,12 +12,14 @@ very objects an export made here would hold. Everything else (the graph, its sym
 constants the export lifted out of the code, the example inputs) travels as saved.
 
 The child runs only where it is safe and can help: where the platform forks, while this
-process runs one Python thread (a lock another thread holds at the fork would never be freed in
-the child) and before it has made a CUDA context (which a forked child cannot use). A program
-that ``torch.export.save`` cannot write (a custom class among its constants) or
-``torch.export.load`` cannot read gives ``None``: it is exported here. A failure of the export
-itself comes back as the error the same export raises here: its class, message and attributes,
-with torch's error and the model's frames as text in its cause (:class:`ExportProcessError`).
+process runs no other Python thread (a lock another thread holds at the fork would never be
+freed in the child; tqdm's progress monitor, which FX and model downloads start, is stopped for
+the fork and comes back with the next progress bar) and before it has made a CUDA context
+(which a forked child cannot use). A program that ``torch.export.save`` cannot write (a custom
+class among its constants) or ``torch.export.load`` cannot read gives ``None``: it is exported
+here. A failure of the export itself comes back as the error the same export raises here: its
+class, message and attributes, with torch's error and the model's frames as text in its cause
+(:class:`ExportProcessError`).
 """
 
 from __future__ import annotations
@@ -41,26 +43,49 @@ from tensorarena.errors import ExportFailedError, ExportProcessError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["can_export_in_child", "export_in_child"]
+__all__ = ["can_export_in_child", "export_in_child", "threads_in_the_way"]
 
 _OK, _FAILED, _UNSAVED = b"O", b"F", b"U"
 _LENGTH = struct.Struct("<Q")
 
 
 def can_export_in_child() -> bool:
-    """Whether :func:`export_in_child` may fork here: a platform with ``fork``, one Python
-    thread, and no CUDA context yet (a forked child cannot use its parent's)."""
-    if not hasattr(os, "fork") or threading.active_count() != 1:
+    """Whether :func:`export_in_child` may fork here: a platform with ``fork``, no Python
+    thread but this one (tqdm's progress monitor aside: it is stopped for the fork), and no
+    CUDA context yet (a forked child cannot use its parent's)."""
+    if not hasattr(os, "fork") or threads_in_the_way():
         return False
     cuda = getattr(load_torch(), "cuda", None)
     return not (cuda is not None and cuda.is_initialized())
 
 
+def threads_in_the_way() -> list[threading.Thread]:
+    """The Python threads other than this one that forbid a fork (one may hold a lock the child
+    would need). tqdm's monitor is not among them: it only wakes progress bars, and tqdm
+    starts it again with the next bar; FX's interpreter and model downloads start one."""
+    me = threading.current_thread()
+    return [t for t in threading.enumerate() if t is not me and not _is_progress_monitor(t)]
+
+
+def _is_progress_monitor(thread: threading.Thread) -> bool:
+    return type(thread).__name__ == "TMonitor" and type(thread).__module__.startswith("tqdm")
+
+
+def _stop_progress_monitors() -> None:
+    """Stop tqdm's monitor threads (``TMonitor.exit`` sets their event and joins them)."""
+    for thread in threading.enumerate():
+        if _is_progress_monitor(thread):
+            thread.exit()  # type: ignore[attr-defined]
+
+
 def export_in_child(export: Callable[[], torch.export.ExportedProgram],
                     model: torch.nn.Module) -> torch.export.ExportedProgram | None:
     """``export()`` run in a child process and read back here with ``model``'s tensors, or
-    ``None`` where the program cannot be saved (export it here). A failure of ``export()``
-    raises its error here; a child that dies raises :class:`ExportFailedError`."""
+    ``None`` where no child can run or the program cannot be saved (export it here). A failure
+    of ``export()`` raises its error here; a child that dies raises :class:`ExportFailedError`."""
+    _stop_progress_monitors()
+    if threads_in_the_way():  # one started since the caller asked
+        return None
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()
