@@ -132,7 +132,7 @@ class PlannedProgram:
         non-tensor values (``n=5``) exports ``model`` again with them and plans that graph in
         this workspace, kept like a shape's plan (:mod:`~tensorarena.runtime.variants`).
         The export runs in a child process where it can (``isolate_export``; by default where
-        the platform forks, one Python thread runs and CUDA is not yet initialised), so that
+        the platform forks, no other Python thread runs and CUDA is not yet initialised), so that
         what it imports and caches does not stay in this one
         (:mod:`~tensorarena.runtime.export_process`)."""
         check_example(args, kwargs)
