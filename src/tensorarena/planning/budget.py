@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["DEFAULT_NODE_LIMIT", "DEFAULT_REORDER_STEPS", "DEFAULT_WORK_LIMIT", "StepBudget",
-           "StopReason"]
+__all__ = ["DEFAULT_NODE_LIMIT", "DEFAULT_REORDER_PLAN_NODES", "DEFAULT_REORDER_PLAN_WORK",
+           "DEFAULT_REORDER_STEPS", "DEFAULT_WORK_LIMIT", "StepBudget", "StopReason"]
 
 #: Exact-search nodes ``auto`` and ``exact`` may visit by default (all of their questions
 #: together): E of minimalloc's challenging suite needs ~192,000 at 2^20.
@@ -39,6 +39,13 @@ DEFAULT_WORK_LIMIT = 4_500_000_000
 #: network's nodes and edges, an exact state its window's nodes. 9-29 us a step on random graphs
 #: of 60-1,000 nodes on the loaded 2-core VM: 10-30 s, inside the 60 s outer bound.
 DEFAULT_REORDER_STEPS = 1_000_000
+
+#: Exact-search nodes and work units each plan :func:`~tensorarena.planning.reorder` makes at the
+#: end may spend, so that the plans, which choose among the orders, end by budget: on random
+#: graphs of 60-1,000 nodes under a second each on the loaded 2-core VM (pure build), inside
+#: the default two-second ``plan_time_limit``, which used to end them (and so pick the order).
+DEFAULT_REORDER_PLAN_NODES = 20_000
+DEFAULT_REORDER_PLAN_WORK = 200_000_000
 
 
 class StopReason(enum.Enum):
