@@ -1,0 +1,86 @@
+"""What ends :func:`tensorarena.planning.reorder` at its defaults: the budget or the clock.
+
+On random DAGs (each node makes one buffer used by one to three later nodes; the tests' graphs),
+every graph is reordered twice, under the default ``plan_time_limit`` and under one that cannot
+bind, and the script prints what ended the search over orders (and its steps), what ended the
+plan that picked the order (its nodes and work units), the seconds, and whether both runs chose
+the same order and plan. ``--no-plan-budget`` runs the plans without their node and work budgets
+(``plan_node_limit=None, plan_work_limit=None``: the behaviour before they had one).
+
+    python bench/reorder_budget.py [--sizes 60,300] [--seeds 0-8] [--no-plan-budget]
+
+A benchmark: it asserts nothing, and its seconds depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import random
+import time
+
+from tensorarena.planning.op_graph import OpGraph
+from tensorarena.planning.reorder import reorder
+
+
+def random_graph(seed: int, n: int) -> OpGraph:
+    """A random DAG: each node makes one buffer, used by one to three later nodes."""
+    rng = random.Random(seed)
+    preds: list[set[int]] = [set() for _ in range(n)]
+    uses: list[list[int]] = [[] for _ in range(n)]
+    for b in range(n - 1):
+        for u in rng.sample(range(b + 1, n), min(n - 1 - b, rng.randint(1, 3))):
+            preds[u].add(b)
+            uses[u].append(b)
+    return OpGraph(
+        names=tuple(f"n{v}" for v in range(n)),
+        preds=tuple(tuple(sorted(p)) for p in preds),
+        produces=tuple((v,) for v in range(n)),
+        uses=tuple(tuple(sorted(u)) for u in uses),
+        buffer_ids=tuple(f"b{v}" for v in range(n)),
+        sizes=tuple(rng.randint(1, 9) * 16 for _ in range(n)),
+        outputs=frozenset({n - 1}),
+    )
+
+
+def _seeds(text: str) -> list[int]:
+    low, _, high = text.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="60", help="graph sizes in nodes (default 60)")
+    parser.add_argument("--seeds", default="0-8", help="seeds, as 0-8 (default)")
+    parser.add_argument("--no-plan-budget", action="store_true",
+                        help="plans without node and work budgets (as before they had them)")
+    args = parser.parse_args()
+    budgets = {"plan_node_limit": None, "plan_work_limit": None} if args.no_plan_budget else {}
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}, plan budgets {'off' if budgets else 'default'}")
+    print("| graph | search: ended by, steps | plan: ended by, nodes, work | seconds "
+          "(default, unbound) | same answer |")
+    print("|---|---|---|---|---|")
+    for n in (int(s) for s in args.sizes.split(",")):
+        for seed in _seeds(args.seeds):
+            graph = random_graph(seed, n)
+            runs, seconds = [], []
+            for plan_time_limit in (2.0, math.inf):
+                started = time.perf_counter()
+                runs.append(reorder(graph, plan_time_limit=plan_time_limit, **budgets))
+                seconds.append(time.perf_counter() - started)
+            first, second = runs
+            statistics = first.plan.statistics
+            assert statistics is not None
+            same = (first.schedule.order == second.schedule.order
+                    and first.plan.offsets == second.plan.offsets)
+            print(f"| {n}/{seed} | {first.schedule.stopped_by.value}, {first.schedule.steps} | "
+                  f"{statistics.stopped_by.value}, {statistics.nodes}, {statistics.work} | "
+                  f"{seconds[0]:.1f}, {seconds[1]:.1f} | {'yes' if same else 'NO'} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
