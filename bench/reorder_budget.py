@@ -4,9 +4,9 @@ On random DAGs (each node makes one buffer used by one to three later nodes; the
 every graph is reordered twice, under the default ``plan_time_limit`` (2 s) and under 30 s
 (which the plans' budgets never reach), and the script prints what ended the search over orders
 (and its steps), what ended the plan that picked the order (its nodes and work units), the
-seconds, and whether both runs chose the same order and plan. ``--no-plan-budget`` runs the
-plans without their node and work budgets (``plan_node_limit=None, plan_work_limit=None``: the
-behaviour before they had one).
+seconds, and whether both runs chose the same order and plan. ``--no-plan-budget`` gives the
+plans :func:`~tensorarena.planning.plan`'s default budgets instead of reorder's own (what they
+ran under before reorder had its own), which the clock reaches first.
 
     python bench/reorder_budget.py [--sizes 60,300] [--seeds 0-8] [--no-plan-budget]
 
@@ -21,6 +21,7 @@ import platform
 import random
 import time
 
+from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT
 from tensorarena.planning.op_graph import OpGraph
 from tensorarena.planning.reorder import reorder
 
@@ -55,11 +56,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="60", help="graph sizes in nodes (default 60)")
     parser.add_argument("--seeds", default="0-8", help="seeds, as 0-8 (default)")
     parser.add_argument("--no-plan-budget", action="store_true",
-                        help="plans without node and work budgets (as before they had them)")
+                        help="plans on plan()'s default budgets (as before reorder had its own)")
     args = parser.parse_args()
-    budgets = {"plan_node_limit": None, "plan_work_limit": None} if args.no_plan_budget else {}
+    budgets = {"plan_node_limit": DEFAULT_NODE_LIMIT,
+               "plan_work_limit": DEFAULT_WORK_LIMIT} if args.no_plan_budget else {}
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}, plan budgets {'off' if budgets else 'default'}")
+          f"load {os.getloadavg()[0]:.1f}, plan budgets {'plan()' if budgets else 'reorder'}'s")
     print("| graph | search: ended by, steps | plan: ended by, nodes, work | seconds "
           "(2 s, 30 s plan time limits) | same answer |")
     print("|---|---|---|---|---|")
