@@ -62,7 +62,7 @@ def main() -> None:
                "plan_work_limit": DEFAULT_WORK_LIMIT} if args.no_plan_budget else {}
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}, plan budgets {'plan()' if budgets else 'reorder'}'s")
-    print("| graph | search: ended by, steps | plan: ended by, nodes, work | seconds "
+    print("| graph | search: ended by, steps | plan: height, ended by, nodes, work | seconds "
           "(2 s, 30 s plan time limits) | same answer |")
     print("|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
@@ -79,7 +79,8 @@ def main() -> None:
             same = (first.schedule.order == second.schedule.order
                     and first.plan.offsets == second.plan.offsets)
             print(f"| {n}/{seed} | {first.schedule.stopped_by.value}, {first.schedule.steps} | "
-                  f"{statistics.stopped_by.value}, {statistics.nodes}, {statistics.work} | "
+                  f"{first.plan.height}, {statistics.stopped_by.value}, {statistics.nodes}, "
+                  f"{statistics.work} | "
                   f"{seconds[0]:.1f}, {seconds[1]:.1f} | {'yes' if same else 'NO'} |",
                   flush=True)
 
