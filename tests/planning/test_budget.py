@@ -184,7 +184,7 @@ def test_every_probe_but_the_last_gets_a_fixed_share(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(Solver, "solve", solve)
     monkeypatch.setattr(exact, "PROBE_NODES", 100)
-    result = solve_exact(aligned_instance(1, 14), node_limit=None, gap=0)
+    result = solve_exact(aligned_instance(1, 14), node_limit=None, work_limit=None, gap=0)
     assert result.proven and result.plan is not None and result.plan.height == 53
     # Each probe below the last candidate capacity gets 100 nodes, not what is left: a probe
     # that cannot settle its capacity in them gives up and the bisection goes on above it.

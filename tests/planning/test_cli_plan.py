@@ -12,12 +12,14 @@ from instances import BUDGETED
 
 import tensorarena.cli.main as cli_main
 from tensorarena.planning.csv_io import read_problem, read_solution, write_problem
+from tensorarena.planning.exact_sections import build_sections
+from tensorarena.planning.exact_work import node_work
 from tensorarena.planning.validate import validate
 
 DATA = Path(__file__).parent / "data"
 KEYS = {"buffers", "lower_bound", "height", "ratio", "optimal", "feasible", "planner", "seconds",
         "validate_seconds", "bound", "impossible", "stopped_by", "nodes", "node_limit",
-        "time_limit"}
+        "work", "work_limit", "time_limit"}
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
@@ -57,6 +59,23 @@ def test_json_says_what_ended_the_search_and_what_it_used(
     assert full["node_limit"] is None and full["time_limit"] is None
     status, late = run_json(capsys, str(path), "--gap", "0", "--time-limit", "0")
     assert late["stopped_by"] == "time_limit" and late["time_limit"] == 0.0
+
+
+def test_json_says_when_the_work_budget_ended_the_search(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "aligned.csv"
+    write_problem(BUDGETED, path)
+    unit = node_work(build_sections(BUDGETED.buffers))
+    status, cut = run_json(capsys, str(path), "--gap", "0", "--work-limit", str(100 * unit))
+    assert status == 0
+    assert (cut["stopped_by"], cut["nodes"], cut["node_limit"]) == ("budget", 100, 250_000)
+    assert (cut["work"], cut["work_limit"]) == (100 * unit, 100 * unit)
+    status, full = run_json(capsys, str(path), "--gap", "0", "--work-limit", "none")
+    assert full["stopped_by"] == "proven" and full["work_limit"] is None
+    assert full["work"] == unit * int(full["nodes"])  # type: ignore[call-overload]
+    assert cli_main.main(["plan", str(path), "--work-limit", "-1"]) == 2
+    assert "--work-limit must be a non-negative number of work units" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bad", ["-3", "1.5", "lots"])
@@ -370,7 +389,9 @@ def test_human_summary_reports_the_search(capsys: pytest.CaptureFixture[str],
     out = capsys.readouterr().out
     assert "height       5 (5 B), 1.0000 x lower bound, optimal" in out
     nodes = next(line for line in out.splitlines() if line.startswith("search"))
-    assert nodes.endswith(" of 250000 nodes, ended by proven") and int(nodes.split()[1]) > 0
+    assert " of 250000 nodes, " in nodes
+    assert nodes.endswith(" of 4500000000 work units, ended by proven")
+    assert int(nodes.split()[1]) > 0
 
 
 def test_header_only_problem_plans_to_nothing(

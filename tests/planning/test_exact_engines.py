@@ -21,6 +21,7 @@ from tensorarena.planning.exact_lists import compiled
 from tensorarena.planning.exact_params import Decision, SolverParams, Status
 from tensorarena.planning.exact_search import ENGINES, Solver
 from tensorarena.planning.exact_sections import Sections, build_sections
+from tensorarena.planning.exact_work import node_work
 from tensorarena.planning.problem import Buffer, Plan, Problem, lower_bound
 from tensorarena.planning.validate import validate
 
@@ -28,8 +29,10 @@ SWITCHES = SolverParams.switches()
 
 
 def _both(sections: Sections, capacity: int, params: SolverParams | None = None,
-          node_limit: int | None = None) -> tuple[Decision, Decision]:
-    numpy, lists = (Solver(params, engine=engine).solve(sections, capacity, node_limit=node_limit)
+          node_limit: int | None = None, work_limit: int | None = None
+          ) -> tuple[Decision, Decision]:
+    numpy, lists = (Solver(params, engine=engine).solve(sections, capacity, node_limit=node_limit,
+                                                        work_limit=work_limit)
                     for engine in ENGINES)
     assert numpy.status is lists.status, capacity
     assert numpy.nodes == lists.nodes, capacity
@@ -213,3 +216,18 @@ def test_the_default_engine_follows_the_build_and_a_bad_one_is_refused() -> None
     assert Solver().engine_for(sections) == ("lists" if compiled() else "numpy")
     with pytest.raises(InvalidArgumentError, match="engine"):
         Solver(engine="c++")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_engines_spend_a_work_budget_alike(seed: int) -> None:
+    # Work is nodes times what a node of the problem costs: both engines stop at the same node,
+    # at every budget from less than one node's work to more than the search needs.
+    problem = aligned_instance(100 + seed, 11, shortest=1)
+    sections = build_sections(problem.buffers)
+    unit = node_work(sections)
+    capacity = lower_bound(problem)
+    needed = _both(sections, capacity)[0].nodes
+    for work in (unit - 1, unit, 37 * unit - 1, 37 * unit, needed * unit - 1, needed * unit):
+        numpy, _ = _both(sections, capacity, work_limit=work)
+        assert numpy.nodes == min(needed, work // unit)
+        assert numpy.timed_out is False

@@ -113,7 +113,7 @@ def test_statistics_are_one_frozen_typed_record() -> None:
     assert {f.name: f.type for f in dataclasses.fields(PlanStatistics)} == {
         "seconds": "float", "lower_bound": "int", "nodes": "int", "exact_skipped": "bool",
         "bound": "int", "stopped_by": "StopReason", "node_limit": "int | None",
-        "time_limit": "float",
+        "time_limit": "float", "work": "int", "work_limit": "int | None",
     }
     assert type(statistics.nodes) is int and type(statistics.exact_skipped) is bool
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -236,6 +236,8 @@ def test_lifetimes_follow_the_order() -> None:
         ({"seed": None}, InvalidArgumentError, "seed"),
         ({"alignment": 3}, InvalidAlignmentError, "alignment"),
         ({"time_limit": float("nan")}, InvalidArgumentError, "time_limit"),
+        ({"plan_node_limit": -1}, InvalidArgumentError, "plan_node_limit"),
+        ({"plan_work_limit": 2.5}, InvalidArgumentError, "plan_work_limit"),
     ],
 )
 def test_reorder_refuses_a_bad_option_before_searching(
@@ -437,3 +439,22 @@ def test_a_bad_step_budget_is_refused(bad: object) -> None:
         reorder_graph(random_graph(1, 10), steps=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="steps"):
         reorder(random_graph(1, 10), steps=bad)  # type: ignore[arg-type]
+
+
+def test_the_plans_that_choose_the_order_end_by_their_budget_under_any_clock() -> None:
+    # The plans at the end pick among the orders: ended by the clock (plan_time_limit), they
+    # picked by the machine's speed. This graph's plan needs a search (296 nodes to a proof).
+    graph = random_graph(2, 40)
+    runs = [reorder(graph, steps=2_000, plan_time_limit=limit, plan_node_limit=5)
+            for limit in (30.0, float("inf"))]
+    for run in runs:
+        validate(run.problem, run.plan)
+        statistics = run.plan.statistics
+        assert statistics is not None and statistics.stopped_by is StopReason.BUDGET
+        assert statistics.nodes == statistics.node_limit == 5
+    first, second = runs
+    assert first.schedule.order == second.schedule.order
+    assert first.plan.offsets == second.plan.offsets
+    done = reorder(graph, steps=2_000, plan_node_limit=None, plan_work_limit=None)
+    assert done.plan.statistics is not None
+    assert done.plan.statistics.stopped_by is StopReason.PROVEN

@@ -5,7 +5,7 @@ A contract other tools rely on. With ``--json`` stdout holds exactly one JSON ob
     {"buffers": n, "lower_bound": int, "bound": int, "height": int, "ratio": float,
      "optimal": bool, "feasible": bool, "impossible": bool, "planner": str, "seconds": float,
      "validate_seconds": float, "stopped_by": str, "nodes": int, "node_limit": int | null,
-     "time_limit": float | null}
+     "work": int, "work_limit": int | null, "time_limit": float | null}
 
 plus ``"offsets": {id: offset}`` with ``--offsets`` and ``"sizes": {id: bytes}`` with ``--sizes``
 (each buffer's size as planned, alignment padding not included: with both, every buffer's place
@@ -18,8 +18,9 @@ counted, raised by every capacity the exact search proved infeasible). ``seconds
 planning alone; ``validate_seconds`` the independent check that follows. ``stopped_by`` says
 what ended the exact search (``proven``, ``good_enough``, ``budget``, ``time_limit``, or
 ``not_run``), ``nodes`` what it used of its ``node_limit`` (``--node-limit``: a budget that
-gives the same answer on any machine) and ``seconds`` of its ``time_limit`` (the outer bound;
-null: none). Exit status: 0 for a
+gives the same answer on any machine), ``work`` of its ``work_limit`` (``--work-limit``: work
+units, nodes weighed by the problem's size, the budget that ends the search on large problems)
+and ``seconds`` of its ``time_limit`` (the outer bound; null: none). Exit status: 0 for a
 valid plan that fits; 1 when none was found that fits within the time limit (the best height is
 still printed); 2 for bad input (malformed CSV, with line and column on stderr; unreadable file;
 bad option), always as a one-line message, never a traceback.
@@ -65,6 +66,7 @@ _DECIMAL = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt])b\s*$", re.IGNORECAS
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` command's arguments (ours, and minimalloc's beside them)."""
+    from tensorarena.planning.budget import DEFAULT_WORK_LIMIT
     from tensorarena.planning.exact_params import SolverParams
     from tensorarena.planning.exact_sections import PREORDERS
     from tensorarena.planning.planners import (
@@ -99,6 +101,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-limit", default=str(DEFAULT_NODE_LIMIT), metavar="NODES",
                         help=f"exact-search budget in nodes, the same answer on any machine "
                              f"(default {DEFAULT_NODE_LIMIT}; none: no budget)")
+    parser.add_argument("--work-limit", default=str(DEFAULT_WORK_LIMIT), metavar="UNITS",
+                        help=f"exact-search budget in work units (a node costs the problem's "
+                             f"buffers plus their time sections), the same answer on any "
+                             f"machine (default {DEFAULT_WORK_LIMIT}; none: no budget)")
     parser.add_argument("--timeout", metavar="DURATION",
                         help="minimalloc's time limit: 10s, 500ms, 2m, inf (overrides "
                              "--time-limit)")
@@ -291,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
             time_limit = _duration(args.timeout)
         check_gap(args.gap, name="--gap")
         node_limit = _node_limit(args.node_limit)
+        work_limit = _node_limit(args.work_limit, flag="--work-limit", unit="work units")
         params = _solver_params(args)
         shapes = dict(parse_input_shape(text) for text in args.input_shape)
         if args.out == "-" and args.json:
@@ -320,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _ProgressLine(label, not args.quiet) as progress:
             result = plan(problem, args.planner, capacity=capacity, time_limit=time_limit,
-                          node_limit=node_limit, alignment=alignment, gap=args.gap,
+                          node_limit=node_limit, work_limit=work_limit,
+                          alignment=alignment, gap=args.gap,
                           minimize=args.minimize, progress=progress, params=params,
                           repair=args.repair)
     except PlanDoesNotFitError as exc:
@@ -376,8 +384,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if fits else 1
 
 
-def _node_limit(text: str) -> int | None:
-    """``--node-limit``: a non-negative int, or ``none`` for no budget."""
+def _node_limit(text: str, *, flag: str = "--node-limit", unit: str = "nodes") -> int | None:
+    """``--node-limit`` (or ``flag``): a non-negative int, or ``none`` for no budget."""
     if text.strip().lower() == "none":
         return None
     try:
@@ -386,7 +394,7 @@ def _node_limit(text: str) -> int | None:
         value = -1
     if value < 0:
         raise InvalidArgumentError(
-            f"--node-limit must be a non-negative number of nodes or none, got {text!r}"
+            f"{flag} must be a non-negative number of {unit} or none, got {text!r}"
         )
     return value
 
@@ -394,10 +402,12 @@ def _node_limit(text: str) -> int | None:
 def _budget_used(statistics: PlanStatistics | None) -> dict[str, Any]:
     """What ended the search and what it used of each limit, for the JSON summary."""
     if statistics is None:
-        return {"stopped_by": "not_run", "nodes": 0, "node_limit": None, "time_limit": None}
+        return {"stopped_by": "not_run", "nodes": 0, "node_limit": None, "work": 0,
+                "work_limit": None, "time_limit": None}
     limit = statistics.time_limit
     return {"stopped_by": statistics.stopped_by.value, "nodes": statistics.nodes,
-            "node_limit": statistics.node_limit,
+            "node_limit": statistics.node_limit, "work": statistics.work,
+            "work_limit": statistics.work_limit,
             "time_limit": limit if limit != float("inf") else None}
 
 
@@ -434,7 +444,9 @@ def _print_summary(source: str, out: str | None, summary: dict[str, Any],
                      "limit (raise --time-limit, or --planner exact to search anyway)")
     elif statistics is not None and statistics.nodes:
         budget = "" if statistics.node_limit is None else f" of {statistics.node_limit}"
-        lines.append(f"search       {statistics.nodes}{budget} nodes, ended by "
+        work = "" if statistics.work_limit is None else (
+            f", {statistics.work} of {statistics.work_limit} work units")
+        lines.append(f"search       {statistics.nodes}{budget} nodes{work}, ended by "
                      f"{statistics.stopped_by.value.replace('_', ' ')}")
     if out is not None:
         written = out if summary["feasible"] else "not written (the plan does not fit)"

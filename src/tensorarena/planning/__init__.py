@@ -16,7 +16,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
+    from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT, StopReason
     from tensorarena.planning.csv_io import (
         capacity_from_name,
         read_problem,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from tensorarena.planning.validate import is_valid, validate
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "tensorarena.planning.budget": ("DEFAULT_NODE_LIMIT", "StopReason"),
+    "tensorarena.planning.budget": ("DEFAULT_NODE_LIMIT", "DEFAULT_WORK_LIMIT", "StopReason"),
     "tensorarena.planning.csv_io": (
         "capacity_from_name", "read_problem", "read_solution", "write_problem", "write_solution",
     ),
@@ -75,6 +75,7 @@ _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [  # the names of _EXPORTS, written out so documentation tools read them
     "DEFAULT_NODE_LIMIT",
+    "DEFAULT_WORK_LIMIT",
     "PLANNERS",
     "Buffer",
     "ExactResult",

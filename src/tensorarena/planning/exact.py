@@ -34,10 +34,11 @@ from dataclasses import dataclass
 
 from tensorarena.errors import InvalidArgumentError, InvalidPlanError, InvalidProblemError
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
-from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
+from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.exact_search import EXHAUSTED, FOUND, Solver
 from tensorarena.planning.exact_sections import Sections, build_sections
+from tensorarena.planning.exact_work import node_budget, node_work
 from tensorarena.planning.options import (
     check_capacity,
     check_gap,
@@ -71,8 +72,9 @@ class ExactResult:
     plan within the capacity was found or none exists. ``nodes`` counts search nodes,
     ``seconds`` the wall time, ``lower_bound`` the peak of live bytes, ``bound`` the best lower
     bound proven (alignment padding counted, raised past every capacity proven infeasible).
-    ``stopped_by`` says what ended the search; ``node_limit`` and ``time_limit`` are the
-    budget and the outer bound it ran under (``None``/``inf``: none).
+    ``stopped_by`` says what ended the search; ``node_limit``, ``work_limit`` and
+    ``time_limit`` are the budgets and the outer bound it ran under (``None``/``inf``: none),
+    ``work`` the work units used (``nodes`` times what a node of this problem costs).
     """
 
     plan: Plan | None
@@ -85,6 +87,8 @@ class ExactResult:
     stopped_by: StopReason = StopReason.PROVEN
     node_limit: int | None = None
     time_limit: float = float("inf")
+    work: int = 0
+    work_limit: int | None = None
 
 
 def solve_exact(
@@ -94,6 +98,7 @@ def solve_exact(
     time_limit: float = float("inf"),
     initial: Plan | None = None,
     node_limit: int | None = DEFAULT_NODE_LIMIT,
+    work_limit: int | None = DEFAULT_WORK_LIMIT,
     gap: float = 0.0,
     progress: ProgressCallback | None = None,
     params: SolverParams | None = None,
@@ -106,7 +111,11 @@ def solve_exact(
     it is returned unchanged when nothing better is found. ``node_limit`` stops it after that
     many search nodes in all (default
     :data:`~tensorarena.planning.budget.DEFAULT_NODE_LIMIT`; ``None``: no limit): a budget
-    that gives the same answer on any machine. ``time_limit`` is an outer bound in seconds
+    that gives the same answer on any machine. ``work_limit`` bounds it the same way in work
+    units, which weigh a node by the problem's size
+    (:func:`~tensorarena.planning.exact_work.node_work`; default
+    :data:`~tensorarena.planning.budget.DEFAULT_WORK_LIMIT`; ``None``: no limit), so that
+    large problems, whose nodes cost more, get fewer. ``time_limit`` is an outer bound in seconds
     (default ``inf``: none); the search checks the clock every few hundred nodes. A search
     stopped by either limit returns what it found, unproven, and ``stopped_by`` says which.
     ``gap`` stops the optimisation version at a plan within that relative gap of the best
@@ -123,6 +132,7 @@ def solve_exact(
     capacity = check_capacity(capacity)
     seconds = check_time_limit(time_limit)
     nodes = check_node_limit(node_limit)
+    work = check_node_limit(work_limit, name="work_limit")
     gap = check_gap(gap)
     check_progress(progress)
     check_int64(problem)
@@ -136,8 +146,9 @@ def solve_exact(
     if initial is not None:
         _check_initial(problem, initial)
     report = Reporter(progress, started, height=None if initial is None else initial.height)
-    limits = _Limits(started, deadline, nodes, gap, report, solver, seconds)
     sections = build_sections(problem.buffers)
+    limits = _Limits(started, deadline, node_budget(nodes, work, sections), gap, report, solver,
+                     seconds, nodes, work, node_work(sections))
     if capacity is not None:
         return _decision(problem, sections, capacity, initial, limits)
     return _optimise(problem, sections, initial, limits)
@@ -185,8 +196,9 @@ def greedy_plan(problem: Problem) -> Plan:
 
 @dataclass(frozen=True, slots=True)
 class _Limits:
-    """When the search started (``perf_counter``), its deadline (``monotonic``), its nodes,
-    the gap that is good enough, where progress goes, and the time limit as given."""
+    """When the search started (``perf_counter``), its deadline (``monotonic``), the nodes it
+    may visit under both budgets, the gap that is good enough, where progress goes, the time
+    limit, node limit and work limit as given, and the work units a node costs."""
 
     started: float
     deadline: float
@@ -195,14 +207,18 @@ class _Limits:
     report: Reporter
     solver: Solver
     seconds: float
+    node_limit: int | None
+    work_limit: int | None
+    node_work: int
 
     def result(self, plan: Plan | None, *, feasible: bool, proven: bool, nodes: int,
                lower_bound: int, bound: int, stopped_by: StopReason) -> ExactResult:
         """The :class:`ExactResult`, with the time used and the limits it ran under."""
         return ExactResult(plan=plan, feasible=feasible, proven=proven, nodes=nodes,
                            seconds=time.perf_counter() - self.started, lower_bound=lower_bound,
-                           bound=bound, stopped_by=stopped_by, node_limit=self.nodes,
-                           time_limit=self.seconds)
+                           bound=bound, stopped_by=stopped_by, node_limit=self.node_limit,
+                           time_limit=self.seconds, work=nodes * self.node_work,
+                           work_limit=self.work_limit)
 
     def nodes_left(self, spent: int) -> int | None:
         return None if self.nodes is None else self.nodes - spent
@@ -356,7 +372,8 @@ def _relabel(
     statistics = PlanStatistics(
         seconds=time.perf_counter() - limits.started, lower_bound=peak, nodes=nodes,
         bound=plan.height if optimal else max(bound, peak), stopped_by=stopped_by,
-        node_limit=limits.nodes, time_limit=limits.seconds,
+        node_limit=limits.node_limit, time_limit=limits.seconds,
+        work=nodes * limits.node_work, work_limit=limits.work_limit,
     )
     return Plan(plan.problem, plan.offsets, planner=planner, optimal=optimal,
                 statistics=statistics)

@@ -65,6 +65,7 @@ from tensorarena.planning.exact_lists import ListSearch
 from tensorarena.planning.exact_node import Search, section_members
 from tensorarena.planning.exact_params import Decision, SolverParams, Status
 from tensorarena.planning.exact_sections import Sections
+from tensorarena.planning.exact_work import node_budget
 
 __all__ = ["ENGINES", "EXHAUSTED", "FOUND", "STOPPED", "Decision", "Solver", "SolverParams",
            "Status", "decide"]
@@ -88,6 +89,7 @@ def decide(
     deadline: float = float("inf"),
     params: SolverParams | None = None,
     node_limit: int | None = None,
+    work_limit: int | None = None,
     on_tick: Callable[[int], None] | None = None,
 ) -> Decision:
     """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
@@ -95,7 +97,7 @@ def decide(
     Shorthand for ``Solver(params).solve(...)``; see :meth:`Solver.solve`.
     """
     return Solver(params).solve(sections, capacity, deadline=deadline, node_limit=node_limit,
-                                on_tick=on_tick)
+                                work_limit=work_limit, on_tick=on_tick)
 
 
 class Solver:
@@ -124,6 +126,7 @@ class Solver:
         *,
         deadline: float = float("inf"),
         node_limit: int | None = None,
+        work_limit: int | None = None,
         on_tick: Callable[[int], None] | None = None,
     ) -> Decision:
         """Search for offsets that fit every buffer in ``sections`` below ``capacity``.
@@ -132,11 +135,14 @@ class Solver:
         round (minimalloc's schedule), so one unlucky order does not sink the search; each
         independent time window (between zero cuts) has a schedule of its own. Stops at
         ``deadline`` (a ``time.monotonic()`` value) with STOPPED, and after ``node_limit``
-        nodes in all (a budget that, unlike the clock, stops at the same place on any machine).
+        nodes in all (a budget that, unlike the clock, stops at the same place on any machine),
+        or after ``work_limit`` work units (:func:`~tensorarena.planning.exact_work.node_work`
+        a node), whichever allows fewer nodes.
         ``on_tick`` is called with the nodes visited so far at every look at the clock.
         """
         params = self.params
         n = len(sections)
+        node_limit = node_budget(node_limit, work_limit, sections)
         if n == 0:
             return Decision(FOUND, np.zeros(0, dtype=np.int64), 0)
         if int(sections.total.max()) > capacity:

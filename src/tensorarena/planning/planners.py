@@ -26,7 +26,9 @@ run every parameter through the validator):
 ========================  =====================================================================
 
 The exact search is bounded by a budget of nodes (``node_limit``, default
-:data:`~tensorarena.planning.budget.DEFAULT_NODE_LIMIT`): the same input gives the same plan on any
+:data:`~tensorarena.planning.budget.DEFAULT_NODE_LIMIT`) and one of work units that weigh a node
+by the problem's size (``work_limit``, default
+:data:`~tensorarena.planning.budget.DEFAULT_WORK_LIMIT`): the same input gives the same plan on any
 machine under any load. ``time_limit`` is an outer bound for the whole call, generous by default
 (:data:`DEFAULT_TIME_LIMIT`); ``statistics.stopped_by`` says which one ended the search.
 
@@ -50,7 +52,7 @@ import numpy as np
 from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownNameError
 from tensorarena.planning import heuristics
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
-from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, StopReason
+from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.exact import ExactResult, check_point_pins, solve_exact
 from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.long_lived_first import long_lived_first
@@ -112,6 +114,8 @@ class PlanOptions:
     capacity: int | None = None  #: the arena size the plan must fit
     time_limit: float = DEFAULT_TIME_LIMIT  #: seconds for it all, an outer bound
     node_limit: int | None = DEFAULT_NODE_LIMIT  #: the exact search's budget (None: none)
+    #: the exact search's budget in work units, nodes weighed by size (None: none)
+    work_limit: int | None = DEFAULT_WORK_LIMIT
     alignment: int | None = None  #: every offset a multiple of at least this
     gap: float = DEFAULT_GAP  #: relative gap to the bound that is good enough
     minimize: bool = False  #: with a capacity, lower the plan after it fits
@@ -130,7 +134,7 @@ class PlanOptions:
 
 
 def _exact(problem: Problem, options: PlanOptions, *, capacity: int | None, time_limit: float,
-           node_limit: int | None, initial: Plan,
+           node_limit: int | None, work_limit: int | None, initial: Plan,
            report: Reporter) -> tuple[Plan | None, ExactResult]:
     """(best plan the search found or None, the search's result).
 
@@ -150,7 +154,7 @@ def _exact(problem: Problem, options: PlanOptions, *, capacity: int | None, time
                       nodes=spent + progress.nodes, tick=progress.stage == "exact")
 
     result = solve_exact(searched, capacity=capacity, time_limit=time_limit, initial=seed,
-                         node_limit=node_limit, gap=options.gap,
+                         node_limit=node_limit, work_limit=work_limit, gap=options.gap,
                          progress=forward if report else None, params=options.params)
     report.nodes = spent + result.nodes
     found = result.plan
@@ -223,7 +227,7 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
     best = _portfolio(problem, options)
     assert best.statistics is not None
     bound = best.statistics.bound
-    nodes = 0
+    nodes = work = 0
     skipped = False
     infeasible = False
     searched: StopReason | None = None
@@ -265,9 +269,12 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
         # budget left (the decision search stops at the first plan that fits).
         for question in (target, None):
             budget = None if options.node_limit is None else options.node_limit - nodes
+            work_budget = None if options.work_limit is None else options.work_limit - work
             found, result = _exact(problem, options, capacity=question, time_limit=left(),
-                                   node_limit=budget, initial=best, report=report)
+                                   node_limit=budget, work_limit=work_budget, initial=best,
+                                   report=report)
             nodes += result.nodes
+            work += result.work
             searched = result.stopped_by
             bound = max(bound, result.bound)
             if found is not None and found.height <= best.height:
@@ -287,7 +294,8 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
                                 stopped_by=_stopped_by(searched, optimal or fits() or infeasible,
                                                        good_enough(best.height, bound,
                                                                    options.gap)),
-                                node_limit=options.node_limit, time_limit=options.time_limit)
+                                node_limit=options.node_limit, time_limit=options.time_limit,
+                                work=work, work_limit=options.work_limit)
     report.update("done", height=best.height, bound=statistics.bound, nodes=nodes)
     best = Plan(problem, best.offsets, planner=f"{name}:{best.planner}", optimal=optimal,
                 statistics=statistics)
@@ -341,6 +349,7 @@ def plan(
     capacity: Size | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
     node_limit: int | None = DEFAULT_NODE_LIMIT,
+    work_limit: int | None = DEFAULT_WORK_LIMIT,
     alignment: int | None = None,
     gap: float = DEFAULT_GAP,
     minimize: bool = False,
@@ -355,11 +364,12 @@ def plan(
     fits, or, with ``minimize=True``, goes on lowering it. When the best plan found does not fit,
     :class:`PlanDoesNotFitError` is raised with that plan attached. ``alignment`` raises every
     buffer's alignment to at least this power of two. ``node_limit`` is the exact search's
-    budget in search nodes (``None``: none), which gives the same plan on any machine;
-    ``time_limit`` is an outer bound in seconds on the whole call (``inf``: none), and
-    ``statistics.stopped_by`` says which of the two (or a proof) ended the search. ``gap`` is
-    the relative distance to the lower bound at which a plan is good enough (default 1e-4; 0
-    asks for a proof of optimality). ``progress`` is called with a
+    budget in search nodes and ``work_limit`` in work units, nodes weighed by the problem's size
+    (:func:`~tensorarena.planning.exact_work.node_work`; ``None``: none), which give the same
+    plan on any machine; ``time_limit`` is an outer bound in seconds on the whole call
+    (``inf``: none), and ``statistics.stopped_by`` says which (or a proof) ended the search.
+    ``gap`` is the relative distance to the lower bound at which a plan is good enough (default
+    1e-4; 0 asks for a proof of optimality). ``progress`` is called with a
     :class:`~tensorarena.planning.progress.Progress` as planning goes. ``params``
     (:class:`~tensorarena.planning.exact_params.SolverParams`) switches the exact search's
     techniques on and off. ``repair=True`` then lowers the plan by exact searches over the
@@ -369,8 +379,8 @@ def plan(
     all took, the nodes the searches visited and the best lower bound known (``bound``).
 
     Bad arguments raise before any planning: :class:`~tensorarena.errors.UnknownNameError`,
-    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time or node
-    limit or gap,
+    :class:`~tensorarena.errors.InvalidArgumentError` (not a problem, a bad time, node or
+    work limit or gap,
     ``minimize`` without a capacity),
     :class:`~tensorarena.errors.InvalidSizeError` (capacity) or
     :class:`~tensorarena.errors.InvalidAlignmentError`.
@@ -399,6 +409,7 @@ def plan(
         capacity=problem.capacity if capacity is None else check_capacity(capacity),
         time_limit=check_time_limit(time_limit),
         node_limit=check_node_limit(node_limit),
+        work_limit=check_node_limit(work_limit, name="work_limit"),
         alignment=alignment,
         gap=check_gap(gap),
         minimize=minimize,

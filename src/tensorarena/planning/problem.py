@@ -225,6 +225,10 @@ class PlanStatistics:
     stopped_by: StopReason = StopReason.NOT_RUN
     node_limit: int | None = None  #: the node budget it ran under (``nodes`` is what it used)
     time_limit: float = float("inf")  #: the outer bound in seconds (``seconds`` is what it used)
+    #: work units the exact search used: its nodes, each weighed by the problem's size
+    #: (:func:`~tensorarena.planning.exact_work.node_work`)
+    work: int = 0
+    work_limit: int | None = None  #: the work budget it ran under (``None``: none)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import schedules
-from tensorarena.planning.budget import DEFAULT_REORDER_STEPS, StepBudget, StopReason
+from tensorarena.planning.budget import (
+    DEFAULT_REORDER_PLAN_NODES,
+    DEFAULT_REORDER_PLAN_WORK,
+    DEFAULT_REORDER_STEPS,
+    StepBudget,
+    StopReason,
+)
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.graph_problem import GraphProblem
 from tensorarena.planning.op_graph import OpGraph, check_order, op_graph_from_fx, reordered_graph
@@ -162,7 +168,9 @@ def reorder_graph(graph: OpGraph, *, time_limit: float = 60.0, seed: int = 0,
 
 def reorder(source: Any, *, time_limit: float = 60.0, plan_time_limit: float = 2.0,
             alignment: int = 64, seed: int = 0,
-            steps: int | None = DEFAULT_REORDER_STEPS) -> Reordering:
+            steps: int | None = DEFAULT_REORDER_STEPS,
+            plan_node_limit: int | None = DEFAULT_REORDER_PLAN_NODES,
+            plan_work_limit: int | None = DEFAULT_REORDER_PLAN_WORK) -> Reordering:
     """Choose the order to run ``source``'s nodes in (see the module doc).
 
     ``source`` is an :class:`~tensorarena.planning.op_graph.OpGraph`, a ``torch.fx``
@@ -172,7 +180,9 @@ def reorder(source: Any, *, time_limit: float = 60.0, plan_time_limit: float = 2
     ``plan_time_limit`` each plan made at the end, which also shares what the search leaves
     unused when it proves its order optimal early (a plan stops when it reaches its bound, and
     the portfolio behind :func:`~tensorarena.planning.plan` reaches it sooner given more time:
-    ``bench/RESULTS.md``);
+    ``bench/RESULTS.md``); ``plan_node_limit`` and ``plan_work_limit`` are each plan's budgets
+    (:func:`~tensorarena.planning.plan`'s ``node_limit`` and ``work_limit``), which end the
+    plans, and so the choice among the orders, the same way on any machine;
     ``alignment`` is every buffer's.
     """
     # Every option is checked before the graph is read or searched: a bad one raises at once,
@@ -180,6 +190,8 @@ def reorder(source: Any, *, time_limit: float = 60.0, plan_time_limit: float = 2
     check_time_limit(time_limit)
     check_time_limit(plan_time_limit, name="plan_time_limit")
     check_node_limit(steps, name="steps")
+    check_node_limit(plan_node_limit, name="plan_node_limit")
+    check_node_limit(plan_work_limit, name="plan_work_limit")
     check_alignment(alignment)
     _check_seed(seed)
     started = time.perf_counter()
@@ -205,7 +217,8 @@ def reorder(source: Any, *, time_limit: float = 60.0, plan_time_limit: float = 2
         seen.add(tuple(order))
         problem, graph = rebuild(order)
         planned = plan(problem.problem if isinstance(problem, GraphProblem) else problem,
-                       time_limit=plan_time_limit + spare)
+                       time_limit=plan_time_limit + spare, node_limit=plan_node_limit,
+                       work_limit=plan_work_limit)
         key = (planned.height, graph_of.peak(order))
         if best is None or key < best[:2]:
             best = (*key, method, order, (problem, graph), planned)
