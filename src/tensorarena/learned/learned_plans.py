@@ -170,8 +170,8 @@ class LearnedPlans(LearnedStatistics):
         self._recorder = Recorder()
         self._observed: list[int] = []  # sizes of its first key_length allocations
         self._cursor: StepCursor | None = None
-        self._unknown = False  # no plan matched its first allocations
-        self._no_arena = False
+        self._unknown = False  # no plan serves it (chosen from its first allocations)
+        self._unserved = FallbackReason.UNKNOWN_PATTERN  # why, then
         self._step_served = 0
         self._previous: StepRecording | None = None  # the last step's recording, if learned
         self._carried: set[int] = set()  # its blocks freed in this step
@@ -222,14 +222,12 @@ class LearnedPlans(LearnedStatistics):
                 self._find_steps(finder, nbytes)
             recorder = self._recorder
             position = len(recorder)
-            before = (self._cursor, self._unknown, self._no_arena)
+            before = (self._cursor, self._unknown, self._unserved)
             if position < self._plans.key_length and not self._unknown:
                 self._choose(nbytes, position)
             cursor = self._cursor
             if cursor is None:
-                matched: tuple[int, bool] | FallbackReason = (
-                    FallbackReason.NO_ARENA if self._no_arena
-                    else FallbackReason.UNKNOWN_PATTERN)
+                matched: tuple[int, bool] | FallbackReason = self._unserved
             else:
                 saved = cursor.save()
                 matched = cursor.match(nbytes, alignment)
@@ -252,7 +250,7 @@ class LearnedPlans(LearnedStatistics):
                 except BaseException:  # the step is where it was (an arena taken stays)
                     if cursor is not None:
                         cursor.restore(saved)
-                    self._cursor, self._unknown, self._no_arena = before
+                    self._cursor, self._unknown, self._unserved = before
                     del self._observed[position:]
                     raise
                 self._fallbacks[matched] += 1  # type: ignore[index]
@@ -343,8 +341,11 @@ class LearnedPlans(LearnedStatistics):
             recording = self._recorder.finish()
             previous, carried = self._previous, self._carried
             if cursor is None:
-                if not self._no_arena:
+                if self._unserved is FallbackReason.UNKNOWN_PATTERN:
                     self._plans.learn_new(recording)
+                elif self._unserved is FallbackReason.CARRIED_BLOCKS and previous is not None:
+                    # Planned from the last step, cut after this one's frees of its blocks.
+                    self._plans.learn(previous, cyclic=previous.rotated(carried, self._cut))
             elif (carried and previous is not None
                   and previous.signature() == recording.signature()
                   and not (cursor.plan.cyclic
@@ -370,7 +371,8 @@ class LearnedPlans(LearnedStatistics):
         self._recorder = Recorder()
         self._observed = []
         self._cursor = None
-        self._unknown = self._no_arena = False
+        self._unknown = False
+        self._unserved = FallbackReason.UNKNOWN_PATTERN
         self._step_served = 0
         self._previous = None
         self._carried = set()
@@ -387,12 +389,17 @@ class LearnedPlans(LearnedStatistics):
         if plan is None:
             self._cursor, self._unknown = None, True
             return
+        if self._plans.defers(plan, self._previous, self._carried):
+            self._cursor, self._unknown = None, True
+            self._unserved = FallbackReason.CARRIED_BLOCKS
+            return
         if plan.base is None:
             self._pool.trim()  # what the pool holds empty goes back before the arena comes
         try:
             self._plans.take_arena(plan)
         except MemoryError:
-            self._cursor, self._unknown, self._no_arena = None, True, True
+            self._cursor, self._unknown = None, True
+            self._unserved = FallbackReason.NO_ARENA
             return
         if not plan.steps_served and position == 0:  # a new plan's first step: steady from here
             self._peak_before = max(self._peak_before,

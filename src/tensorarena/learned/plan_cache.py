@@ -10,6 +10,10 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 * a pattern whose step repeats and carries blocks into the next (gradients freed by the next
   ``zero_grad``) is learned again once, cyclically (:meth:`StepRecording.rotated`), so that
   those blocks get slots too;
+* a new plan is not served (its arena is not taken) by a step that has already freed blocks
+  its recording left live: the pool holds the next copy of those blocks, and serving the rest
+  from the arena would hold the arena and those blocks at once, above a pool's peak; the step
+  is served by the pool and the plan learned again cyclically from its recording at once;
 * to make room the least recently used plan goes, preferring one with no live block; a plan
   that goes while blocks live in its arena is *retired*: the arena goes back with its last block.
 """
@@ -17,6 +21,7 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 
 from tensorarena.errors import DoubleFreeError, InvalidAddressError
 from tensorarena.learned.recording import StepRecording
@@ -58,6 +63,15 @@ class PlanCache:
         if plan.base is None:
             plan.base = self._upstream.allocate(plan.arena_bytes, plan.alignment)
             self.arena_bytes += plan.arena_bytes
+
+    def defers(self, plan: StepPlan, previous: StepRecording | None,
+               carried: Collection[int]) -> bool:
+        """True if ``plan``, chosen by a step that has freed the blocks ``carried`` of the
+        step before (``previous``, ``None``: not learned from), should not serve it: the plan
+        was learned from that step and has not served yet."""
+        return (bool(carried) and plan.base is None and not plan.steps_served
+                and not plan.cyclic and previous is not None
+                and plan.signature == previous.signature())
 
     def learn_new(self, recording: StepRecording) -> None:
         """A step no plan matched: learn it if there is room or its pattern recurred."""
