@@ -33,6 +33,11 @@ Design choices, and what they cost:
   next step repeats the recording, the pattern is planned again *cyclically*, from a cut after
   the last of those frees (:meth:`~tensorarena.learned.recording.StepRecording.rotated`):
   from the third step on the gradients have slots too and the arena is the whole footprint.
+  A step that frees them before it allocates (``zero_grad`` first in the step) does not wait:
+  a new plan does not serve it (the pool does, for the reason ``carried_blocks``: served from
+  the arena, the step would hold the arena and the pool's copy of its new gradients at once,
+  more than a pool), and the plan's recording, cut after those frees, is planned cyclically
+  at the step's marker, whatever the step itself made (an optimizer's state, made once).
 * **Memory back to the system.** At every marker after a plan exists, the pool gives its empty
   arenas back (``trim()``), and again before a plan takes its arena, so the steady state does
   not carry the first step's pool. What outlives the first step (an optimizer's state, made
@@ -57,9 +62,8 @@ finds steps without markers has seen it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from tensorarena.adaptors.counting import Counting
 from tensorarena.core.registry import StrategySpec
@@ -70,6 +74,7 @@ from tensorarena.errors import (
     SizeMismatchError,
 )
 from tensorarena.learned._learned_statistics import LearnedStatistics
+from tensorarena.learned._native_booking import LiveBlock, NativeBooking
 from tensorarena.learned.fallback import SegregatedFallback
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
@@ -102,23 +107,13 @@ __all__ = ["DEFAULT_LEARNED_NODE_LIMIT", "LearnedPlans"]
 DEFAULT_LEARNED_NODE_LIMIT = 10_000
 
 
-class _Block(NamedTuple):
-    nbytes: int
-    plan: StepPlan | None  #: None: the block is in the pool
-    offset: int  #: in the plan's arena
-    serial: int  #: the step it was allocated in
-    number: int = 0  #: its number in that step's recording
-    epoch: int = -1  #: without markers: the history it is logged in
-    history: int = -1  #: its number in that history
-
-
 def _positive(value: object, name: str) -> int:
     if type(value) is not int or value < 1:
         raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
     return value
 
 
-class LearnedPlans(LearnedStatistics):
+class LearnedPlans(LearnedStatistics, NativeBooking):
     """A resource that learns a plan from the first run of a repeating step (module docstring).
 
     ``upstream`` gives the bytes (default :class:`~tensorarena.memory.HostMemory`): the arenas
@@ -164,7 +159,7 @@ class LearnedPlans(LearnedStatistics):
         self._pool = SegregatedFallback(self._meter, strategy=strategy)
         self._lock = threading.RLock()
         self._closed = False
-        self._blocks: dict[int, _Block] = {}
+        self._blocks: dict[int, LiveBlock] = {}
         # The step in progress.
         self._serial = 0
         self._recorder = Recorder()
@@ -257,9 +252,9 @@ class LearnedPlans(LearnedStatistics):
                 plan, offset = None, 0
             number = recorder.allocated(nbytes, alignment)
             if finder is None:
-                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number)
+                self._blocks[address] = LiveBlock(nbytes, plan, offset, self._serial, number)
             else:
-                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number,
+                self._blocks[address] = LiveBlock(nbytes, plan, offset, self._serial, number,
                                                finder.epoch, finder.log(nbytes, alignment))
             self._allocations += 1
             live = self._live_bytes + nbytes
@@ -458,73 +453,3 @@ class LearnedPlans(LearnedStatistics):
             return exc
         return InvalidAddressError(  # pragma: no cover - every pool block is in _blocks
             f"address {address:#x} is not a live block of this LearnedPlans", address=address)
-
-    # --- native serving (tensorarena.learned.native_serving) ---------------------------------
-    # A native server (the route of tensorarena.torch.learned) hands out the current plan's next
-    # slots with no call here. It is paused while this resource runs (its lock's hooks), and
-    # what it did meanwhile is booked first, in order: _book_native mirrors what allocate books
-    # for a served slot and deallocate for a freed block. Nothing above knows of it.
-
-    def _serve_natively(self, hook: Callable[[Any], AbstractContextManager[Any]]
-                        ) -> AbstractContextManager[Any]:
-        """Run every call under ``hook(lock)`` (a server's hooks around this resource's
-        lock); returns it."""
-        with self._lock:
-            self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
-        return hooked
-
-    def _native_state(self) -> tuple[int, bool, int, int, StepPlan | None, int, int, int]:
-        """Where the step stands for a native server leaving: serial, whether the last step was
-        learned from, the recording's length and clock, the plan and position it may serve
-        from (``None``: none; the step follows a plan past its key, in order, from a held
-        arena), live bytes and blocks."""
-        cursor, recorder = self._cursor, self._recorder
-        plan: StepPlan | None = None
-        position = 0
-        if (cursor is not None and not self._closed and self._finder is None
-                and len(recorder) >= self._plans.key_length):
-            position, skipped = cursor.save()
-            if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
-                plan = cursor.plan
-        return (self._serial, self._previous is not None, len(recorder), recorder.clock, plan,
-                position, self._live_bytes, len(self._blocks))
-
-    def _book_native(self, booked: tuple[Any, ...], plans: Mapping[int, StepPlan],
-                     alignment: int, live: int, count: int) -> None:
-        """Book what a native server did since it left with ``live`` bytes in ``count``
-        blocks (``booked``: ``serving_pause``'s answer, see ``_torch_cpu_serving.cpp``)."""
-        (made, ends, dropped, carried, cut, clock, change, highest, blocks_change,
-         blocks_highest, total, unbooked, raw) = booked
-        recorder, blocks, serial = self._recorder, self._blocks, self._serial
-        if made or ends:
-            recorder.book(made[3::5], alignment, made[4::5], ends, clock)
-        for address in dropped:
-            self._plans.freed_from(blocks.pop(address).plan)  # type: ignore[arg-type]
-        if carried:
-            self._carried.update(carried)
-            self._cut = cut
-        for i in range(0, len(unbooked), 5):
-            address, table, slot, nbytes, number = unbooked[i:i + 5]
-            plan = plans[table]
-            blocks[address] = _Block(nbytes, plan, plan.offsets[slot], serial, number)
-        served = len(made) // 5
-        if served or change or blocks_change:
-            self._live_bytes = live + change
-            self._peak_live = max(self._peak_live, live + highest)
-            self._peak_blocks = max(self._peak_blocks, count + blocks_highest)
-            self._served += served
-            self._step_served += served
-            self._allocations += served
-            self._total_bytes += total
-            cursor = self._cursor
-            if served and cursor is not None and cursor.plan is plans[made[-4]]:
-                cursor.position = made[-3] + 1
-        for address in raw:  # freed while this resource ran: as deallocate books a free
-            block = blocks.pop(address)
-            self._live_bytes -= block.nbytes
-            self._plans.freed_from(block.plan)  # type: ignore[arg-type]
-            if block.serial == serial:
-                recorder.freed(block.number)
-            elif block.serial == serial - 1 and self._previous is not None:
-                self._carried.add(block.number)
-                self._cut = len(recorder)
