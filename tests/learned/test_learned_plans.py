@@ -164,6 +164,34 @@ def test_blocks_carried_but_freed_after_the_first_allocation_are_served_beside()
         b.free(address)
 
 
+def test_a_block_live_across_the_cut_keeps_its_slot_when_the_carried_blocks_are_held() -> None:
+    # zero_grad between the forward and the backward pass: an "activation" lives across the
+    # last free of the carried "gradients", so a window rotated there has no slot for it (and
+    # the pool would hold it beside an arena as large as the gradients and the late temporary).
+    # The window at the marker, the gradients held all step, places everything at the live
+    # peak: it is the plan kept.
+    plans = _plans()
+    b = Bytes(plans)
+    grads: list[int] = []
+    for _ in range(5):
+        activation = b.alloc(61_440)
+        for address in grads:
+            b.free(address)
+        grads = [b.alloc(20_480), b.alloc(30_720)]
+        b.free(activation)
+        b.free(b.alloc(61_440))
+        plans.step()
+        b.check()
+    report = plans.report()
+    assert report.outlived_recording == 2  # step 2's gradients; nothing from step 3 on
+    assert report.served == 2 + 3 * 4
+    (plan,) = report.plans
+    assert plan.planned == plan.allocations and plan.height == plan.lower_bound == 112_640
+    assert report.reserved_bytes == report.arena_bytes == 112_640
+    for address in grads:
+        b.free(address)
+
+
 def test_a_carried_block_kept_longer_than_planned_is_not_aliased() -> None:
     plans = _plans()
     b = Bytes(plans)

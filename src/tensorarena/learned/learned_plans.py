@@ -33,6 +33,9 @@ Design choices, and what they cost:
   next step repeats the recording, the pattern is planned again *cyclically*, from a cut after
   the last of those frees (:meth:`~tensorarena.learned.recording.StepRecording.rotated`):
   from the third step on the gradients have slots too and the arena is the whole footprint.
+  Where that cut falls inside the step (``zero_grad`` between the forward and the backward
+  pass), the activations live across it and would have none: the step is also planned with
+  the carried blocks held all step, and the plan with the lower footprint is kept.
   A step that frees them before it allocates (``zero_grad`` first in the step) does not wait:
   a new plan does not serve it (the pool does, for the reason ``carried_blocks``: served from
   the arena, the step would hold the arena and the pool's copy of its new gradients at once,
@@ -340,14 +343,14 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
                     self._plans.learn_new(recording)
                 elif self._unserved is FallbackReason.CARRIED_BLOCKS and previous is not None:
                     # Planned from the last step, cut after this one's frees of its blocks.
-                    self._plans.learn(previous, cyclic=previous.rotated(carried, self._cut))
+                    self._plans.learn_cyclic(previous, carried, self._cut)
             elif (carried and previous is not None
                   and previous.signature() == recording.signature()
                   and not (cursor.plan.cyclic
                            and cursor.plan.signature == recording.signature())):
                 # The step repeats and carries blocks into the next: plan it cyclically.
                 cursor.plan.steps_served += 1
-                self._plans.learn(previous, cyclic=previous.rotated(carried, self._cut))
+                self._plans.learn_cyclic(previous, carried, self._cut)
             else:
                 cursor.plan.steps_served += 1
                 self._plans.learn_again(cursor.plan, recording)
