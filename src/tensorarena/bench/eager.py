@@ -21,7 +21,9 @@ processes that ran nothing else: :mod:`tensorarena.bench.exec_subprocess`):
 step times on a machine shared with other work are not dominated by oversubscribed threads.
 ``--zero-grad first`` calls the optimizer's ``zero_grad()`` at the start of each training step
 instead of at its end (``last``, the default): the gradients then outlive their step and are
-freed by the next one, a common loop shape that learned plans must serve cyclically.
+freed by the next one, a common loop shape that learned plans must serve cyclically;
+``middle`` calls it between the forward and the backward pass (the activations then live
+across those frees).
 
 The *steady* window is every step after the first three (learning has settled by then: the
 first step is recorded, the second planned again cyclically, see :mod:`tensorarena.learned`).
@@ -51,7 +53,7 @@ from tensorarena._version import build
 __all__ = ["MODELS", "configure", "measure", "run", "worker"]
 
 MODELS = ("gpt2", "bert", "resnet", "llama")
-ZERO_GRAD = ("last", "first")  #: where a training step calls ``zero_grad()``
+ZERO_GRAD = ("last", "first", "middle")  #: where a training step calls ``zero_grad()``
 MEMORY_CONFIGS = ("learned", "pool", "pytorch_like", "glibc")
 WARM_STEPS = 3  #: steps before the steady window
 
@@ -67,7 +69,8 @@ def _config(kind: str, **options: Any) -> Any:
 
 def _loop(name: str, zero_grad: str = "last") -> tuple[Any, Callable[[Any, int, Any], str]]:
     """A fresh model and its step (``step(model, number, state) -> fingerprint``), calling
-    ``zero_grad()`` at the step's start or end (``zero_grad``: ``"first"`` or ``"last"``)."""
+    ``zero_grad()`` at the step's start, end, or before the backward pass (``zero_grad``:
+    ``"first"``, ``"last"`` or ``"middle"``)."""
     import torch
     import transformers
 
@@ -112,6 +115,8 @@ def _loop(name: str, zero_grad: str = "last") -> tuple[Any, Callable[[Any, int, 
             loss = model(pixel_values=images, labels=labels).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
+        if zero_grad == "middle":
+            state.zero_grad()
         loss.backward()
         digest = hashlib.sha1(loss.detach().numpy().tobytes())
         for parameter in model.parameters():
@@ -217,7 +222,7 @@ def _timing(name: str, steps: int, zero_grad: str) -> dict[str, Any]:
 def worker(argv: list[str]) -> None:
     """A configuration's process: ``worker([model, config, steps, threads, zero_grad])`` prints
     one JSON line (``threads``, optional: torch's intra-op threads; 0 or absent: torch's
-    default; ``zero_grad``, optional: ``first`` or ``last``, the default)."""
+    default; ``zero_grad``, optional: ``first``, ``middle`` or ``last``, the default)."""
     name, config, steps = argv[0], argv[1], int(argv[2])
     zero_grad = argv[4] if len(argv) > 4 else "last"
     if len(argv) > 3 and int(argv[3]) > 0:
@@ -251,7 +256,7 @@ def measure(models: tuple[str, ...] = MODELS, *, steps: int = 6, timeout: float 
             threads: int = 0, zero_grad: str = "last") -> dict[str, dict[str, Any]]:
     """Every configuration of every model, each in a fresh process; the ratios per model
     (``threads``: torch's intra-op threads in each, 0: torch's default; ``zero_grad``: where
-    a training step calls it, ``first`` or ``last``)."""
+    a training step calls it, ``first``, ``middle`` or ``last``)."""
     results: dict[str, dict[str, Any]] = {}
     for name in models:
         runs = {config: _in_process(name, config, steps, timeout, threads, zero_grad)
@@ -295,8 +300,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="torch's intra-op threads per process (default: torch's)")
     parser.add_argument("--zero-grad", choices=ZERO_GRAD, default="last",
-                        help="where a training step calls zero_grad(): at its start (first) "
-                             "or its end (last, the default)")
+                        help="where a training step calls zero_grad(): at its start (first), "
+                             "before the backward pass (middle) or at its end (last, the "
+                             "default)")
 
 
 def run(args: argparse.Namespace) -> int:
