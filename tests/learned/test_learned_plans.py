@@ -106,16 +106,18 @@ def test_a_block_that_outlived_its_recording_falls_back() -> None:
     b = Bytes(plans)
     kept_program = [item for item in STEP if item != ("f", 5)]
     kept = _step(b, kept_program)[5]
+    _step(b, kept_program)  # kept is freed after this step: the step is served by the plan
     b.free(kept)
-    _step(b, kept_program)
     report = plans.report()
     assert report.outlived_recording == 1 and report.served == N - 1
 
 
 def test_blocks_carried_into_the_next_step_get_slots_once_the_step_repeats() -> None:
     # A training loop: the "gradients" (the two blocks made last) outlive the step and the
-    # next step frees them first, as zero_grad does. The first plan has no slot for them; after
-    # one repeat the step is planned from a cut after those frees, and every block is served.
+    # next step frees them first, as zero_grad does. The first plan has no slot for them: the
+    # second step, which freed them before it allocated, is served by the pool (not the first
+    # plan's arena beside its new gradients), and the first step is planned again from a cut
+    # after those frees; from the third step on every block is served.
     plans = _plans()
     b = Bytes(plans)
     grads: list[int] = []
@@ -129,13 +131,65 @@ def test_blocks_carried_into_the_next_step_get_slots_once_the_step_repeats() -> 
     report = plans.report()
     (plan,) = report.plans
     assert plan.planned == plan.allocations == N + 2 and plan.optimal
-    assert report.outlived_recording == 2  # step 2 only: its grads were not planned yet
-    assert report.served == 4 * (N + 2) - 2
+    assert report.outlived_recording == 0 and report.plans_learned == 2
+    assert report.carried_blocks == N + 2  # step 2
+    assert report.served == 3 * (N + 2)
     # Steady state: one arena, the height of the plan, nothing in the pool.
     assert report.reserved_bytes - report.arena_bytes == 0
     for address in grads:
         b.free(address)
     assert plans.report().reserved_bytes == report.arena_bytes
+
+
+def test_blocks_carried_but_freed_after_the_first_allocation_are_served_beside() -> None:
+    # The boundary of the rule above: the next step allocates once before it frees the
+    # gradients, so the first plan serves it (its arena is taken by then), the gradients fall
+    # back beside it, and the pattern is planned again cyclically at its marker.
+    plans = _plans()
+    b = Bytes(plans)
+    grads: list[int] = []
+    for _ in range(2):
+        first = b.alloc(4096)
+        for address in grads:
+            b.free(address)
+        addresses = b.run([*STEP, ("a", 20_000), ("a", 30_000)])
+        b.free(first)
+        grads = addresses[-2:]
+        plans.step()
+        b.check()
+    report = plans.report()
+    assert report.carried_blocks == 0 and report.plans_learned == 2
+    assert report.outlived_recording == 2 and report.served == N + 1  # all but the grads
+    for address in grads:
+        b.free(address)
+
+
+def test_a_block_live_across_the_cut_keeps_its_slot_when_the_carried_blocks_are_held() -> None:
+    # zero_grad between the forward and the backward pass: an "activation" lives across the
+    # last free of the carried "gradients", so a window rotated there has no slot for it (and
+    # the pool would hold it beside an arena as large as the gradients and the late temporary).
+    # The window at the marker, the gradients held all step, places everything at the live
+    # peak: it is the plan kept.
+    plans = _plans()
+    b = Bytes(plans)
+    grads: list[int] = []
+    for _ in range(5):
+        activation = b.alloc(61_440)
+        for address in grads:
+            b.free(address)
+        grads = [b.alloc(20_480), b.alloc(30_720)]
+        b.free(activation)
+        b.free(b.alloc(61_440))
+        plans.step()
+        b.check()
+    report = plans.report()
+    assert report.outlived_recording == 2  # step 2's gradients; nothing from step 3 on
+    assert report.served == 2 + 3 * 4
+    (plan,) = report.plans
+    assert plan.planned == plan.allocations and plan.height == plan.lower_bound == 112_640
+    assert report.reserved_bytes == report.arena_bytes == 112_640
+    for address in grads:
+        b.free(address)
 
 
 def test_a_carried_block_kept_longer_than_planned_is_not_aliased() -> None:

@@ -113,6 +113,30 @@ def test_native_serving_books_what_the_plans_would_have(shim: Any) -> None:
         assert torch.all(tensor == value)
 
 
+def test_blocks_freed_first_by_the_next_step_are_booked_the_same_natively(shim: Any) -> None:
+    # What a step leaves live is freed first by the next (zero_grad at the start): the second
+    # step is served by the pool, the third on by a cyclic plan; native or not, the same.
+    results = []
+    for native in (True, False):
+        with learned(ta.Counting(ta.HostMemory()), native=native) as steps:
+            carried: list[tuple[Any, float]] = []
+            for number in range(6):
+                with steps.step():
+                    # never overwritten since their step (numpy: no allocation)
+                    assert all((t.numpy() == value).all() for t, value in carried)
+                    carried.clear()
+                    carried += [(t, float(t[0])) for t in run_step(number)]
+                steps.plans._check_invariants()
+            results.append((steps.report(), steps.statistics()))
+            assert native == (steps.native_served > 0)
+            carried.clear()
+    assert results[0] == results[1]
+    report = results[0][0]
+    made = report.allocations // 6
+    assert report.carried_blocks == made and report.outlived_recording == 0
+    assert report.served == 4 * made
+
+
 def test_a_replaced_plans_blocks_are_freed_into_their_own_arena(shim: Any) -> None:
     counting = ta.Counting(ta.HostMemory())
     with learned(counting) as steps:

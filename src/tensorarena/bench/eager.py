@@ -19,6 +19,11 @@ processes that ran nothing else: :mod:`tensorarena.bench.exec_subprocess`):
 
 ``--threads N`` sets torch's intra-op threads in every process (default: torch's own), so that
 step times on a machine shared with other work are not dominated by oversubscribed threads.
+``--zero-grad first`` calls the optimizer's ``zero_grad()`` at the start of each training step
+instead of at its end (``last``, the default): the gradients then outlive their step and are
+freed by the next one, a common loop shape that learned plans must serve cyclically;
+``middle`` calls it between the forward and the backward pass (the activations then live
+across those frees).
 
 The *steady* window is every step after the first three (learning has settled by then: the
 first step is recorded, the second planned again cyclically, see :mod:`tensorarena.learned`).
@@ -48,6 +53,7 @@ from tensorarena._version import build
 __all__ = ["MODELS", "configure", "measure", "run", "worker"]
 
 MODELS = ("gpt2", "bert", "resnet", "llama")
+ZERO_GRAD = ("last", "first", "middle")  #: where a training step calls ``zero_grad()``
 MEMORY_CONFIGS = ("learned", "pool", "pytorch_like", "glibc")
 WARM_STEPS = 3  #: steps before the steady window
 
@@ -61,8 +67,10 @@ def _config(kind: str, **options: Any) -> Any:
     return getattr(transformers, kind)(**options)
 
 
-def _loop(name: str) -> tuple[Any, Callable[[Any, int, Any], str]]:
-    """A fresh model and its step (``step(model, number, state) -> fingerprint``)."""
+def _loop(name: str, zero_grad: str = "last") -> tuple[Any, Callable[[Any, int, Any], str]]:
+    """A fresh model and its step (``step(model, number, state) -> fingerprint``), calling
+    ``zero_grad()`` at the step's start, end, or before the backward pass (``zero_grad``:
+    ``"first"``, ``"last"`` or ``"middle"``)."""
     import torch
     import transformers
 
@@ -100,17 +108,22 @@ def _loop(name: str) -> tuple[Any, Callable[[Any, int, Any], str]]:
         raise ValueError(f"unknown model {name!r}")
 
     def train(model: Any, number: int, state: Any) -> str:
+        if zero_grad == "first":
+            state.zero_grad()
         torch.manual_seed(100 + number)
         if name == "resnet":
             loss = model(pixel_values=images, labels=labels).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
+        if zero_grad == "middle":
+            state.zero_grad()
         loss.backward()
         digest = hashlib.sha1(loss.detach().numpy().tobytes())
         for parameter in model.parameters():
             digest.update(parameter.grad.numpy().tobytes())
         state.step()
-        state.zero_grad()
+        if zero_grad == "last":
+            state.zero_grad()
         return f"{loss.item():.6f}/{digest.hexdigest()[:16]}"
 
     return model, train
@@ -124,13 +137,13 @@ def _optimizer(model: Any) -> Any:
 
 # --- one configuration, in its own process ------------------------------------------------------
 
-def _memory(name: str, config: str, steps: int) -> dict[str, Any]:
+def _memory(name: str, config: str, steps: int, zero_grad: str) -> dict[str, Any]:
     from tensorarena.bench import process_memory
     from tensorarena.memory import HostMemory, Pool
     from tensorarena.torch import learned, use
     from tensorarena.trace import PyTorchLike
 
-    model, step = _loop(name)
+    model, step = _loop(name, zero_grad)
     state = _optimizer(model)
     gc.collect()
     baseline = process_memory.rss() or 0
@@ -174,10 +187,10 @@ def _memory(name: str, config: str, steps: int) -> dict[str, Any]:
     return {**result, "fingerprints": fingerprints}
 
 
-def _timing(name: str, steps: int) -> dict[str, Any]:
+def _timing(name: str, steps: int, zero_grad: str) -> dict[str, Any]:
     from tensorarena.torch import learned
 
-    model, step = _loop(name)
+    model, step = _loop(name, zero_grad)
     twins = {"learned": copy.deepcopy(model), "learned_python": copy.deepcopy(model)}
     states = {"default": _optimizer(model), **{k: _optimizer(m) for k, m in twins.items()}}
     times: dict[str, list[float]] = {k: [] for k in states}
@@ -207,22 +220,26 @@ def _timing(name: str, steps: int) -> dict[str, Any]:
 
 
 def worker(argv: list[str]) -> None:
-    """A configuration's process: ``worker([model, config, steps, threads])`` prints one JSON
-    line (``threads``, optional: torch's intra-op threads; 0 or absent: torch's default)."""
+    """A configuration's process: ``worker([model, config, steps, threads, zero_grad])`` prints
+    one JSON line (``threads``, optional: torch's intra-op threads; 0 or absent: torch's
+    default; ``zero_grad``, optional: ``first``, ``middle`` or ``last``, the default)."""
     name, config, steps = argv[0], argv[1], int(argv[2])
+    zero_grad = argv[4] if len(argv) > 4 else "last"
     if len(argv) > 3 and int(argv[3]) > 0:
         import torch
 
         torch.set_num_threads(int(argv[3]))
-    result = _timing(name, steps) if config == "timing" else _memory(name, config, steps)
+    result = (_timing(name, steps, zero_grad) if config == "timing"
+              else _memory(name, config, steps, zero_grad))
     print(json.dumps(result))
 
 
-def _in_process(name: str, config: str, steps: int, timeout: float, threads: int
-                ) -> dict[str, Any]:
+def _in_process(name: str, config: str, steps: int, timeout: float, threads: int,
+                zero_grad: str) -> dict[str, Any]:
     code = "import sys; from tensorarena.bench.eager import worker; worker(sys.argv[1:])"
     try:
-        done = subprocess.run([sys.executable, "-c", code, name, config, str(steps), str(threads)],
+        done = subprocess.run([sys.executable, "-c", code, name, config, str(steps), str(threads),
+                               zero_grad],
                               capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"skipped": f"ran past {timeout:.0f} s"}
@@ -236,12 +253,13 @@ def _in_process(name: str, config: str, steps: int, timeout: float, threads: int
 # --- the whole run ------------------------------------------------------------------------------
 
 def measure(models: tuple[str, ...] = MODELS, *, steps: int = 6, timeout: float = 600.0,
-            threads: int = 0) -> dict[str, dict[str, Any]]:
+            threads: int = 0, zero_grad: str = "last") -> dict[str, dict[str, Any]]:
     """Every configuration of every model, each in a fresh process; the ratios per model
-    (``threads``: torch's intra-op threads in each, 0: torch's default)."""
+    (``threads``: torch's intra-op threads in each, 0: torch's default; ``zero_grad``: where
+    a training step calls it, ``first``, ``middle`` or ``last``)."""
     results: dict[str, dict[str, Any]] = {}
     for name in models:
-        runs = {config: _in_process(name, config, steps, timeout, threads)
+        runs = {config: _in_process(name, config, steps, timeout, threads, zero_grad)
                 for config in (*MEMORY_CONFIGS, "timing")}
         results[name] = {"runs": runs, **_ratios(runs)}
     return results
@@ -281,6 +299,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds per configuration's process")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch's intra-op threads per process (default: torch's)")
+    parser.add_argument("--zero-grad", choices=ZERO_GRAD, default="last",
+                        help="where a training step calls zero_grad(): at its start (first), "
+                             "before the backward pass (middle) or at its end (last, the "
+                             "default)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -295,10 +317,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"--steps must be {WARM_STEPS + 2} at least (a steady window of two steps)")
         return 2
     models = tuple(args.model or MODELS)
-    results = measure(models, steps=args.steps, timeout=args.timeout, threads=args.threads)
+    results = measure(models, steps=args.steps, timeout=args.timeout, threads=args.threads,
+                      zero_grad=args.zero_grad)
     if args.json:
         print(json.dumps({"build": build(), "steps": args.steps, "threads": args.threads,
-                          "models": results}, indent=2))
+                          "zero_grad": args.zero_grad, "models": results}, indent=2))
         return 0
     print(f"steady reserved / steady live peak, {args.steps} steps ({WARM_STEPS} warm-up)")
     print(f"{'model':>7} {'live MiB':>9} {'learned':>8} {'pool':>6} {'pt_like':>8} "

@@ -33,6 +33,14 @@ Design choices, and what they cost:
   next step repeats the recording, the pattern is planned again *cyclically*, from a cut after
   the last of those frees (:meth:`~tensorarena.learned.recording.StepRecording.rotated`):
   from the third step on the gradients have slots too and the arena is the whole footprint.
+  Where that cut falls inside the step (``zero_grad`` between the forward and the backward
+  pass), the activations live across it and would have none: the step is also planned with
+  the carried blocks held all step, and the plan with the lower footprint is kept.
+  A step that frees them before it allocates (``zero_grad`` first in the step) does not wait:
+  a new plan does not serve it (the pool does, for the reason ``carried_blocks``: served from
+  the arena, the step would hold the arena and the pool's copy of its new gradients at once,
+  more than a pool), and the plan's recording, cut after those frees, is planned cyclically
+  at the step's marker, whatever the step itself made (an optimizer's state, made once).
 * **Memory back to the system.** At every marker after a plan exists, the pool gives its empty
   arenas back (``trim()``), and again before a plan takes its arena, so the steady state does
   not carry the first step's pool. What outlives the first step (an optimizer's state, made
@@ -57,9 +65,8 @@ finds steps without markers has seen it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from tensorarena.adaptors.counting import Counting
 from tensorarena.core.registry import StrategySpec
@@ -70,6 +77,7 @@ from tensorarena.errors import (
     SizeMismatchError,
 )
 from tensorarena.learned._learned_statistics import LearnedStatistics
+from tensorarena.learned._native_booking import LiveBlock, NativeBooking
 from tensorarena.learned.fallback import SegregatedFallback
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
@@ -102,23 +110,13 @@ __all__ = ["DEFAULT_LEARNED_NODE_LIMIT", "LearnedPlans"]
 DEFAULT_LEARNED_NODE_LIMIT = 10_000
 
 
-class _Block(NamedTuple):
-    nbytes: int
-    plan: StepPlan | None  #: None: the block is in the pool
-    offset: int  #: in the plan's arena
-    serial: int  #: the step it was allocated in
-    number: int = 0  #: its number in that step's recording
-    epoch: int = -1  #: without markers: the history it is logged in
-    history: int = -1  #: its number in that history
-
-
 def _positive(value: object, name: str) -> int:
     if type(value) is not int or value < 1:
         raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
     return value
 
 
-class LearnedPlans(LearnedStatistics):
+class LearnedPlans(LearnedStatistics, NativeBooking):
     """A resource that learns a plan from the first run of a repeating step (module docstring).
 
     ``upstream`` gives the bytes (default :class:`~tensorarena.memory.HostMemory`): the arenas
@@ -164,14 +162,14 @@ class LearnedPlans(LearnedStatistics):
         self._pool = SegregatedFallback(self._meter, strategy=strategy)
         self._lock = threading.RLock()
         self._closed = False
-        self._blocks: dict[int, _Block] = {}
+        self._blocks: dict[int, LiveBlock] = {}
         # The step in progress.
         self._serial = 0
         self._recorder = Recorder()
         self._observed: list[int] = []  # sizes of its first key_length allocations
         self._cursor: StepCursor | None = None
-        self._unknown = False  # no plan matched its first allocations
-        self._no_arena = False
+        self._unknown = False  # no plan serves it (chosen from its first allocations)
+        self._unserved = FallbackReason.UNKNOWN_PATTERN  # why, then
         self._step_served = 0
         self._previous: StepRecording | None = None  # the last step's recording, if learned
         self._carried: set[int] = set()  # its blocks freed in this step
@@ -222,14 +220,12 @@ class LearnedPlans(LearnedStatistics):
                 self._find_steps(finder, nbytes)
             recorder = self._recorder
             position = len(recorder)
-            before = (self._cursor, self._unknown, self._no_arena)
+            before = (self._cursor, self._unknown, self._unserved)
             if position < self._plans.key_length and not self._unknown:
                 self._choose(nbytes, position)
             cursor = self._cursor
             if cursor is None:
-                matched: tuple[int, bool] | FallbackReason = (
-                    FallbackReason.NO_ARENA if self._no_arena
-                    else FallbackReason.UNKNOWN_PATTERN)
+                matched: tuple[int, bool] | FallbackReason = self._unserved
             else:
                 saved = cursor.save()
                 matched = cursor.match(nbytes, alignment)
@@ -252,16 +248,16 @@ class LearnedPlans(LearnedStatistics):
                 except BaseException:  # the step is where it was (an arena taken stays)
                     if cursor is not None:
                         cursor.restore(saved)
-                    self._cursor, self._unknown, self._no_arena = before
+                    self._cursor, self._unknown, self._unserved = before
                     del self._observed[position:]
                     raise
                 self._fallbacks[matched] += 1  # type: ignore[index]
                 plan, offset = None, 0
             number = recorder.allocated(nbytes, alignment)
             if finder is None:
-                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number)
+                self._blocks[address] = LiveBlock(nbytes, plan, offset, self._serial, number)
             else:
-                self._blocks[address] = _Block(nbytes, plan, offset, self._serial, number,
+                self._blocks[address] = LiveBlock(nbytes, plan, offset, self._serial, number,
                                                finder.epoch, finder.log(nbytes, alignment))
             self._allocations += 1
             live = self._live_bytes + nbytes
@@ -343,15 +339,18 @@ class LearnedPlans(LearnedStatistics):
             recording = self._recorder.finish()
             previous, carried = self._previous, self._carried
             if cursor is None:
-                if not self._no_arena:
+                if self._unserved is FallbackReason.UNKNOWN_PATTERN:
                     self._plans.learn_new(recording)
+                elif self._unserved is FallbackReason.CARRIED_BLOCKS and previous is not None:
+                    # Planned from the last step, cut after this one's frees of its blocks.
+                    self._plans.learn_cyclic(previous, carried, self._cut)
             elif (carried and previous is not None
                   and previous.signature() == recording.signature()
                   and not (cursor.plan.cyclic
                            and cursor.plan.signature == recording.signature())):
                 # The step repeats and carries blocks into the next: plan it cyclically.
                 cursor.plan.steps_served += 1
-                self._plans.learn(previous, cyclic=previous.rotated(carried, self._cut))
+                self._plans.learn_cyclic(previous, carried, self._cut)
             else:
                 cursor.plan.steps_served += 1
                 self._plans.learn_again(cursor.plan, recording)
@@ -370,7 +369,8 @@ class LearnedPlans(LearnedStatistics):
         self._recorder = Recorder()
         self._observed = []
         self._cursor = None
-        self._unknown = self._no_arena = False
+        self._unknown = False
+        self._unserved = FallbackReason.UNKNOWN_PATTERN
         self._step_served = 0
         self._previous = None
         self._carried = set()
@@ -387,12 +387,17 @@ class LearnedPlans(LearnedStatistics):
         if plan is None:
             self._cursor, self._unknown = None, True
             return
+        if self._plans.defers(plan, self._previous, self._carried):
+            self._cursor, self._unknown = None, True
+            self._unserved = FallbackReason.CARRIED_BLOCKS
+            return
         if plan.base is None:
             self._pool.trim()  # what the pool holds empty goes back before the arena comes
         try:
             self._plans.take_arena(plan)
         except MemoryError:
-            self._cursor, self._unknown, self._no_arena = None, True, True
+            self._cursor, self._unknown = None, True
+            self._unserved = FallbackReason.NO_ARENA
             return
         if not plan.steps_served and position == 0:  # a new plan's first step: steady from here
             self._peak_before = max(self._peak_before,
@@ -451,73 +456,3 @@ class LearnedPlans(LearnedStatistics):
             return exc
         return InvalidAddressError(  # pragma: no cover - every pool block is in _blocks
             f"address {address:#x} is not a live block of this LearnedPlans", address=address)
-
-    # --- native serving (tensorarena.learned.native_serving) ---------------------------------
-    # A native server (the route of tensorarena.torch.learned) hands out the current plan's next
-    # slots with no call here. It is paused while this resource runs (its lock's hooks), and
-    # what it did meanwhile is booked first, in order: _book_native mirrors what allocate books
-    # for a served slot and deallocate for a freed block. Nothing above knows of it.
-
-    def _serve_natively(self, hook: Callable[[Any], AbstractContextManager[Any]]
-                        ) -> AbstractContextManager[Any]:
-        """Run every call under ``hook(lock)`` (a server's hooks around this resource's
-        lock); returns it."""
-        with self._lock:
-            self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
-        return hooked
-
-    def _native_state(self) -> tuple[int, bool, int, int, StepPlan | None, int, int, int]:
-        """Where the step stands for a native server leaving: serial, whether the last step was
-        learned from, the recording's length and clock, the plan and position it may serve
-        from (``None``: none; the step follows a plan past its key, in order, from a held
-        arena), live bytes and blocks."""
-        cursor, recorder = self._cursor, self._recorder
-        plan: StepPlan | None = None
-        position = 0
-        if (cursor is not None and not self._closed and self._finder is None
-                and len(recorder) >= self._plans.key_length):
-            position, skipped = cursor.save()
-            if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
-                plan = cursor.plan
-        return (self._serial, self._previous is not None, len(recorder), recorder.clock, plan,
-                position, self._live_bytes, len(self._blocks))
-
-    def _book_native(self, booked: tuple[Any, ...], plans: Mapping[int, StepPlan],
-                     alignment: int, live: int, count: int) -> None:
-        """Book what a native server did since it left with ``live`` bytes in ``count``
-        blocks (``booked``: ``serving_pause``'s answer, see ``_torch_cpu_serving.cpp``)."""
-        (made, ends, dropped, carried, cut, clock, change, highest, blocks_change,
-         blocks_highest, total, unbooked, raw) = booked
-        recorder, blocks, serial = self._recorder, self._blocks, self._serial
-        if made or ends:
-            recorder.book(made[3::5], alignment, made[4::5], ends, clock)
-        for address in dropped:
-            self._plans.freed_from(blocks.pop(address).plan)  # type: ignore[arg-type]
-        if carried:
-            self._carried.update(carried)
-            self._cut = cut
-        for i in range(0, len(unbooked), 5):
-            address, table, slot, nbytes, number = unbooked[i:i + 5]
-            plan = plans[table]
-            blocks[address] = _Block(nbytes, plan, plan.offsets[slot], serial, number)
-        served = len(made) // 5
-        if served or change or blocks_change:
-            self._live_bytes = live + change
-            self._peak_live = max(self._peak_live, live + highest)
-            self._peak_blocks = max(self._peak_blocks, count + blocks_highest)
-            self._served += served
-            self._step_served += served
-            self._allocations += served
-            self._total_bytes += total
-            cursor = self._cursor
-            if served and cursor is not None and cursor.plan is plans[made[-4]]:
-                cursor.position = made[-3] + 1
-        for address in raw:  # freed while this resource ran: as deallocate books a free
-            block = blocks.pop(address)
-            self._live_bytes -= block.nbytes
-            self._plans.freed_from(block.plan)  # type: ignore[arg-type]
-            if block.serial == serial:
-                recorder.freed(block.number)
-            elif block.serial == serial - 1 and self._previous is not None:
-                self._carried.add(block.number)
-                self._cut = len(recorder)

@@ -8,8 +8,13 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 * a new pattern is learned at once while there is room, else only when it recurs;
 * a pattern whose steps differ from its plan the same way twice in a row is learned again;
 * a pattern whose step repeats and carries blocks into the next (gradients freed by the next
-  ``zero_grad``) is learned again once, cyclically (:meth:`StepRecording.rotated`), so that
-  those blocks get slots too;
+  ``zero_grad``) is learned again once, cyclically, so that those blocks get slots too: cut
+  after their frees (:meth:`StepRecording.rotated`) or, when that cut falls inside the step
+  and costs more, at the marker with them held all step (:meth:`StepRecording.held`);
+* a new plan is not served (its arena is not taken) by a step that has already freed blocks
+  its recording left live: the pool holds the next copy of those blocks, and serving the rest
+  from the arena would hold the arena and those blocks at once, above a pool's peak; the step
+  is served by the pool and the plan learned again cyclically from its recording at once;
 * to make room the least recently used plan goes, preferring one with no live block; a plan
   that goes while blocks live in its arena is *retired*: the arena goes back with its last block.
 """
@@ -17,6 +22,7 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 
 from tensorarena.errors import DoubleFreeError, InvalidAddressError
 from tensorarena.learned.recording import StepRecording
@@ -59,6 +65,15 @@ class PlanCache:
             plan.base = self._upstream.allocate(plan.arena_bytes, plan.alignment)
             self.arena_bytes += plan.arena_bytes
 
+    def defers(self, plan: StepPlan, previous: StepRecording | None,
+               carried: Collection[int]) -> bool:
+        """True if ``plan``, chosen by a step that has freed the blocks ``carried`` of the
+        step before (``previous``, ``None``: not learned from), should not serve it: the plan
+        was learned from that step and has not served yet."""
+        return (bool(carried) and plan.base is None and not plan.steps_served
+                and not plan.cyclic and previous is not None
+                and plan.signature == previous.signature())
+
     def learn_new(self, recording: StepRecording) -> None:
         """A step no plan matched: learn it if there is room or its pattern recurred."""
         key = recording.key(self.key_length)
@@ -83,10 +98,28 @@ class PlanCache:
     def learn(self, recording: StepRecording, *, cyclic: StepRecording | None = None) -> None:
         """Plan ``recording`` (with ``cyclic``'s lifetimes: its rotation) and keep the plan,
         making room if needed."""
+        if len(recording):
+            self._keep(StepPlan(recording, key_length=self.key_length,
+                                node_limit=self._node_limit, cyclic=cyclic))
+
+    def learn_cyclic(self, recording: StepRecording, carried: Collection[int],
+                     cut: int) -> None:
+        """Plan ``recording`` cyclically: its blocks ``carried`` into the next step were freed
+        there after its first ``cut`` allocations. Two windows are planned when ``cut > 0``:
+        rotated at the cut (:meth:`StepRecording.rotated`: a block live across the cut gets
+        no slot) and at the marker with the carried blocks held all step
+        (:meth:`StepRecording.held`); the plan kept has the lower arena plus bytes without
+        a slot (those the pool holds every step; the rotation on a tie)."""
         if not len(recording):
             return
-        plan = StepPlan(recording, key_length=self.key_length, node_limit=self._node_limit,
-                        cyclic=cyclic)
+        windows = [recording.rotated(carried, cut)]
+        if cut:
+            windows.append(recording.held(carried))
+        plans = [StepPlan(recording, key_length=self.key_length, node_limit=self._node_limit,
+                          cyclic=window) for window in windows]
+        self._keep(min(plans, key=lambda p: p.height + p.unplanned_bytes))
+
+    def _keep(self, plan: StepPlan) -> None:
         if not plan.planned:
             return
         old = self._plans.pop(plan.key, None)

@@ -95,6 +95,22 @@ class StepRecording:
                 end + shift if inside and end is not None else None))
         return StepRecording(tuple(rotated), length)
 
+    def held(self, carried: Collection[int]) -> StepRecording:
+        """The step with its blocks *carried* into the next step (``carried``: their positions)
+        held for the whole window, so that they get slots too without moving the cut.
+
+        A block made at tick ``b`` and freed in the next step at tick ``c`` lives ``[b, end)``
+        and again ``[0, c)`` on a repeating step's clock; the window holds it for all of
+        ``[0, end)``: exact where nothing else lives beside it over ``[c, b)``, and safe
+        wherever ``c <= b`` (the last copy is gone before the next is made in its slot; else
+        the slot is occupied and the allocation falls back). Unlike a rotation, no other
+        block lives across the window's ends.
+        """
+        length = self.ticks
+        return StepRecording(tuple(
+            RecordedAllocation(a.nbytes, a.alignment, 0, length) if i in carried else a
+            for i, a in enumerate(self.allocations)), length)
+
     def problem(self) -> Problem:
         """The planning problem: one buffer per allocation that was freed within the step,
         named by its position in the step."""

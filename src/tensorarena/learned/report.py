@@ -30,6 +30,10 @@ class FallbackReason(enum.Enum):
     ALIGNMENT = "alignment"
     #: the plan's arena could not be had from the upstream (out of memory)
     NO_ARENA = "no_arena"
+    #: the step freed blocks its plan's recording left live before it allocated (gradients
+    #: freed first): it is served by the pool, not beside them in the arena, while the pattern
+    #: is planned again cyclically
+    CARRIED_BLOCKS = "carried_blocks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ class LearnedPlansReport:
     outlived_recording: int
     alignment: int
     no_arena: int
+    carried_blocks: int
     reserved_bytes: int  #: held from the upstream now (arenas and the dynamic pool)
     peak_reserved_bytes: int  #: the most ever held
     #: the most held since the last new plan began to serve: the steady state once learning

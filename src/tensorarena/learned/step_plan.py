@@ -112,6 +112,9 @@ class StepPlan:
         self.optimal = made.optimal
         self.planner = made.planner
         self.planned = len(problem)
+        #: the bytes of the allocations with no slot (they outlived the recording's window)
+        self.unplanned_bytes = sum(n for n, o in zip(self.sizes, offsets, strict=True)
+                                   if o is None)
         self.arena_bytes = max(self.height, 1)  #: what the arena takes from the upstream
         self.alignment = max([_MIN_ARENA_ALIGNMENT, *(b.alignment for b in problem.buffers)])
         self.base: int | None = None  #: the arena's address while it is held

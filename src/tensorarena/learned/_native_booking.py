@@ -1,0 +1,123 @@
+"""How :class:`~tensorarena.learned.LearnedPlans` books what a native server did: a mixin.
+
+A native server (the route of :func:`tensorarena.torch.learned`,
+:mod:`~tensorarena.learned.native_serving`) hands out the current plan's next slots with no
+call to the plans. It is paused while the plans run (their lock's hooks), and what it did
+meanwhile is booked first, in order: ``_book_native`` mirrors what ``allocate`` books for a
+served slot and ``deallocate`` for a freed block. The resource's module knows nothing of it
+but this mixin; the record of a live block, :class:`LiveBlock`, is shared by both.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+from tensorarena.learned.plan_cache import PlanCache
+from tensorarena.learned.recording import Recorder, StepRecording
+from tensorarena.learned.step_finder import StepFinder
+from tensorarena.learned.step_plan import StepCursor, StepPlan
+
+__all__ = ["LiveBlock", "NativeBooking"]
+
+
+class LiveBlock(NamedTuple):
+    """A live block: its size, where it lies and where its step logged it."""
+
+    nbytes: int
+    plan: StepPlan | None  #: None: the block is in the pool
+    offset: int  #: in the plan's arena
+    serial: int  #: the step it was allocated in
+    number: int = 0  #: its number in that step's recording
+    epoch: int = -1  #: without markers: the history it is logged in
+    history: int = -1  #: its number in that history
+
+
+class NativeBooking:
+    """``_serve_natively``, ``_native_state`` and ``_book_native``: the plans' side of a
+    native server."""
+
+    _lock: threading.RLock
+    _plans: PlanCache
+    _finder: StepFinder | None
+    _closed: bool
+    _blocks: dict[int, LiveBlock]
+    _serial: int
+    _recorder: Recorder
+    _cursor: StepCursor | None
+    _previous: StepRecording | None
+    _carried: set[int]
+    _cut: int
+    _live_bytes: int
+    _peak_live: int
+    _total_bytes: int
+    _peak_blocks: int
+    _allocations: int
+    _served: int
+    _step_served: int
+
+    def _serve_natively(self, hook: Callable[[Any], AbstractContextManager[Any]]
+                        ) -> AbstractContextManager[Any]:
+        """Run every call under ``hook(lock)`` (a server's hooks around this resource's
+        lock); returns it."""
+        with self._lock:
+            self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
+        return hooked
+
+    def _native_state(self) -> tuple[int, bool, int, int, StepPlan | None, int, int, int]:
+        """Where the step stands for a native server leaving: serial, whether the last step was
+        learned from, the recording's length and clock, the plan and position it may serve
+        from (``None``: none; the step follows a plan past its key, in order, from a held
+        arena), live bytes and blocks."""
+        cursor, recorder = self._cursor, self._recorder
+        plan: StepPlan | None = None
+        position = 0
+        if (cursor is not None and not self._closed and self._finder is None
+                and len(recorder) >= self._plans.key_length):
+            position, skipped = cursor.save()
+            if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
+                plan = cursor.plan
+        return (self._serial, self._previous is not None, len(recorder), recorder.clock, plan,
+                position, self._live_bytes, len(self._blocks))
+
+    def _book_native(self, booked: tuple[Any, ...], plans: Mapping[int, StepPlan],
+                     alignment: int, live: int, count: int) -> None:
+        """Book what a native server did since it left with ``live`` bytes in ``count``
+        blocks (``booked``: ``serving_pause``'s answer, see ``_torch_cpu_serving.cpp``)."""
+        (made, ends, dropped, carried, cut, clock, change, highest, blocks_change,
+         blocks_highest, total, unbooked, raw) = booked
+        recorder, blocks, serial = self._recorder, self._blocks, self._serial
+        if made or ends:
+            recorder.book(made[3::5], alignment, made[4::5], ends, clock)
+        for address in dropped:
+            self._plans.freed_from(blocks.pop(address).plan)  # type: ignore[arg-type]
+        if carried:
+            self._carried.update(carried)
+            self._cut = cut
+        for i in range(0, len(unbooked), 5):
+            address, table, slot, nbytes, number = unbooked[i:i + 5]
+            plan = plans[table]
+            blocks[address] = LiveBlock(nbytes, plan, plan.offsets[slot], serial, number)
+        served = len(made) // 5
+        if served or change or blocks_change:
+            self._live_bytes = live + change
+            self._peak_live = max(self._peak_live, live + highest)
+            self._peak_blocks = max(self._peak_blocks, count + blocks_highest)
+            self._served += served
+            self._step_served += served
+            self._allocations += served
+            self._total_bytes += total
+            cursor = self._cursor
+            if served and cursor is not None and cursor.plan is plans[made[-4]]:
+                cursor.position = made[-3] + 1
+        for address in raw:  # freed while this resource ran: as deallocate books a free
+            block = blocks.pop(address)
+            self._live_bytes -= block.nbytes
+            self._plans.freed_from(block.plan)  # type: ignore[arg-type]
+            if block.serial == serial:
+                recorder.freed(block.number)
+            elif block.serial == serial - 1 and self._previous is not None:
+                self._carried.add(block.number)
+                self._cut = len(recorder)
