@@ -4,7 +4,6 @@ reordered graphs that run with equal outputs."""
 from __future__ import annotations
 
 import itertools
-import random
 from typing import Any
 
 import numpy as np
@@ -16,28 +15,9 @@ from tensorarena.planning import schedules
 from tensorarena.planning.budget import DEFAULT_REORDER_STEPS, StopReason
 from tensorarena.planning.cut_bound import CutBound
 from tensorarena.planning.op_graph import OpGraph, check_order, with_node_buffers
+from tensorarena.planning.random_graphs import random_op_graph as random_graph
 from tensorarena.planning.reorder import Schedule, reorder, reorder_graph
 from tensorarena.planning.validate import validate
-
-
-def random_graph(seed: int, n: int) -> OpGraph:
-    """A random DAG: each node makes one buffer, used by one to three later nodes."""
-    rng = random.Random(seed)
-    preds: list[set[int]] = [set() for _ in range(n)]
-    uses: list[list[int]] = [[] for _ in range(n)]
-    for b in range(n - 1):
-        for u in rng.sample(range(b + 1, n), min(n - 1 - b, rng.randint(1, 3))):
-            preds[u].add(b)
-            uses[u].append(b)
-    return OpGraph(
-        names=tuple(f"n{v}" for v in range(n)),
-        preds=tuple(tuple(sorted(p)) for p in preds),
-        produces=tuple((v,) for v in range(n)),
-        uses=tuple(tuple(sorted(u)) for u in uses),
-        buffer_ids=tuple(f"b{v}" for v in range(n)),
-        sizes=tuple(rng.randint(1, 9) * 16 for _ in range(n)),
-        outputs=frozenset({n - 1}),
-    )
 
 
 def topological_orders(graph: OpGraph) -> list[list[int]]:
