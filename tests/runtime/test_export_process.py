@@ -257,3 +257,11 @@ def test_tqdms_progress_monitor_is_stopped_for_the_fork_and_comes_back() -> None
     assert tqdm.tqdm.monitor is not None and tqdm.tqdm.monitor.is_alive()
     again.close()
     again.fp.close()
+
+
+@pytest.mark.parametrize("wrong", ["yes", 1, 0.0])
+def test_isolate_export_takes_a_bool_or_none(wrong: Any) -> None:
+    from tensorarena.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="isolate_export"):
+        PlannedProgram.from_module(Block().eval(), (torch.randn(4, 8),), isolate_export=wrong)

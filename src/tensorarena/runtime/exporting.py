@@ -78,6 +78,9 @@ def export_module(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[s
     raises :class:`ExportFailedError` carrying torch's error and what to try. ``isolated``
     runs it in a child process where one can run (:mod:`~tensorarena.runtime.export_process`);
     ``None`` means :data:`ISOLATE_BY_DEFAULT`."""
+    if isolated is not None and not isinstance(isolated, bool):
+        raise InvalidArgumentError(
+            f"isolate_export takes True, False or None (where a child can run), got {isolated!r}")
     check_has_data(model, args, kwargs)
 
     def export_here() -> torch.export.ExportedProgram:
