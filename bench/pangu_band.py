@@ -15,7 +15,7 @@ pieces, to record how a plan at the target was reached. Steps, each printed with
 
 The full plan is checked by the independent validator.
 
-    .venv/bin/python bench/pangu_band.py [--data DIR] [--time-limit 30] [--nodes 200000]
+    .venv/bin/python bench/pangu_band.py [--data DIR] [--time-limit 30] [--nodes 20000]
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=1.002)
     ap.add_argument("--margin", type=int, default=4)
     ap.add_argument("--max-life", type=int, default=14000)
-    ap.add_argument("--low", type=float, default=0.434, help="band bottom, x bound")
-    ap.add_argument("--high", type=float, default=0.72, help="band top, x bound")
-    ap.add_argument("--nodes", type=int, default=200_000)
+    ap.add_argument("--low", type=float, default=None, help="band bottom, x bound")
+    ap.add_argument("--high", type=float, default=None, help="band top, x bound")
+    ap.add_argument("--nodes", type=int, default=20_000, help="per band")
     args = ap.parse_args()
     path = data_folder(args.data) / "idealloc" / TRACE
     if not path.exists():
@@ -103,26 +103,34 @@ def main() -> int:
     if not len(bad):
         return 0
     t0, t1 = int(s[bad].min()) - args.margin, int(e[bad].max()) + args.margin
-    lo, hi = int(args.low * lb), min(target, int(args.high * lb))
-    inside = (o >= lo) & (o + z <= hi) & (z > 0) & ((e - s) <= args.max_life)
-    free = np.union1d(np.flatnonzero((s < t1) & (e > t0) & inside), bad)
-    a, b = int(s[free].min()), int(e[free].max())
-    is_free = np.zeros(len(bufs), bool)
-    is_free[free] = True
-    near = np.flatnonzero(~is_free & (s < b) & (e > a) & (o < hi) & (o + z > lo) & (z > 0))
-    pins = [j for j in near if np.any((s[free] < e[j]) & (e[free] > s[j]))]
-    local = [Buffer(bufs[k].id, int(s[k]), int(e[k]), int(z[k]), bufs[k].alignment) for k in free]
-    for j in pins:
-        bottom, top = max(int(o[j]), lo), min(int(o[j] + z[j]), hi)
-        local.append(Buffer(bufs[j].id, int(max(s[j], a)), int(min(e[j], b)), top - bottom, 1,
-                            bottom - lo))
-    t = time.perf_counter()
-    r = solve_exact(Problem(local), capacity=hi - lo, node_limit=args.nodes, work_limit=None)
-    print(f"3 exact in band [{lo / lb:.4f}, {hi / lb:.4f}) x bound: {len(bad)} above target, "
-          f"{len(free)} free, {len(pins)} pinned, {r.nodes} nodes, {r.stopped_by.value}, "
-          f"{time.perf_counter() - t:.1f} s")
+    gaps = {g for tick in range(int(s[bad].min()), int(e[bad].max()))
+            for g in holes_at(tick, s, e, z, o, lb) if g[1] - g[0] >= z[bad].min()}
+    lo = int(args.low * lb) if args.low is not None else min(g[0] for g in gaps)
+    tops = [min(target, int(args.high * lb))] if args.high is not None else sorted(
+        {g[1] for g in gaps if g[0] >= lo})
+    for hi in tops:
+        inside = (o >= lo) & (o + z <= hi) & (z > 0) & ((e - s) <= args.max_life)
+        free = np.union1d(np.flatnonzero((s < t1) & (e > t0) & inside), bad)
+        a, b = int(s[free].min()), int(e[free].max())
+        is_free = np.zeros(len(bufs), bool)
+        is_free[free] = True
+        near = np.flatnonzero(~is_free & (s < b) & (e > a) & (o < hi) & (o + z > lo) & (z > 0))
+        pins = [j for j in near if np.any((s[free] < e[j]) & (e[free] > s[j]))]
+        local = [Buffer(bufs[k].id, int(s[k]), int(e[k]), int(z[k]), bufs[k].alignment)
+                 for k in free]
+        for j in pins:
+            bottom, top = max(int(o[j]), lo), min(int(o[j] + z[j]), hi)
+            local.append(Buffer(bufs[j].id, int(max(s[j], a)), int(min(e[j], b)), top - bottom,
+                                1, bottom - lo))
+        t = time.perf_counter()
+        r = solve_exact(Problem(local), capacity=hi - lo, node_limit=args.nodes, work_limit=None)
+        print(f"3 exact in band [{lo / lb:.4f}, {hi / lb:.4f}) x bound: {len(bad)} above target, "
+              f"{len(free)} free, {len(pins)} pinned, {r.nodes} nodes, {r.stopped_by.value}, "
+              f"{time.perf_counter() - t:.1f} s", flush=True)
+        if r.plan is not None:
+            break
     if r.plan is None:
-        print("no plan in the band")
+        print("no plan in any band")
         return 1
     for n, k in enumerate(free):
         o[k] = r.plan.offsets[n] + lo
