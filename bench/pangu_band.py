@@ -63,6 +63,7 @@ def replace(buffers, free, o):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
+    ap.add_argument("--trace", default=TRACE, help="under idealloc/ in the data folder")
     ap.add_argument("--time-limit", type=float, default=30.0, help="for long_lived_first")
     ap.add_argument("--target", type=float, default=1.002)
     ap.add_argument("--margin", type=int, default=4)
@@ -71,7 +72,7 @@ def main() -> int:
     ap.add_argument("--high", type=float, default=None, help="band top, x bound")
     ap.add_argument("--nodes", type=int, default=20_000, help="per band")
     args = ap.parse_args()
-    path = data_folder(args.data) / "idealloc" / TRACE
+    path = data_folder(args.data) / "idealloc" / args.trace
     if not path.exists():
         print(f"skipped: {path} not found")
         return 0
@@ -102,6 +103,8 @@ def main() -> int:
     bad = np.flatnonzero(o + z > target)
     if not len(bad):
         return 0
+    print(f"{len(bad)} buffers above the target, ticks [{s[bad].min()}, {e[bad].max()})",
+          flush=True)
     t0, t1 = int(s[bad].min()) - args.margin, int(e[bad].max()) + args.margin
     gaps = {g for tick in range(int(s[bad].min()), int(e[bad].max()))
             for g in holes_at(tick, s, e, z, o, lb) if g[1] - g[0] >= z[bad].min()}
