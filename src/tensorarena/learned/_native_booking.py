@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from tensorarena.learned.plan_cache import PlanCache
-from tensorarena.learned.recording import Recorder, StepRecording
+from tensorarena.learned.recording import FinishedStep, Recorder
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
 
@@ -47,7 +47,7 @@ class NativeBooking:
     _serial: int
     _recorder: Recorder
     _cursor: StepCursor | None
-    _previous: StepRecording | None
+    _previous: FinishedStep | None
     _carried: set[int]
     _cut: int
     _live_bytes: int
