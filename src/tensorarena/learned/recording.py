@@ -176,9 +176,9 @@ class Recorder:
         self._alignments += [alignment] * len(sizes)
         self._starts += starts
         self._ends += [None] * len(sizes)
-        ended = self._ends
-        for i in range(0, len(ends), 2):
-            ended[ends[i]] = ends[i + 1]
+        ended, pairs = self._ends, iter(ends)
+        for number, tick in zip(pairs, pairs, strict=False):  # (an even length: no remainder)
+            ended[number] = tick
         self._clock = clock
 
     def signature(self) -> Signature:
