@@ -76,10 +76,12 @@ struct Serving {
   bool valid = false;
   uint64_t serial = 0, length = 0, clock = 0;
   bool previous = false;  // the last step was learned from: its blocks' frees are carried
-  // Since the last pause, while valid: allocations (address, table, slot, nbytes, tick), ends
-  // (number, tick), booked blocks freed (address), carried (number) and the cut after the last
-  // of them, live bytes and blocks (change, and highest change), bytes served.
+  // Since the last pause, while valid: allocations (nbytes, tick; the table and slot of the
+  // last in made_table, made_slot), ends (number, tick), booked blocks freed (address), carried
+  // (number) and the cut after the last of them, live bytes and blocks (change, and highest
+  // change), bytes served.
   std::vector<uint64_t> made, ends, dropped, carried;
+  uint64_t made_table = 0, made_slot = 0;
   uint64_t cut = 0;
   bool cut_set = false;
   int64_t live = 0, live_peak = 0, count = 0, count_peak = 0;
@@ -171,9 +173,9 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   table->refs++;
   serving->position = position + 1;
   serving->served++;
-  serving->made.insert(serving->made.end(),
-                       {static_cast<uint64_t>(address), table->id, position,
-                        static_cast<uint64_t>(nbytes), serving->clock});
+  serving->made.insert(serving->made.end(), {static_cast<uint64_t>(nbytes), serving->clock});
+  serving->made_table = table->id;
+  serving->made_slot = position;
   serving->length++;
   serving->clock++;
   serving->total += nbytes;
@@ -192,7 +194,8 @@ void serving_untake(Serving* serving, ServingTable* table, void* data) {
   table->live.erase(reinterpret_cast<uintptr_t>(data) - table->base);
   serving->position--;
   serving->served--;
-  serving->made.resize(serving->made.size() - 5);
+  serving->made.resize(serving->made.size() - 2);
+  serving->made_slot--;  // (made_table stays: a pause's allocations all come from one table)
   serving->length--;
   serving->clock--;
   serving->total -= nbytes;
@@ -352,7 +355,8 @@ PyObject* list_of(const std::vector<uint64_t>& words) {
   return list;
 }
 
-// serving_pause(server) -> None if nothing happened, else (made, ends, dropped, carried, cut
+// serving_pause(server) -> None if nothing happened, else (made, table and slot of the last
+// made, ends, dropped, carried, cut
 // or -1, clock, live change, highest, blocks change, highest, bytes served, unbooked, raw): what
 // happened since the last pause; unbooked: the live blocks with no Python record (address,
 // table, slot, nbytes, number; now booked). Stops serving until the next leave.
@@ -374,7 +378,9 @@ PyObject* serving_pause(PyObject*, PyObject* capsule) {
     Py_RETURN_NONE;
   }
   PyObject* result = Py_BuildValue(
-      "(NNNNLKLLLLKNN)", list_of(serving->made), list_of(serving->ends),
+      "(NKKNNNLKLLLLKNN)", list_of(serving->made),
+      static_cast<unsigned long long>(serving->made_table),
+      static_cast<unsigned long long>(serving->made_slot), list_of(serving->ends),
       list_of(serving->dropped), list_of(serving->carried),
       serving->cut_set ? static_cast<long long>(serving->cut) : -1LL,
       static_cast<unsigned long long>(serving->clock),

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from tensorarena.learned.plan_cache import PlanCache
-from tensorarena.learned.recording import Recorder, StepRecording
+from tensorarena.learned.recording import FinishedStep, Recorder
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
 
@@ -47,7 +47,7 @@ class NativeBooking:
     _serial: int
     _recorder: Recorder
     _cursor: StepCursor | None
-    _previous: StepRecording | None
+    _previous: FinishedStep | None
     _carried: set[int]
     _cut: int
     _live_bytes: int
@@ -86,11 +86,11 @@ class NativeBooking:
                      alignment: int, live: int, count: int) -> None:
         """Book what a native server did since it left with ``live`` bytes in ``count``
         blocks (``booked``: ``serving_pause``'s answer, see ``_torch_cpu_serving.cpp``)."""
-        (made, ends, dropped, carried, cut, clock, change, highest, blocks_change,
-         blocks_highest, total, unbooked, raw) = booked
+        (made, made_table, made_slot, ends, dropped, carried, cut, clock, change, highest,
+         blocks_change, blocks_highest, total, unbooked, raw) = booked
         recorder, blocks, serial = self._recorder, self._blocks, self._serial
         if made or ends:
-            recorder.book(made[3::5], alignment, made[4::5], ends, clock)
+            recorder.book(made[0::2], alignment, made[1::2], ends, clock)
         for address in dropped:
             self._plans.freed_from(blocks.pop(address).plan)  # type: ignore[arg-type]
         if carried:
@@ -100,7 +100,7 @@ class NativeBooking:
             address, table, slot, nbytes, number = unbooked[i:i + 5]
             plan = plans[table]
             blocks[address] = LiveBlock(nbytes, plan, plan.offsets[slot], serial, number)
-        served = len(made) // 5
+        served = len(made) // 2
         if served or change or blocks_change:
             self._live_bytes = live + change
             self._peak_live = max(self._peak_live, live + highest)
@@ -110,8 +110,8 @@ class NativeBooking:
             self._allocations += served
             self._total_bytes += total
             cursor = self._cursor
-            if served and cursor is not None and cursor.plan is plans[made[-4]]:
-                cursor.position = made[-3] + 1
+            if served and cursor is not None and cursor.plan is plans[made_table]:
+                cursor.position = made_slot + 1
         for address in raw:  # freed while this resource ran: as deallocate books a free
             block = blocks.pop(address)
             self._live_bytes -= block.nbytes

@@ -81,7 +81,7 @@ from tensorarena.learned._native_booking import LiveBlock, NativeBooking
 from tensorarena.learned.fallback import SegregatedFallback
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
-from tensorarena.learned.recording import Recorder, StepRecording
+from tensorarena.learned.recording import FinishedStep, Recorder
 from tensorarena.learned.report import FallbackReason
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
@@ -171,7 +171,7 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
         self._unknown = False  # no plan serves it (chosen from its first allocations)
         self._unserved = FallbackReason.UNKNOWN_PATTERN  # why, then
         self._step_served = 0
-        self._previous: StepRecording | None = None  # the last step's recording, if learned
+        self._previous: FinishedStep | None = None  # the last step, if learned
         self._carried: set[int] = set()  # its blocks freed in this step
         self._cut = 0  # allocations of this step before the last of those frees
         # Counters.
@@ -334,31 +334,30 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
 
     def _end_step(self, *, learn: bool) -> None:
         cursor = self._cursor
-        if learn:
+        # The step's signature now, its StepRecording only if a plan is learned from it.
+        recording = FinishedStep(self._recorder) if learn else None
+        if recording is not None:
             self._steps += 1
-            recording = self._recorder.finish()
             previous, carried = self._previous, self._carried
             if cursor is None:
                 if self._unserved is FallbackReason.UNKNOWN_PATTERN:
-                    self._plans.learn_new(recording)
+                    self._plans.learn_new(recording.recording())
                 elif self._unserved is FallbackReason.CARRIED_BLOCKS and previous is not None:
                     # Planned from the last step, cut after this one's frees of its blocks.
-                    self._plans.learn_cyclic(previous, carried, self._cut)
+                    self._plans.learn_cyclic(previous.recording(), carried, self._cut)
             elif (carried and previous is not None
-                  and previous.signature() == recording.signature()
+                  and previous.signature == recording.signature
                   and not (cursor.plan.cyclic
-                           and cursor.plan.signature == recording.signature())):
+                           and cursor.plan.signature == recording.signature)):
                 # The step repeats and carries blocks into the next: plan it cyclically.
                 cursor.plan.steps_served += 1
-                self._plans.learn_cyclic(previous, carried, self._cut)
+                self._plans.learn_cyclic(previous.recording(), carried, self._cut)
             else:
                 cursor.plan.steps_served += 1
                 self._plans.learn_again(cursor.plan, recording)
             if self._finder is not None and self._finder.step_ended(self._step_served,
                                                                     len(recording)):
                 self._plans.retire_all()  # planned from a wrong period
-        else:
-            recording = None
         if len(self._plans):
             self._pool.trim()  # the memory the pool served this step goes back
         self._begin_step()

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Collection
 
 from tensorarena.errors import DoubleFreeError, InvalidAddressError
-from tensorarena.learned.recording import StepRecording
+from tensorarena.learned.recording import FinishedStep, StepRecording
 from tensorarena.learned.report import PlanSummary
 from tensorarena.learned.step_plan import StepPlan
 from tensorarena.memory.resource import MemoryResource
@@ -65,14 +65,14 @@ class PlanCache:
             plan.base = self._upstream.allocate(plan.arena_bytes, plan.alignment)
             self.arena_bytes += plan.arena_bytes
 
-    def defers(self, plan: StepPlan, previous: StepRecording | None,
+    def defers(self, plan: StepPlan, previous: FinishedStep | None,
                carried: Collection[int]) -> bool:
         """True if ``plan``, chosen by a step that has freed the blocks ``carried`` of the
         step before (``previous``, ``None``: not learned from), should not serve it: the plan
         was learned from that step and has not served yet."""
         return (bool(carried) and plan.base is None and not plan.steps_served
                 and not plan.cyclic and previous is not None
-                and plan.signature == previous.signature())
+                and plan.signature == previous.signature)
 
     def learn_new(self, recording: StepRecording) -> None:
         """A step no plan matched: learn it if there is room or its pattern recurred."""
@@ -85,13 +85,14 @@ class PlanCache:
         while len(self._unplanned) > 4 * self.max_patterns:
             self._unplanned.popitem(last=False)
 
-    def learn_again(self, plan: StepPlan, recording: StepRecording) -> None:
-        """A step ``plan`` served: plan its pattern again if it differed the same way twice."""
-        signature = recording.signature()
+    def learn_again(self, plan: StepPlan, step: FinishedStep) -> None:
+        """A step ``plan`` served: plan its pattern again if it differed the same way twice
+        (a step that repeated the plan is compared, not recorded again)."""
+        signature = step.signature
         if signature == plan.signature:
             plan.candidate = None
-        elif signature == plan.candidate and recording.key(self.key_length) == plan.key:
-            self.learn(recording)
+        elif signature == plan.candidate and step.key(self.key_length) == plan.key:
+            self.learn(step.recording())
         else:
             plan.candidate = signature
 

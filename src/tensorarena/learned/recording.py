@@ -11,17 +11,26 @@ pool, which can hold them for as long as the caller wants).
 plain data a plan is made from. The window is the whole recording at a step marker, or, when the
 steps are found without markers, one period of it (``first``/``last`` allocation index and the
 clock at which the window ends).
+
+At a step marker the recorder is frozen into a :class:`FinishedStep`: its signature at once
+(what a step that repeats its plan is compared by, made with no Python call per allocation),
+its :class:`StepRecording` only when a plan is learned from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import compress, count, repeat
+from operator import is_
 from typing import NamedTuple
 
 from tensorarena.planning.problem import Buffer, Problem
 
-__all__ = ["RecordedAllocation", "Recorder", "StepRecording"]
+__all__ = ["FinishedStep", "RecordedAllocation", "Recorder", "Signature", "StepRecording"]
+
+#: A step's sizes in order, and the positions of its allocations that outlived it.
+Signature = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 class RecordedAllocation(NamedTuple):
@@ -56,10 +65,10 @@ class StepRecording:
         """Every allocation's size, in order: the step's signature."""
         return tuple(a.nbytes for a in self.allocations)
 
-    def signature(self) -> tuple[tuple[int, bool], ...]:
+    def signature(self) -> Signature:
         """Sizes and which allocations outlived the step: two recordings with the same
         signature give the same slots."""
-        return tuple((a.nbytes, a.end is None) for a in self.allocations)
+        return self.sizes, tuple(i for i, a in enumerate(self.allocations) if a.end is None)
 
     def key(self, length: int) -> tuple[int, ...]:
         """The sizes of the first ``length`` allocations: what a plan is looked up by."""
@@ -167,10 +176,16 @@ class Recorder:
         self._alignments += [alignment] * len(sizes)
         self._starts += starts
         self._ends += [None] * len(sizes)
-        ended = self._ends
-        for i in range(0, len(ends), 2):
-            ended[ends[i]] = ends[i + 1]
+        ended, pairs = self._ends, iter(ends)
+        for number, tick in zip(pairs, pairs, strict=False):  # (an even length: no remainder)
+            ended[number] = tick
         self._clock = clock
+
+    def signature(self) -> Signature:
+        """:meth:`StepRecording.signature` of :meth:`finish` ``()``, without making it (with
+        no Python step per allocation: a step's marker compares this with its plan's)."""
+        ends = self._ends
+        return tuple(self._sizes), tuple(compress(count(), map(is_, ends, repeat(None))))
 
     def start_of(self, index: int) -> int:
         """The tick at which allocation ``index`` was made."""
@@ -191,3 +206,29 @@ class Recorder:
                 self._sizes[first:last], self._alignments[first:last],
                 self._starts[first:last], self._ends[first:last], strict=True)])
         return StepRecording(allocations, until - base)
+
+
+class FinishedStep:
+    """A step ended at a marker: its frozen recorder (nothing logs to it any more), its
+    signature, and its recording, made the first time it is asked for."""
+
+    __slots__ = ("_recorder", "_recording", "signature")
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+        self._recording: StepRecording | None = None
+        #: :meth:`StepRecording.signature` of :meth:`recording`
+        self.signature = recorder.signature()
+
+    def __len__(self) -> int:
+        return len(self._recorder)
+
+    def recording(self) -> StepRecording:
+        """The whole recording (made once)."""
+        if self._recording is None:
+            self._recording = self._recorder.finish()
+        return self._recording
+
+    def key(self, length: int) -> tuple[int, ...]:
+        """:meth:`StepRecording.key` of :meth:`recording`."""
+        return self.signature[0][:length]

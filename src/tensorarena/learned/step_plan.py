@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from tensorarena.learned.recording import StepRecording
+from tensorarena.learned.recording import Signature, StepRecording
 from tensorarena.learned.report import FallbackReason
 from tensorarena.planning.planners import plan
 
@@ -123,7 +123,7 @@ class StepPlan:
         self.retired = False  #: evicted or re-learned: the arena goes back once empty
         #: the signature of the last step that differed from the recording: re-learned from
         #: if the next one has it too
-        self.candidate: tuple[tuple[int, bool], ...] | None = None
+        self.candidate: Signature | None = None
 
     def __repr__(self) -> str:
         return (f"StepPlan(allocations={len(self.sizes)}, planned={self.planned}, "
