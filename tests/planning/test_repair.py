@@ -100,6 +100,9 @@ def test_plan_repairs_any_planners_plan_when_asked() -> None:
     assert repaired.height == 5 and repaired.optimal  # at the bound
     assert repaired.planner == "windowed_repair:greedy_size"
     assert repaired.statistics is not None and repaired.statistics.nodes > 0
+    result = repair(TIGHT, plain)
+    assert result.work >= result.nodes > 0  # the windows' nodes, each weighed by its size
+    assert repaired.statistics.work == plain.statistics.work + result.work
 
 
 def test_plan_with_repair_keeps_the_pins_and_a_capacity() -> None:

@@ -48,7 +48,8 @@ MAX_WINDOW_BUFFERS = 2_500
 @dataclass(frozen=True, slots=True)
 class RepairResult:
     """The repaired plan (``plan``; the input plan when nothing lower was found), the nodes
-    searched, the windows tried, how many of them lowered the plan, and what ended the repair:
+    searched (and the work units they cost), the windows tried, how many of them lowered the
+    plan, and what ended the repair:
     the bound reached (``PROVEN``), every window tried (``COMPLETE``), the node budget
     (``BUDGET``) or the clock (``TIME_LIMIT``: the answer may differ on another machine)."""
 
@@ -57,6 +58,7 @@ class RepairResult:
     windows: int
     improved: int
     stopped_by: StopReason = StopReason.COMPLETE
+    work: int = 0
 
 
 def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODES,
@@ -79,7 +81,7 @@ def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODE
     started = time.perf_counter()
     best = plan
     bound = aligned_lower_bound(problem, alignment)
-    nodes = windows = improved = 0
+    nodes = work = windows = improved = 0
     margins = list(MARGINS)
     stopped = StopReason.COMPLETE
     while margins and best.height > bound:
@@ -95,9 +97,10 @@ def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODE
             continue
         budget = WINDOW_NODES if nodes_left is None else min(WINDOW_NODES, nodes_left - nodes)
         windows += 1
-        lowered, spent, timed_out = _solve_window(problem, best, window, budget, left,
-                                                  alignment)
+        lowered, spent, cost, timed_out = _solve_window(problem, best, window, budget, left,
+                                                        alignment)
         nodes += spent
+        work += cost
         if timed_out:
             stopped = StopReason.TIME_LIMIT
         if lowered is not None:
@@ -108,14 +111,14 @@ def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODE
         best = Plan(problem, best.offsets, planner=f"windowed_repair:{plan.planner}")
     if best.height <= bound:
         stopped = StopReason.PROVEN
-    return RepairResult(best, nodes, windows, improved, stopped)
+    return RepairResult(best, nodes, windows, improved, stopped, work)
 
 
 def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
                   alignment: int | None = None) -> Plan:
     """``plan`` after :func:`repair` on its default node budget, with ``plan``'s statistics
-    counting the repair's nodes too (what :func:`~tensorarena.planning.plan` returns when asked
-    to ``repair``)."""
+    counting the repair's nodes and work too (what :func:`~tensorarena.planning.plan` returns
+    when asked to ``repair``)."""
     result = repair(problem, plan, time_limit=time_limit, alignment=alignment)
     found = result.plan
     statistics = plan.statistics
@@ -125,7 +128,7 @@ def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
                 result.stopped_by is StopReason.TIME_LIMIT and stopped is not StopReason.PROVEN):
             stopped = result.stopped_by
         statistics = replace(statistics, nodes=statistics.nodes + result.nodes,
-                             stopped_by=stopped)
+                             work=statistics.work + result.work, stopped_by=stopped)
     optimal = plan.optimal or found.height <= aligned_lower_bound(problem, alignment)
     return Plan(problem, found.offsets, planner=found.planner, optimal=optimal,
                 statistics=statistics)
@@ -142,9 +145,9 @@ def _window(problem: Problem, plan: Plan, margin: int) -> tuple[int, int] | None
 
 
 def _solve_window(problem: Problem, plan: Plan, window: tuple[int, int], budget: int,
-                  seconds: float, alignment: int | None) -> tuple[Plan | None, int, bool]:
+                  seconds: float, alignment: int | None) -> tuple[Plan | None, int, int, bool]:
     """(the merged plan if the window's search lowered the height, else None; nodes spent;
-    whether the clock ended the search)."""
+    the work they cost; whether the clock ended the search)."""
     t0, t1 = window
     height = plan.height
     offsets = list(plan.offsets)
@@ -168,7 +171,7 @@ def _solve_window(problem: Problem, plan: Plan, window: tuple[int, int], budget:
             local.append(Buffer(b.id, max(b.start, t0), min(b.end, t1), b.nbytes, b.alignment,
                                 o))
     if outside_top >= height or len(local) > MAX_WINDOW_BUFFERS or not free:
-        return None, 0, False
+        return None, 0, 0, False
     sub = Problem(local, name=f"{problem.name}[{t0}:{t1})")
     if alignment is not None:
         sub = sub.with_alignment(alignment)
@@ -181,9 +184,9 @@ def _solve_window(problem: Problem, plan: Plan, window: tuple[int, int], budget:
     found = result.plan
     timed_out = result.stopped_by is StopReason.TIME_LIMIT
     if found is None or max(found.height, outside_top) >= height:
-        return None, result.nodes, timed_out
+        return None, result.nodes, result.work, timed_out
     for i, offset in zip(chosen, found.offsets, strict=True):
         offsets[i] = offset
     merged = Plan(problem, tuple(offsets))
     validate(problem, merged)
-    return merged, result.nodes, timed_out
+    return merged, result.nodes, result.work, timed_out
