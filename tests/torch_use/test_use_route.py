@@ -221,6 +221,31 @@ def test_a_calling_thread_route_is_uninstalled_from_its_thread(pool: Any) -> Non
     route.uninstall()
 
 
+def test_a_thread_that_ends_with_its_route_installed_lets_it_go(pool: Any, shim: Any) -> None:
+    made: list[Any] = []
+    routes: list[Any] = []
+
+    def forgetful() -> None:
+        routes.append(use(pool, threads="calling"))  # installed, never uninstalled
+        made.append(torch.ones(1000))
+
+    assert not shim.installed()
+    worker = threading.Thread(target=forgetful)
+    worker.start()
+    worker.join()
+    route = routes.pop()
+    assert not route.installed and not shim.installed()  # torch's allocator is back
+    assert inside(pool, made[0]) and float(made[0].sum()) == 1000.0  # still valid
+    here = torch.ones(1000)
+    assert not inside(pool, here)  # the main thread was never routed
+    made.clear()
+    assert live(pool) == 0  # the thread's tensor went back to the pool
+    holder = weakref.ref(route)
+    del route
+    gc.collect()
+    assert holder() is None  # nothing keeps the route (and its resource) alive
+
+
 def test_threads_allocating_and_freeing_at_once_lose_nothing(pool: Any) -> None:
     def churn(seed: int) -> None:
         kept = []

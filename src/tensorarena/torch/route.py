@@ -91,10 +91,35 @@ def _shim() -> Any:
     return module
 
 
+class _ThreadRoutes(list):  # type: ignore[type-arg]
+    """A thread's installed ``"calling"`` routes. Python drops a thread's ``threading.local``
+    data on the thread itself as it ends: routes it never uninstalled are uninstalled then, so
+    their resources are let go and torch's allocator comes back at the last one (the shim's
+    route for the thread is a C++ thread-local, reachable only from that thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def __del__(self) -> None:
+        if not self or threading.get_ident() != self.thread:
+            return  # nothing left, or not on its thread (an interpreter tearing down)
+        try:
+            shim = _shim()
+            with _lock:
+                shim.set_route(None, False)
+                for route in self:
+                    route._installed = False
+                    shim.uninstall()
+                self.clear()
+        except Exception:  # a thread's end must not raise
+            pass
+
+
 def _thread_routes() -> list[Route]:
     routes: list[Route] | None = getattr(_local, "routes", None)
     if routes is None:
-        routes = _local.routes = []
+        routes = _local.routes = _ThreadRoutes()
     return routes
 
 
