@@ -65,8 +65,8 @@ _GENERAL = (
 #: torch's words for an object in a model's inputs or outputs that it cannot flatten.
 _UNKNOWN_TYPE = re.compile(r"Found <class '([^']+)'> in (output|input)")
 #: Whether a program's export runs in a child process where none is asked for and one can run:
-#: what the export imports and caches (20-30 MiB) then stays out of this process. The cost is
-#: saving and reading the program (0.6 s for a small model, 1.7 s for GPT-2 124M).
+#: what the export imports and caches then stays out of this process, at the cost of saving and
+#: reading the program once (bench/RESULTS.md has both, measured).
 ISOLATE_BY_DEFAULT = True
 _TORCH_DIR: str | None = None  # set at first use: the directory of the torch package
 
