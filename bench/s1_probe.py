@@ -1,0 +1,82 @@
+"""S_1 (and the other idealloc traces) against the bound, before and after the peak stack.
+
+Issue 26: the target is S_1 at ≤ 1.002 x its lower bound at ``--time-limit 30``. One ``auto`` run
+per trace at the time limit (what ``tensorarena plan FILE --time-limit 30`` returns), then
+:func:`~tensorarena.planning.peak_stack.peak_stack` on that plan on its default work budget,
+and for comparison the windowed repair (:func:`~tensorarena.planning.repair.repair`) on it.
+Every plan is checked by the independent validator. Printed per trace: bound, heights and ratios,
+seconds, the peak stack's work units, orders placed, winning order and what ended it.
+
+    .venv/bin/python bench/s1_probe.py [--data DIR] [--time-limit 30] [--all] [--no-repair]
+
+``--all`` adds resnet50, G_1, pangu_2.6B and Y_1. The data folder is ``--data DIR`` or
+``$TENSORARENA_DATA`` (the folder holding ``idealloc/``); a missing trace is skipped, saying so.
+Times are wall-clock on whatever else the machine runs: compare columns of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+from tensorarena.bench.plan import DATA_ENV, data_folder
+from tensorarena.planning.csv_io import read_problem
+from tensorarena.planning.peak_stack import peak_stack
+from tensorarena.planning.planners import plan
+from tensorarena.planning.repair import repair
+from tensorarena.planning.validate import validate
+
+S_1 = "iopddl/S_1.csv"
+OTHERS = ("somas_tensors/resnet50.csv", "iopddl/G_1.csv", "somas_tensors/pangu_2.6B.csv",
+          "iopddl/Y_1.csv")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help=f"benchmark folder (default ${DATA_ENV})")
+    parser.add_argument("--time-limit", type=float, default=30.0)
+    parser.add_argument("--all", action="store_true", help="the other idealloc traces too")
+    parser.add_argument("--no-repair", action="store_true", help="skip the windowed repair")
+    args = parser.parse_args(argv)
+    data = data_folder(args.data)
+    if data is None:
+        print(f"no data folder: pass --data or set ${DATA_ENV}; nothing measured")
+        return 0
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
+          f"time limit {args.time_limit:g} s")
+    print("| trace | buffers | bound | auto | auto s | peak stack | s | work | orders | won by "
+          "| stopped by | windowed repair | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for relative in (S_1, *OTHERS) if args.all else (S_1,):
+        path = data / "idealloc" / relative
+        if not path.is_file():
+            print(f"{relative}: missing from {data}, skipped", file=sys.stderr)
+            continue
+        problem = read_problem(path)
+        bound = problem.lower_bound()
+        start = time.perf_counter()
+        result = plan(problem, "auto", time_limit=args.time_limit)
+        auto_s = time.perf_counter() - start
+        validate(problem, result)
+        start = time.perf_counter()
+        stacked = peak_stack(problem, result)
+        stack_s = time.perf_counter() - start
+        validate(problem, stacked.plan)
+        repaired, repair_s = "-", "-"
+        if not args.no_repair:
+            start = time.perf_counter()
+            lowered = repair(problem, result, time_limit=args.time_limit).plan
+            repair_s = f"{time.perf_counter() - start:.1f}"
+            validate(problem, lowered)
+            repaired = f"{lowered.height / bound:.5f}"
+        print(f"| {path.stem} | {len(problem)} | {bound} | {result.height / bound:.5f} | "
+              f"{auto_s:.1f} | {stacked.plan.height / bound:.5f} | {stack_s:.1f} | "
+              f"{stacked.work:,} | {stacked.placements} | {stacked.order or '-'} | "
+              f"{stacked.stopped_by.value} | {repaired} | {repair_s} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
