@@ -5,12 +5,18 @@ per trace at the time limit (what ``tensorarena plan FILE --time-limit 30`` retu
 :func:`~tensorarena.planning.peak_stack.peak_stack` on that plan on its default work budget,
 and for comparison the windowed repair (:func:`~tensorarena.planning.repair.repair`) on it.
 Every plan is checked by the independent validator. Printed per trace: bound, heights and ratios,
-seconds, the peak stack's work units, orders placed, winning order and what ended it.
+seconds, the peak stack's work units, orders placed, winning order and what ended it. The last
+columns start from nothing: the portfolio, then the peak stack on its plan (what a stage of
+``auto`` between the two would cost), with their seconds together.
 
     .venv/bin/python bench/s1_probe.py [--data DIR] [--time-limit 30] [--all] [--no-repair]
+    .venv/bin/python bench/s1_probe.py --challenging
 
-``--all`` adds resnet50, G_1, pangu_2.6B and Y_1. The data folder is ``--data DIR`` or
-``$TENSORARENA_DATA`` (the folder holding ``idealloc/``); a missing trace is skipped, saying so.
+``--all`` adds resnet50, G_1, pangu_2.6B and Y_1. ``--challenging`` instead compares, on
+minimalloc's challenging suite, the portfolio's height with the peak stack's on that plan.
+
+The data folder is ``--data DIR`` or ``$TENSORARENA_DATA`` (the folder holding ``idealloc/``); a
+missing trace is skipped, saying so.
 Times are wall-clock on whatever else the machine runs: compare columns of one run.
 """
 
@@ -20,9 +26,11 @@ import argparse
 import platform
 import sys
 import time
+from pathlib import Path
 
 from tensorarena.bench.plan import DATA_ENV, data_folder
 from tensorarena.planning.csv_io import read_problem
+from tensorarena.planning.heuristics import portfolio
 from tensorarena.planning.peak_stack import peak_stack
 from tensorarena.planning.planners import plan
 from tensorarena.planning.repair import repair
@@ -39,16 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--all", action="store_true", help="the other idealloc traces too")
     parser.add_argument("--no-repair", action="store_true", help="skip the windowed repair")
+    parser.add_argument("--challenging", action="store_true",
+                        help="minimalloc's challenging suite: portfolio vs peak stack heights")
     args = parser.parse_args(argv)
     data = data_folder(args.data)
     if data is None:
         print(f"no data folder: pass --data or set ${DATA_ENV}; nothing measured")
         return 0
+    if args.challenging:
+        return challenging(data)
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
           f"time limit {args.time_limit:g} s")
     print("| trace | buffers | bound | auto | auto s | peak stack | s | work | orders | won by "
-          "| stopped by | windowed repair | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| stopped by | windowed repair | s | portfolio, then peak stack | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for relative in (S_1, *OTHERS) if args.all else (S_1,):
         path = data / "idealloc" / relative
         if not path.is_file():
@@ -71,10 +83,37 @@ def main(argv: list[str] | None = None) -> int:
             repair_s = f"{time.perf_counter() - start:.1f}"
             validate(problem, lowered)
             repaired = f"{lowered.height / bound:.5f}"
+        start = time.perf_counter()
+        scratch = peak_stack(problem, portfolio(problem)).plan
+        scratch_s = time.perf_counter() - start
+        validate(problem, scratch)
         print(f"| {path.stem} | {len(problem)} | {bound} | {result.height / bound:.5f} | "
               f"{auto_s:.1f} | {stacked.plan.height / bound:.5f} | {stack_s:.1f} | "
               f"{stacked.work:,} | {stacked.placements} | {stacked.order or '-'} | "
-              f"{stacked.stopped_by.value} | {repaired} | {repair_s} |", flush=True)
+              f"{stacked.stopped_by.value} | {repaired} | {repair_s} | "
+              f"{scratch.height / bound:.5f} | {scratch_s:.1f} |", flush=True)
+    return 0
+
+
+def challenging(data: Path) -> int:
+    """Portfolio height and the peak stack's on it, per instance of the challenging suite."""
+    folder = data / "minimalloc" / "challenging"
+    paths = sorted(folder.glob("*.csv"))
+    if not paths:
+        print(f"no instances in {folder}; nothing measured")
+        return 0
+    print("| instance | buffers | bound | portfolio | peak stack | won by | s |")
+    print("|---|---|---|---|---|---|---|")
+    for path in paths:
+        problem = read_problem(path)
+        start_plan = portfolio(problem)
+        start = time.perf_counter()
+        result = peak_stack(problem, start_plan)
+        seconds = time.perf_counter() - start
+        validate(problem, result.plan)
+        print(f"| {path.name.split('.')[0]} | {len(problem)} | {problem.lower_bound()} | "
+              f"{start_plan.height} | {result.plan.height} | {result.order or '-'} | "
+              f"{seconds:.2f} |", flush=True)
     return 0
 
 
