@@ -11,7 +11,11 @@ columns start from nothing: the portfolio, then the peak stack on its plan (what
 
     .venv/bin/python bench/s1_probe.py [--data DIR] [--time-limit 30] [--all] [--no-repair]
     .venv/bin/python bench/s1_probe.py --challenging
+    .venv/bin/python bench/s1_probe.py --variants
 
+``--variants`` places, on S_1, the crossers (the buffers live at the peak) stacked first in
+several orders (by birth, by death, in the long-lived-first order) and the rest by size or long
+lived first, and prints each height: the crossers' own order is what matters.
 ``--all`` adds resnet50, G_1, pangu_2.6B and Y_1. ``--challenging`` instead compares, on
 minimalloc's challenging suite, the portfolio's height with the peak stack's on that plan.
 
@@ -28,10 +32,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from tensorarena.bench.plan import DATA_ENV, data_folder
 from tensorarena.planning.csv_io import read_problem
-from tensorarena.planning.heuristics import portfolio
-from tensorarena.planning.peak_stack import peak_stack
+from tensorarena.planning.heuristics import PlacementArrays, place, portfolio, size_order
+from tensorarena.planning.long_lived_first import long_lived_order
+from tensorarena.planning.peak_stack import peak_crossers, peak_stack
 from tensorarena.planning.planners import plan
 from tensorarena.planning.repair import repair
 from tensorarena.planning.validate import validate
@@ -47,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--all", action="store_true", help="the other idealloc traces too")
     parser.add_argument("--no-repair", action="store_true", help="skip the windowed repair")
+    parser.add_argument("--variants", action="store_true",
+                        help="S_1: heights of the crossers-first orders, one per variant")
     parser.add_argument("--challenging", action="store_true",
                         help="minimalloc's challenging suite: portfolio vs peak stack heights")
     args = parser.parse_args(argv)
@@ -56,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.challenging:
         return challenging(data)
+    if args.variants:
+        return variants(data)
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
           f"time limit {args.time_limit:g} s")
     print("| trace | buffers | bound | auto | auto s | peak stack | s | work | orders | won by "
@@ -92,6 +103,39 @@ def main(argv: list[str] | None = None) -> int:
               f"{stacked.work:,} | {stacked.placements} | {stacked.order or '-'} | "
               f"{stacked.stopped_by.value} | {repaired} | {repair_s} | "
               f"{scratch.height / bound:.5f} | {scratch_s:.1f} |", flush=True)
+    return 0
+
+
+def variants(data: Path) -> int:
+    """S_1's height when its crossers are stacked first in each order, the rest after."""
+    path = data / "idealloc" / S_1
+    if not path.is_file():
+        print(f"{S_1}: missing from {data}, nothing measured")
+        return 0
+    problem = read_problem(path)
+    bound = problem.lower_bound()
+    arrays = PlacementArrays(problem, None)
+    crossers = peak_crossers(arrays)
+    is_crosser = np.zeros(arrays.n, np.bool_)
+    is_crosser[crossers] = True
+    start, end, size = arrays.start[crossers], arrays.end[crossers], arrays.size[crossers]
+    long_lived = long_lived_order(arrays, 0.3)
+    stacks = {
+        "birth": crossers[np.lexsort((crossers, -size, -end, start))],
+        "death": crossers[np.lexsort((crossers, -size, start, -end))],
+        "long-lived-first 0.3": long_lived[is_crosser[long_lived]],
+        "none (no crossers first)": crossers[:0],
+    }
+    rests = {"size": size_order(arrays), "long-lived-first 0.3": long_lived}
+    print(f"S_1: {len(crossers)} of {arrays.n} buffers live at the peak; bound {bound}")
+    print("| crossers stacked by | rest by | height / bound |")
+    print("|---|---|---|")
+    for stack_name, stack in stacks.items():
+        for rest_name, rest in rests.items():
+            order = np.concatenate((stack, rest[~is_crosser[rest]] if len(stack) else rest))
+            offsets = place(arrays, order.astype(np.int64), best_fit=True)
+            height = int((offsets + arrays.size).max())
+            print(f"| {stack_name} | {rest_name} | {height / bound:.5f} |", flush=True)
     return 0
 
 
