@@ -9,11 +9,13 @@ allocator shim on first use (:mod:`tensorarena.interop.torch_cpu_shim`).
 """
 
 from tensorarena.torch.learned_steps import LearnedSteps, StepScope, learned
+from tensorarena.torch.native_pool import NativePool
 from tensorarena.torch.route import Route, Threads, routed_blocks, use
 from tensorarena.torch.statistics import RouteStatistics, memory_stats
 
 __all__ = [
     "LearnedSteps",
+    "NativePool",
     "Route",
     "RouteStatistics",
     "StepScope",

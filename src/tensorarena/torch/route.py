@@ -67,6 +67,7 @@ from tensorarena.memory.resource import MemoryResource, check_resource
 from tensorarena.memory_kind import memory_kind_of
 from tensorarena.sizes import format_size
 from tensorarena.stats import Count
+from tensorarena.torch.native_pool import NativePool
 from tensorarena.torch.statistics import RouteStatistics
 
 __all__ = ["Route", "Threads", "use"]
@@ -240,6 +241,8 @@ class Route:
         if self._capsule is None:
             resource = self.resource
             self._capsule = shim.new_route(resource.allocate, resource.deallocate, CPU_ALIGNMENT)
+            if isinstance(resource, NativePool):  # its blocks taken in C++, no Python call
+                resource.attach_route(shim, self._capsule)
         if not _exit_hooked:
             atexit.register(shim.shutdown)  # frees during shutdown must not call into Python
             _exit_hooked = True
