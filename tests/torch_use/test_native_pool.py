@@ -214,3 +214,18 @@ def test_threads_allocating_and_freeing_at_once_lose_nothing(books: bool) -> Non
     assert not errors
     stats = pool.statistics()
     assert stats.allocations.current == 0 and stats.free_extents == 1
+
+
+def test_thousands_of_live_blocks_are_found_and_freed_in_any_order(books: bool) -> None:
+    pool = make(books, size="1MiB")
+    blocks = [pool.allocate(64, 64) for _ in range(5000)]  # past the live table's first growth
+    assert blocks == [pool.base + 64 * i for i in range(5000)]
+    random.Random(3).shuffle(blocks)
+    for address in blocks[:2500]:
+        pool.deallocate(address, 64)
+    assert sorted(pool.live_blocks()) == sorted(blocks[2500:])
+    with pytest.raises(DoubleFreeError):
+        pool.deallocate(blocks[0], 64)
+    for address in blocks[2500:]:
+        pool.deallocate(address, 64)
+    assert pool.free_extents() == [(pool.base, pool.capacity)]

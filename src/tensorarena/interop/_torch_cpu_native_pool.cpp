@@ -28,11 +28,78 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace tensorarena_shim {
+
+// Live blocks by address: open addressing, linear probing, deletion by backward shift (no node
+// allocated per block: a route's allocation and free cost no malloc here).
+class LiveTable {
+ public:
+  struct Slot {
+    uintptr_t key = 0;  // 0: empty (no block lives at address 0)
+    uint64_t requested = 0, reserved = 0;
+  };
+
+  LiveTable() { slots_.resize(size_t{1} << bits_); }
+
+  Slot* find(uintptr_t key) {
+    for (size_t i = index(key);; i = (i + 1) & mask()) {
+      if (slots_[i].key == key) return &slots_[i];
+      if (slots_[i].key == 0) return nullptr;
+    }
+  }
+
+  void insert(uintptr_t key, uint64_t requested, uint64_t reserved) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    size_t i = index(key);
+    while (slots_[i].key != 0) i = (i + 1) & mask();
+    slots_[i] = Slot{key, requested, reserved};
+    count_++;
+  }
+
+  void erase(Slot* slot) {
+    size_t hole = static_cast<size_t>(slot - slots_.data());
+    for (size_t i = (hole + 1) & mask(); slots_[i].key != 0; i = (i + 1) & mask()) {
+      size_t home = index(slots_[i].key);
+      // slot i may move to the hole if its home is not in (hole, i] (cyclically)
+      if (((i - home) & mask()) >= ((i - hole) & mask())) {
+        slots_[hole] = slots_[i];
+        hole = i;
+      }
+    }
+    slots_[hole] = Slot{};
+    count_--;
+  }
+
+  template <typename F>
+  void each(F f) const {
+    for (const Slot& slot : slots_) {
+      if (slot.key != 0) f(slot);
+    }
+  }
+
+ private:
+  size_t mask() const { return slots_.size() - 1; }
+  size_t index(uintptr_t key) const {
+    return static_cast<size_t>((static_cast<uint64_t>(key) >> 6) * 0x9E3779B97F4A7C15ull >>
+                               (64 - bits_));
+  }
+  void grow() {
+    std::vector<Slot> old(size_t{1} << (bits_ + 1));
+    old.swap(slots_);
+    bits_++;
+    count_ = 0;
+    for (const Slot& slot : old) {
+      if (slot.key != 0) insert(slot.key, slot.requested, slot.reserved);
+    }
+  }
+
+  unsigned bits_ = 10;
+  size_t count_ = 0;
+  std::vector<Slot> slots_;
+};
 
 struct NativePool {
   std::atomic<long> refs{1};
@@ -42,10 +109,7 @@ struct NativePool {
   bool closed = false;  // takes nothing more (the Python side closed it)
   std::map<uintptr_t, uint64_t> free_at;                 // free extents: start -> length
   std::set<std::pair<uint64_t, uintptr_t>> free_by_size;  // the same, by (length, start)
-  struct Live {
-    uint64_t requested, reserved;
-  };
-  std::unordered_map<uintptr_t, Live> live;
+  LiveTable live;
   uint64_t blocks = 0, blocks_peak = 0, blocks_total = 0;
   uint64_t requested = 0, requested_peak = 0, requested_total = 0;
   uint64_t reserved = 0, reserved_peak = 0, reserved_total = 0;
@@ -65,24 +129,46 @@ enum Freed : int { kFreed = 0, kNotLive = 1, kForeign = 2, kSizeMismatch = 3, kI
 
 uint64_t round_up(uint64_t value, uint64_t to) { return (value + to - 1) & ~(to - 1); }
 
-void add_free(NativePool* pool, uintptr_t start, uint64_t length) {  // coalesces, pools_lock held
+// The extent at `at` (in free_at) becomes (start, length): its nodes are moved, not reallocated.
+void move_extent(NativePool* pool, std::map<uintptr_t, uint64_t>::iterator at, uintptr_t start,
+                 uint64_t length) {
+  auto sized = pool->free_by_size.extract({at->second, at->first});
+  sized.value() = {length, start};
+  pool->free_by_size.insert(std::move(sized));
+  if (at->first == start) {
+    at->second = length;
+    return;
+  }
+  auto node = pool->free_at.extract(at);
+  node.key() = start;
+  node.mapped() = length;
+  pool->free_at.insert(std::move(node));
+}
+
+void erase_extent(NativePool* pool, std::map<uintptr_t, uint64_t>::iterator at) {
+  pool->free_by_size.erase({at->second, at->first});
+  pool->free_at.erase(at);
+}
+
+// [start, start + length) is free again, merged with the free extents it touches; pools_lock held.
+void add_free(NativePool* pool, uintptr_t start, uint64_t length) {
   auto next = pool->free_at.lower_bound(start);
-  if (next != pool->free_at.end() && next->first == start + length) {
-    length += next->second;
-    pool->free_by_size.erase({next->second, next->first});
-    next = pool->free_at.erase(next);
+  bool merge_next = next != pool->free_at.end() && next->first == start + length;
+  auto before = next;
+  bool merge_before = next != pool->free_at.begin() &&
+                      (--before, before->first + before->second == start);
+  if (merge_before && merge_next) {
+    uint64_t grown = before->second + length + next->second;
+    erase_extent(pool, next);
+    move_extent(pool, before, before->first, grown);
+  } else if (merge_before) {
+    move_extent(pool, before, before->first, before->second + length);
+  } else if (merge_next) {
+    move_extent(pool, next, start, length + next->second);
+  } else {
+    pool->free_at.emplace(start, length);
+    pool->free_by_size.emplace(length, start);
   }
-  if (next != pool->free_at.begin()) {
-    auto before = std::prev(next);
-    if (before->first + before->second == start) {
-      start = before->first;
-      length += before->second;
-      pool->free_by_size.erase({before->second, before->first});
-      pool->free_at.erase(before);
-    }
-  }
-  pool->free_at.emplace(start, length);
-  pool->free_by_size.emplace(length, start);
 }
 
 // Where a block of size bytes (a granule multiple) aligned to align fits in extent (start, length),
@@ -126,12 +212,19 @@ uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, boo
     pool->ooms += count_refusal;
     return 0;
   }
-  pool->free_at.erase(start);
-  pool->free_by_size.erase({length, start});
-  if (at > start) add_free(pool, start, at - start);
+  // The extent keeps its nodes for what is left of it: before the block if anything is, else
+  // after it; a remainder on both sides adds one extent.
+  auto extent = pool->free_at.find(start);
   uintptr_t end = at + size;
-  if (end < start + length) add_free(pool, end, start + length - end);
-  pool->live.emplace(at, NativePool::Live{nbytes, size});
+  if (at > start) {
+    move_extent(pool, extent, start, at - start);
+    if (end < start + length) add_free(pool, end, start + length - end);
+  } else if (end < start + length) {
+    move_extent(pool, extent, end, start + length - end);
+  } else {
+    erase_extent(pool, extent);
+  }
+  pool->live.insert(at, nbytes, size);
   pool->blocks++;
   pool->blocks_total++;
   pool->blocks_peak = std::max(pool->blocks_peak, pool->blocks);
@@ -146,8 +239,8 @@ uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, boo
 
 // Free the block at address (check: its requested size must be nbytes); a status code.
 int give_locked(NativePool* pool, uintptr_t address, bool check, uint64_t nbytes) {
-  auto found = pool->live.find(address);
-  if (found == pool->live.end()) {
+  LiveTable::Slot* found = pool->live.find(address);
+  if (found == nullptr) {
     if (address < pool->base || address - pool->base >= pool->capacity) return kForeign;
     auto extent = pool->free_at.upper_bound(address);  // the first extent starting after it
     if (extent != pool->free_at.begin()) {
@@ -156,8 +249,8 @@ int give_locked(NativePool* pool, uintptr_t address, bool check, uint64_t nbytes
     }
     return kInterior;  // inside a live block, not its start
   }
-  if (check && found->second.requested != nbytes) return kSizeMismatch;
-  NativePool::Live block = found->second;
+  if (check && found->requested != nbytes) return kSizeMismatch;
+  LiveTable::Slot block = *found;
   pool->live.erase(found);
   pool->blocks--;
   pool->requested -= block.requested;
@@ -258,9 +351,9 @@ PyObject* native_pool_size_of(PyObject*, PyObject* const* args, Py_ssize_t nargs
   bool found;
   {
     std::lock_guard<std::mutex> guard(pools_lock);
-    auto block = pool->live.find(address);
-    found = block != pool->live.end();
-    if (found) size = block->second.requested;
+    LiveTable::Slot* block = pool->live.find(address);
+    found = block != nullptr;
+    if (found) size = block->requested;
   }
   if (!found) Py_RETURN_NONE;
   return PyLong_FromUnsignedLongLong(size);
@@ -297,7 +390,7 @@ PyObject* native_pool_blocks(PyObject*, PyObject* capsule) {
   std::vector<std::pair<uint64_t, uint64_t>> live, extents;
   {
     std::lock_guard<std::mutex> guard(pools_lock);
-    for (const auto& [at, block] : pool->live) live.emplace_back(at, block.requested);
+    pool->live.each([&](const LiveTable::Slot& slot) { live.emplace_back(slot.key, slot.requested); });
     for (const auto& extent : pool->free_at) extents.emplace_back(extent.first, extent.second);
   }
   std::sort(live.begin(), live.end());
