@@ -229,3 +229,16 @@ def test_thousands_of_live_blocks_are_found_and_freed_in_any_order(books: bool) 
     for address in blocks[2500:]:
         pool.deallocate(address, 64)
     assert pool.free_extents() == [(pool.base, pool.capacity)]
+
+
+def test_where_the_shim_cannot_be_built_the_books_are_kept_in_python(monkeypatch: Any) -> None:
+    from tensorarena.interop import torch_cpu_shim
+
+    monkeypatch.setattr(torch_cpu_shim, "unavailable", lambda: "no C++ compiler (test)")
+    pool = NativePool(size="64KiB")
+    assert not pool.native and "python" in repr(pool)
+    pool.deallocate(pool.allocate(100), 100)
+    with pytest.raises(ta.errors.ShimUnavailableError, match="no C\\+\\+ compiler"):
+        NativePool(size="64KiB", native=True)
+    with pytest.raises(InvalidArgumentError):
+        NativePool(size="64KiB", native=1)  # type: ignore[arg-type]

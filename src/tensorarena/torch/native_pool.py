@@ -104,7 +104,7 @@ class NativePool:
         if strategy not in ("best_fit", "first_fit"):
             raise InvalidArgumentError(
                 f"strategy must be 'best_fit' or 'first_fit', got {strategy!r}")
-        if native not in (None, True, False):
+        if native is not None and type(native) is not bool:
             raise InvalidArgumentError(f"native must be None, True or False, got {native!r}")
         if upstream is None:
             from tensorarena.memory.host import HostMemory
