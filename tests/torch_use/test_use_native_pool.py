@@ -188,12 +188,24 @@ def test_the_route_keeps_the_pool_alive_while_its_tensors_live(shim: Any) -> Non
 
 def test_a_closed_pool_refuses_through_the_route(shim: Any) -> None:
     pool = NativePool(size="1MiB")
-    with use(pool):
+    with use(pool) as route:
         kept = torch.ones(100)
         pool.close()
         with pytest.raises(torch.OutOfMemoryError, match="closed"):
             torch.ones(100)
+    assert route.statistics().num_ooms == 1 and pool.statistics().num_ooms == 0
     del kept
+    assert pool.statistics().allocations.current == 0
+
+
+def test_python_cannot_free_a_block_a_tensor_holds(pool: Counted) -> None:
+    with use(pool):
+        tensor = torch.full((100,), 2.0)
+    before = pool.statistics()
+    with pytest.raises(ta.errors.InvalidAddressError, match="torch frees it"):
+        pool.deallocate(tensor.data_ptr(), 400)
+    assert pool.statistics() == before and float(tensor.sum()) == 200.0
+    del tensor
 
 
 def test_python_books_serve_the_route_with_one_call_each(shim: Any) -> None:

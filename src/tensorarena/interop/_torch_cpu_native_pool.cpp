@@ -40,6 +40,7 @@ class LiveTable {
   struct Slot {
     uintptr_t key = 0;  // 0: empty (no block lives at address 0)
     uint64_t requested = 0, reserved = 0;
+    bool routed = false;  // a route took it: only the route frees it
   };
 
   LiveTable() { slots_.resize(size_t{1} << bits_); }
@@ -51,11 +52,11 @@ class LiveTable {
     }
   }
 
-  void insert(uintptr_t key, uint64_t requested, uint64_t reserved) {
+  void insert(const Slot& slot) {
     if (2 * (count_ + 1) > slots_.size()) grow();
-    size_t i = index(key);
+    size_t i = index(slot.key);
     while (slots_[i].key != 0) i = (i + 1) & mask();
-    slots_[i] = Slot{key, requested, reserved};
+    slots_[i] = slot;
     count_++;
   }
 
@@ -92,7 +93,7 @@ class LiveTable {
     bits_++;
     count_ = 0;
     for (const Slot& slot : old) {
-      if (slot.key != 0) insert(slot.key, slot.requested, slot.reserved);
+      if (slot.key != 0) insert(slot);
     }
   }
 
@@ -125,7 +126,14 @@ constexpr uint64_t kGranule = 64;  // every extent starts and ends on it (torch'
 std::mutex pools_lock;
 
 // Status codes of a free (native_pool_deallocate's result).
-enum Freed : int { kFreed = 0, kNotLive = 1, kForeign = 2, kSizeMismatch = 3, kInterior = 4 };
+enum Freed : int {
+  kFreed = 0,
+  kNotLive = 1,
+  kForeign = 2,
+  kSizeMismatch = 3,
+  kInterior = 4,
+  kRouted = 5  // a tensor's block: the route that took it frees it
+};
 
 uint64_t round_up(uint64_t value, uint64_t to) { return (value + to - 1) & ~(to - 1); }
 
@@ -180,7 +188,8 @@ uintptr_t fit(uintptr_t start, uint64_t length, uint64_t size, uint64_t align) {
 }
 
 // A block's address, or 0 where no extent holds it (refusals counted if count_refusal).
-uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, bool count_refusal) {
+uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, bool count_refusal,
+                      bool routed) {
   if (pool->closed) return 0;
   uint64_t align = std::max<uint64_t>(alignment, kGranule);
   if (nbytes > pool->capacity) {
@@ -224,7 +233,7 @@ uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, boo
   } else {
     erase_extent(pool, extent);
   }
-  pool->live.insert(at, nbytes, size);
+  pool->live.insert(LiveTable::Slot{at, nbytes, size, routed});
   pool->blocks++;
   pool->blocks_total++;
   pool->blocks_peak = std::max(pool->blocks_peak, pool->blocks);
@@ -237,7 +246,8 @@ uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, boo
   return at;
 }
 
-// Free the block at address (check: its requested size must be nbytes); a status code.
+// Free the block at address; a status code. From Python (check), the block's requested size must
+// be nbytes and no route may hold it; from a route, the table proved it is the route's.
 int give_locked(NativePool* pool, uintptr_t address, bool check, uint64_t nbytes) {
   LiveTable::Slot* found = pool->live.find(address);
   if (found == nullptr) {
@@ -249,6 +259,7 @@ int give_locked(NativePool* pool, uintptr_t address, bool check, uint64_t nbytes
     }
     return kInterior;  // inside a live block, not its start
   }
+  if (check && found->routed) return kRouted;
   if (check && found->requested != nbytes) return kSizeMismatch;
   LiveTable::Slot block = *found;
   pool->live.erase(found);
@@ -322,14 +333,15 @@ PyObject* native_pool_allocate(PyObject*, PyObject* const* args, Py_ssize_t narg
   uintptr_t at;
   {
     std::lock_guard<std::mutex> guard(pools_lock);
-    at = take_locked(pool, nbytes, alignment, true);
+    at = take_locked(pool, nbytes, alignment, true, false);
   }
   if (at == 0) Py_RETURN_NONE;
   return PyLong_FromUnsignedLongLong(at);
 }
 
 // native_pool_deallocate(capsule, address, nbytes) -> status (0 freed, 1 not live: freed already,
-// 2 not in the arena, 3 another size, 4 inside a live block); nothing changed unless 0
+// 2 not in the arena, 3 another size, 4 inside a live block, 5 a route's block); nothing changed
+// unless 0
 PyObject* native_pool_deallocate(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   NativePool* pool;
   uint64_t address, nbytes;
@@ -456,9 +468,9 @@ PyObject* native_pool_attach(PyObject*, PyObject* const* args, Py_ssize_t nargs)
 
 void* native_pool_take(NativePool* pool, size_t nbytes, uint64_t alignment) {
   std::lock_guard<std::mutex> guard(pools_lock);
-  uintptr_t at = take_locked(pool, nbytes, alignment, true);
+  // A refusal here is not counted: the route asks the Python side next, which counts it.
+  uintptr_t at = take_locked(pool, nbytes, alignment, false, true);
   if (at != 0) pool->served++;
-  else pool->ooms--;  // not the pool's refusal: the route asks the Python side next
   return reinterpret_cast<void*>(at);
 }
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import bisect
 import threading
 
-__all__ = ["FOREIGN", "FREED", "GRANULE", "INTERIOR", "NOT_LIVE", "SIZE_MISMATCH", "PythonBook"]
+__all__ = ["FOREIGN", "FREED", "GRANULE", "INTERIOR", "NOT_LIVE", "ROUTED", "SIZE_MISMATCH",
+           "PythonBook"]
 
 #: Every extent starts and ends on a multiple of this (torch's CPU alignment).
 GRANULE = 64
 #: ``deallocate``'s status codes, as the C++ side returns them.
-FREED, NOT_LIVE, FOREIGN, SIZE_MISMATCH, INTERIOR = 0, 1, 2, 3, 4
+FREED, NOT_LIVE, FOREIGN, SIZE_MISMATCH, INTERIOR, ROUTED = 0, 1, 2, 3, 4, 5
 
 
 def _round_up(value: int, to: int) -> int:

@@ -234,7 +234,8 @@ class NativePool:
     def deallocate(self, address: int, nbytes: int, stream: Stream = None) -> None:
         """Free the block at ``address``, allocated with ``nbytes``. Raises
         :class:`~tensorarena.errors.DoubleFreeError` (not live: freed already),
-        :class:`~tensorarena.errors.InvalidAddressError` (not a block of this pool) or
+        :class:`~tensorarena.errors.InvalidAddressError` (not a block of this pool, or a block
+        a torch route took, which torch frees) or
         :class:`~tensorarena.errors.SizeMismatchError`, changing nothing."""
         if type(address) is not int or address < 0:
             address = check_address(address)
@@ -271,6 +272,10 @@ class NativePool:
         if status == book.NOT_LIVE:
             raise DoubleFreeError(f"deallocate({address:#x}): not live in {self!r} (freed "
                                   f"already, or never allocated)", address=address)
+        if status == book.ROUTED:
+            raise InvalidAddressError(
+                f"deallocate({address:#x}): a tensor's block, taken by a torch route with no "
+                f"Python call: torch frees it when the tensor dies", address=address)
         raise InvalidAddressError(f"deallocate({address:#x}): inside a live block of {self!r}, "
                                   f"not its start", address=address)
 
