@@ -209,7 +209,8 @@ class NativePool:
         the fallback; :class:`~tensorarena.errors.OutOfMemoryError` where neither serves."""
         if type(nbytes) is not int or not 0 < nbytes <= MAX_SIZE:
             nbytes = check_nbytes(nbytes)
-        if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
+        if (type(alignment) is not int or not 0 < alignment <= MAX_SIZE
+                or alignment & (alignment - 1)):
             alignment = check_alignment(alignment)
         if self._closed:
             raise ResourceClosedError(f"{self!r} is closed: it takes no new requests")
