@@ -227,3 +227,31 @@ def test_torchs_profiler_sees_natively_routed_allocations(pool: Counted) -> None
     sizes = [e.nbytes for e in recording.trace.events if e.op == "a"]
     assert sizes.count(4000) == 2 and float(y) == 3000 and pool.calls == 0
     del y
+
+
+def test_threads_allocating_and_freeing_at_once_lose_nothing(pool: Counted) -> None:
+    errors: list[BaseException] = []
+
+    def churn(seed: int) -> None:
+        kept: list[Any] = []
+        try:
+            for i in range(300):
+                kept.append(torch.full((seed * 100 + i % 7 + 1,), float(seed)))
+                if len(kept) > 5:
+                    assert bool((kept.pop(0) == seed).all())
+                if i % 3 == 0:
+                    pool.deallocate(pool.allocate(64 * (i % 5 + 1)), 64 * (i % 5 + 1))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    with use(pool) as route:
+        workers = [threading.Thread(target=churn, args=(s,)) for s in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    assert not errors
+    total = route.statistics().allocations.total
+    assert total >= 1200 and pool.served == total  # every tensor natively
+    stats = pool.statistics()
+    assert stats.allocations.current == 0 and stats.free_extents == 1
