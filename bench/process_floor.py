@@ -12,11 +12,17 @@ resident memory above the baseline at each stage (built, after each call, after 
 * ``heap``/``in use``/``mmap``: glibc's ``mallinfo2``: the main heap's size, the bytes in use in
   it, and the blocks glibc mapped by ``mmap`` (large ``malloc`` blocks that stay: the kernels'
   own caches and scratch);
+* ``mkl``: the bytes MKL's memory manager holds (``mkl_serv_mem_stat``: its sgemm packing
+  buffers, kept for the process), wherever glibc put them (``bench/gemm_buffers.py``);
 * ``peak``: the most resident during each call (``VmHWM`` reset before it).
 
 The last lines put the two side by side: the planned call's peak over eager's, and the *floor*:
-the planned arena plus what eager's own call keeps resident for the kernels (its glibc ``mmap``
-blocks and code pages, which the same kernels keep in the planned process too), over eager's peak.
+the planned arena plus what eager's own call keeps resident for the kernels (the ``malloc``
+blocks still allocated after it, glibc ``mmap`` blocks and bytes in use in the heap, and code
+pages, which the same kernels keep in the planned process too), over eager's peak. Both kinds of
+block count: MKL asks for the same buffers in both processes, and glibc maps the large ones with
+``mmap`` or carves them from its heap depending on whether a large block was freed before (its
+mmap threshold moves up then), which varies from run to run in eager's process.
 A floor above 0.8 says the target cannot be met by any plan on this model and machine.
 
     .venv/bin/python bench/process_floor.py [--model gpt2] [--batch 1] [--seq 128] [--calls 3]
@@ -54,10 +60,28 @@ def _status() -> dict[str, int]:
     return values
 
 
-def _sample(libc: Any) -> dict[str, int]:
+def _mkl_bytes() -> Any:
+    """A function that returns the bytes MKL's memory manager holds (0 without MKL)."""
+    import os
+
+    import torch
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
+                                       "libtorch_cpu.so"))
+        stat = lib.mkl_serv_mem_stat
+    except (OSError, AttributeError):
+        return lambda: 0
+    stat.restype = ctypes.c_int64
+    stat.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    return lambda: int(stat(ctypes.byref(ctypes.c_int(0))))
+
+
+def _sample(libc: Any, mkl: Any) -> dict[str, int]:
     gc.collect()
     info = libc.mallinfo2()
-    return {**_status(), "heap": info.arena, "in_use": info.uordblks, "mmap": info.hblkhd}
+    return {**_status(), "heap": info.arena, "in_use": info.uordblks, "mmap": info.hblkhd,
+            "mkl": mkl()}
 
 
 def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -> dict[str, Any]:
@@ -72,24 +96,25 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
     torch.set_num_threads(1)
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
+    mkl = _mkl_bytes()
     warm_libraries(execution, training=False)
     model, (args, kwargs) = build_model(model_name, size="base", batch=batch, seq=seq)
     model.eval()
-    stages: list[dict[str, Any]] = [{"stage": "baseline", **_sample(libc)}]
+    stages: list[dict[str, Any]] = [{"stage": "baseline", **_sample(libc, mkl)}]
     built = build_execution(execution, model, tuple(args), dict(kwargs), training=False)
-    stages.append({"stage": "built", **_sample(libc)})
+    stages.append({"stage": "built", **_sample(libc, mkl)})
     for k in range(calls):
         process_memory.reset_peak()
         out = built.call()
         peak = process_memory.peak_rss() or 0
         del out
         built.drop()
-        stages.append({"stage": f"call {k + 1}", **_sample(libc), "peak": peak})
+        stages.append({"stage": f"call {k + 1}", **_sample(libc, mkl), "peak": peak})
     arena = built.arena_bytes
     del built
     gc.collect()
     tensorarena.empty_cache()
-    stages.append({"stage": "del + empty_cache", **_sample(libc)})
+    stages.append({"stage": "del + empty_cache", **_sample(libc, mkl)})
     return {"execution": execution, "arena": arena, "stages": stages}
 
 
@@ -110,11 +135,11 @@ def _print(result: dict[str, Any]) -> None:
     print(f"\n{result['execution']} (arena {result['arena'] / MIB:.1f} MiB), MiB above the "
           "baseline:")
     print(f"  {'stage':18s} {'rss':>6s} {'peak':>6s} {'anon':>6s} {'file':>6s} {'heap':>6s} "
-          f"{'in use':>6s} {'mmap':>6s}")
+          f"{'in use':>6s} {'mmap':>6s} {'mkl':>6s}")
     for row in stages:
         peak = f"{(row['peak'] - base['VmRSS']) / MIB:6.1f}" if "peak" in row else " " * 6
         cells = [(row[key] - base[key]) / MIB for key in
-                 ("VmRSS", "RssAnon", "RssFile", "heap", "in_use", "mmap")]
+                 ("VmRSS", "RssAnon", "RssFile", "heap", "in_use", "mmap", "mkl")]
         print(f"  {row['stage']:18s} {cells[0]:6.1f} {peak} " +
               " ".join(f"{c:6.1f}" for c in cells[1:]))
 
@@ -125,9 +150,11 @@ def _peak(result: dict[str, Any]) -> int:
 
 
 def _kept_by_kernels(result: dict[str, Any]) -> int:
-    """What eager's last call left resident for the kernels: glibc mmap blocks and code pages."""
+    """What eager's last call left resident for the kernels: the ``malloc`` blocks still
+    allocated (glibc mmap blocks and bytes in use in its heap: MKL's buffers are in one or the
+    other, module docstring) and code pages."""
     base, last = result["stages"][0], result["stages"][-2]
-    return (last["mmap"] - base["mmap"]) + (last["RssFile"] - base["RssFile"])
+    return sum(last[key] - base[key] for key in ("mmap", "in_use", "RssFile"))
 
 
 def main() -> int:
