@@ -20,7 +20,10 @@ which eager's calls do and a planned call, whose intermediates live in the arena
 Last, in a third process, the distinct GEMMs are replayed alone (same transposes, sizes and
 leading dimensions, operands of zeros), once in the order the model first runs them and once
 largest first, freeing MKL's buffers in between: MKL reuses a cached buffer at least as large
-as it needs, so how many it keeps follows the order of the first calls.
+as it needs, so how many it keeps follows the order of the first calls. A third time in the
+model's order after *seeding* MKL's cache: one ``mkl_serv_allocate`` of the largest single
+buffer (what "largest first" kept, when that is one buffer) handed straight back with
+``mkl_serv_deallocate``, as a runtime could do before its first call.
 
     .venv/bin/python bench/gemm_buffers.py [--model gpt2] [--batch 1] [--seq 128] [--calls 2]
 
@@ -116,6 +119,9 @@ def _torch_cpu() -> Any:
     lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
     lib.mkl_serv_mem_stat.restype = ctypes.c_int64
     lib.mkl_serv_mem_stat.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.mkl_serv_allocate.restype = ctypes.c_void_p
+    lib.mkl_serv_allocate.argtypes = [ctypes.c_size_t, ctypes.c_int]
+    lib.mkl_serv_deallocate.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -142,8 +148,13 @@ def replay(gemms: list[str]) -> dict[str, Any]:
     size = {g: int(g.split()[2]) * int(g.split()[3]) * int(g.split()[4]) for g in distinct}
     held = {}
     for name, order in (("program order", distinct),
-                        ("largest first", sorted(distinct, key=lambda g: -size[g]))):
+                        ("largest first", sorted(distinct, key=lambda g: -size[g])),
+                        ("seeded", distinct)):
         lib.mkl_serv_free_buffers()
+        if name == "seeded":
+            if held["largest first"]["mkl_buffers"] != 1:
+                break
+            lib.mkl_serv_deallocate(lib.mkl_serv_allocate(held["largest first"]["mkl_bytes"], 128))
         for gemm in order:
             _run_gemm(gemm)
         held[name] = _mkl_held(lib)
