@@ -67,13 +67,37 @@ def _mkl_held(torch_cpu: Any) -> dict[str, int]:
     return {"mkl_bytes": int(held), "mkl_buffers": buffers.value}
 
 
-def _gemm(line: str) -> str | None:
+def gemm_line(line: str) -> str | None:
     """``transa transb m n k lda ldb ldc`` of one ``MKL_VERBOSE SGEMM(...)`` line."""
     found = _SGEMM.search(line)
     if found is None:
         return None
     a = found.group(1).split(",")  # transa,transb,m,n,k,alpha,A,lda,B,ldb,beta,C,ldc
     return " ".join([a[0], a[1], a[2], a[3], a[4], a[7], a[9], a[12]])
+
+
+def mkl_gemms(run: Any) -> list[str]:
+    """Call ``run()`` with MKL's verbose log on; the :func:`gemm_line` line of each ``sgemm``."""
+    import torch
+
+    libc = ctypes.CDLL("libc.so.6")
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 1)  # MKL's verbose log goes to the C stdout
+        try:
+            torch._C._verbose.mkl_set_verbose(1)
+            try:
+                run()
+            finally:
+                torch._C._verbose.mkl_set_verbose(0)
+        finally:
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    return [g for g in map(gemm_line, text.splitlines()) if g]
 
 
 def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -> dict[str, Any]:
@@ -92,23 +116,14 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
     model.eval()
     built = build_execution(execution, model, tuple(args), dict(kwargs), training=False)
     before = {**_glibc(libc), **_mkl_held(torch_cpu)}
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with tempfile.TemporaryFile() as log:
-        os.dup2(log.fileno(), 1)  # MKL's verbose log goes to the C stdout
-        try:
-            torch._C._verbose.mkl_set_verbose(1)
-            for _ in range(calls):
-                out = built.call()
-                del out
-                built.drop()
-            torch._C._verbose.mkl_set_verbose(0)
-        finally:
-            libc.fflush(None)
-            os.dup2(saved, 1)
-            os.close(saved)
-        log.seek(0)
-        gemms = [g for g in map(_gemm, log.read().decode(errors="replace").splitlines()) if g]
+
+    def run() -> None:
+        for _ in range(calls):
+            out = built.call()
+            del out
+            built.drop()
+
+    gemms = mkl_gemms(run)
     after = {**_glibc(libc), **_mkl_held(torch_cpu)}
     return {"execution": execution, "gemms": gemms, "before": before, "after": after}
 
@@ -125,8 +140,8 @@ def _torch_cpu() -> Any:
     return lib
 
 
-def _run_gemm(gemm: str) -> None:
-    """Run the ``sgemm`` of one :func:`_gemm` line through ``torch.mm`` (row-major: MKL's
+def run_gemm(gemm: str) -> None:
+    """Run the ``sgemm`` of one :func:`gemm_line` line through ``torch.mm`` (row-major: MKL's
     ``m x n`` column-major product is torch's ``n x m``), on zeros."""
     import torch
 
@@ -156,7 +171,7 @@ def replay(gemms: list[str]) -> dict[str, Any]:
                 break
             lib.mkl_serv_deallocate(lib.mkl_serv_allocate(held["largest first"]["mkl_bytes"], 128))
         for gemm in order:
-            _run_gemm(gemm)
+            run_gemm(gemm)
         held[name] = _mkl_held(lib)
     return held
 

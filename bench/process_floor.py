@@ -149,7 +149,7 @@ def _peak(result: dict[str, Any]) -> int:
     return max(row["peak"] for row in result["stages"] if "peak" in row) - base
 
 
-def _kept_by_kernels(result: dict[str, Any]) -> int:
+def kept_by_kernels(result: dict[str, Any]) -> int:
     """What eager's last call left resident for the kernels: the ``malloc`` blocks still
     allocated (glibc mmap blocks and bytes in use in its heap: MKL's buffers are in one or the
     other, module docstring) and code pages."""
@@ -179,11 +179,11 @@ def main() -> int:
     for result in (eager, planned):
         _print(result)
     eager_peak, planned_peak = _peak(eager), _peak(planned)
-    floor = planned["arena"] + _kept_by_kernels(eager)
+    floor = planned["arena"] + kept_by_kernels(eager)
     print(f"\npeak during a call: eager {eager_peak / MIB:.1f} MiB, planned "
           f"{planned_peak / MIB:.1f} MiB: planned/eager {planned_peak / eager_peak:.2f}")
     print(f"floor = planned arena {planned['arena'] / MIB:.1f} MiB + what eager's kernels keep "
-          f"resident {_kept_by_kernels(eager) / MIB:.1f} MiB = {floor / MIB:.1f} MiB: "
+          f"resident {kept_by_kernels(eager) / MIB:.1f} MiB = {floor / MIB:.1f} MiB: "
           f"floor/eager {floor / eager_peak:.2f}")
     after = [result["stages"][-1]["VmRSS"] - result["stages"][0]["VmRSS"]
              for result in (eager, planned)]

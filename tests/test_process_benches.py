@@ -1,0 +1,74 @@
+"""Issue 22's process-memory probes (``bench/process_floor.py``, ``bench/gemm_buffers.py``): the
+plain logic, and the GEMM replay against MKL's own log where torch is built with MKL."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).parent.parent / "bench"
+LINE = ("MKL_VERBOSE SGEMM(T,N,50257,128,768,0x7ffc,0x7f8b,768,0x55ae,768,0x7ffd,0x55af,50257) "
+        "22.72ms CNR:OFF Dyn:0 FastMM:1 TID:0  NThr:1")
+
+
+@pytest.fixture(autouse=True)
+def _bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+def _script(name: str) -> ModuleType:
+    return importlib.import_module(name)
+
+
+def _mkl() -> bool:
+    torch = pytest.importorskip("torch")
+    return bool(torch.backends.mkl.is_available())
+
+
+def test_an_sgemm_line_gives_transposes_sizes_and_leading_dimensions() -> None:
+    gemm_line = _script("gemm_buffers").gemm_line
+    assert gemm_line(LINE) == "T N 50257 128 768 768 768 50257"
+    assert gemm_line("MKL_VERBOSE oneMKL 2024.0 Update 2 Product build") is None
+    assert gemm_line("MKL_VERBOSE DGEMM(N,N,2,2,2)") is None
+
+
+def _stage(mmap: int, in_use: int, file: int) -> dict[str, int]:
+    return {"mmap": mmap, "in_use": in_use, "RssFile": file}
+
+
+def test_the_floor_counts_a_kernel_buffer_in_the_heap_as_in_an_mmap_block() -> None:
+    kept = _script("process_floor").kept_by_kernels
+    base = _stage(100, 50, 1000)
+    mapped = {"stages": [base, _stage(100 + 7, 50 + 1, 1000 + 3), _stage(0, 0, 0)]}
+    in_heap = {"stages": [base, _stage(100 + 2, 50 + 6, 1000 + 3), _stage(0, 0, 0)]}
+    assert kept(mapped) == kept(in_heap) == 11
+    # the stage after ``del`` (the last) is not the one read
+    assert kept({"stages": [base, _stage(100, 50, 1000), _stage(9, 9, 9)]}) == 0
+
+
+@pytest.mark.parametrize("line", [
+    "N N 2304 128 768 2304 768 2304",   # both operands contiguous
+    "T N 128 32 64 2304 2304 128",      # a transposed operand, leading dimension > m
+    "N N 64 32 128 2304 128 64",        # lda > m: a column slice
+    "N T 96 40 24 96 40 96",            # the other operand transposed
+])
+def test_the_replay_calls_mkl_with_the_logged_arguments(line: str) -> None:
+    if not _mkl():
+        pytest.skip("torch without MKL")
+    gb = _script("gemm_buffers")
+    assert gb.mkl_gemms(lambda: gb.run_gemm(line)) == [line]
+
+
+def test_seeding_mkl_with_its_largest_buffer_keeps_one() -> None:
+    if not _mkl():
+        pytest.skip("torch without MKL")
+    # two GEMMs whose packing buffers differ in size (MKL 2024.2: 1.98 and 2.57 MB), smaller first
+    held = _script("gemm_buffers").replay(["N N 2304 128 768 2304 768 2304",
+                                           "N N 3072 128 768 3072 768 3072"])
+    assert held["program order"]["mkl_buffers"] == 2
+    assert held["largest first"]["mkl_buffers"] == 1
+    assert held["seeded"]["mkl_buffers"] == 1
+    assert held["largest first"]["mkl_bytes"] < held["program order"]["mkl_bytes"]
