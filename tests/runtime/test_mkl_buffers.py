@@ -1,0 +1,84 @@
+"""MKL's packing buffers made one (:mod:`tensorarena.runtime.mkl_buffers`): on this torch's
+MKL, against its own counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorarena.runtime import mkl_buffers
+from tensorarena.runtime.mkl_buffers import MklBuffers, consolidate, held
+
+torch = pytest.importorskip("torch")
+needs_mkl = pytest.mark.skipif(held() is None, reason="torch's MKL is not reachable")
+
+#: (rows, k, cols) of ``torch.mm(zeros(rows, k), zeros(k, cols))``; MKL packs the second in a
+#: larger buffer than the first, so the first then the second leaves two (the sizes depend on MKL)
+SMALL, LARGE = (128, 768, 2304), (128, 768, 3072)
+
+
+def _mm(shape: tuple[int, int, int]) -> None:
+    rows, k, cols = shape
+    torch.mm(torch.zeros(rows, k), torch.zeros(k, cols))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_fresh_cache() -> object:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    lib = mkl_buffers._service()
+    if lib is not None:
+        lib.mkl_serv_free_buffers()
+    yield
+    torch.set_num_threads(threads)
+
+
+@needs_mkl
+def test_two_buffers_become_the_larger_one_and_it_serves_both_calls() -> None:
+    _mm(SMALL)
+    alone = held()
+    _mm(LARGE)
+    both = held()
+    assert alone is not None and both is not None and both.buffers == 2
+    one = consolidate()
+    assert one is not None and one.buffers == 1
+    larger = both.bytes - alone.bytes
+    assert larger <= one.bytes < both.bytes
+    _mm(SMALL)
+    _mm(LARGE)
+    assert held() == one  # the kept buffer serves both: MKL takes no other
+
+
+@needs_mkl
+def test_one_buffer_is_left_as_it_is() -> None:
+    _mm(LARGE)
+    _mm(SMALL)  # served by the larger buffer cached already
+    before = held()
+    assert before is not None and before.buffers == 1
+    assert consolidate() == before
+
+
+@needs_mkl
+def test_nothing_held_is_left_as_it_is() -> None:
+    assert held() == MklBuffers(0, 0)
+    assert consolidate() == MklBuffers(0, 0)
+
+
+@needs_mkl
+def test_a_buffer_in_use_stops_it_and_is_not_freed() -> None:
+    _mm(SMALL)
+    _mm(LARGE)
+    lib = mkl_buffers._service()
+    in_use = lib.mkl_serv_allocate(1, mkl_buffers.ALIGNMENT)  # takes the smaller free buffer
+    try:
+        before = held()
+        assert before is not None and before.buffers == 2
+        assert consolidate() == before  # one free buffer cannot be told apart: left alone
+    finally:
+        lib.mkl_serv_deallocate(in_use)
+    assert held() == before
+
+
+def test_without_mkl_it_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl_buffers, "_SERVICE", [None])
+    assert held() is None
+    assert consolidate() is None
