@@ -82,3 +82,44 @@ def test_without_mkl_it_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mkl_buffers, "_SERVICE", [None])
     assert held() is None
     assert consolidate() is None
+
+
+class _TwoProjections(torch.nn.Module):
+    """Two GEMMs whose packing buffers MKL sizes differently, the smaller first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(SMALL[1], SMALL[2]) / 30)
+        self.w2 = torch.nn.Parameter(torch.randn(LARGE[1], LARGE[2]) / 30)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.mm(x, self.w1).relu(), torch.mm(x, self.w2).relu()
+
+
+@needs_mkl
+@pytest.mark.parametrize("on", [True, False])
+def test_a_program_leaves_one_buffer_after_its_first_call_and_the_same_outputs(on: bool) -> None:
+    from tensorarena.runtime import PlannedProgram
+
+    model = _TwoProjections().eval()
+    x = torch.randn(SMALL[0], SMALL[1])
+    program = PlannedProgram.from_module(model, (x,), isolate_export=False, mkl_buffers=on)
+    first = program(x)
+    assert held().buffers == (1 if on else 2)
+    again = program(x)
+    assert held().buffers == (1 if on else 2)  # the one kept serves both GEMMs
+    with torch.no_grad():
+        eager = model(x)
+    for outputs in (first, again):
+        for got, want in zip(outputs, eager, strict=True):
+            assert torch.equal(got, want)
+
+
+def test_the_option_takes_a_bool_only() -> None:
+    from tensorarena.errors import InvalidArgumentError
+    from tensorarena.runtime.options import ProgramOptions
+
+    for value in ("yes", 1, None):
+        with pytest.raises(InvalidArgumentError, match="mkl_buffers must be True or False"):
+            ProgramOptions(mkl_buffers=value)
+    assert ProgramOptions().mkl_buffers is True

@@ -60,6 +60,7 @@ class Compiler:
         self.unplaceable: Unplaceable = options.unplaceable
         self.inplace = inplace
         self.poison = options.poison
+        self.mkl_buffers = options.mkl_buffers  #: consolidate MKL's buffers after a first call
         self.max_plans = options.max_plans
         self.signature = signature
         #: the graph as given (traced order) and its problem: orders are made from it

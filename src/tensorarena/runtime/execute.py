@@ -3,7 +3,9 @@
 :func:`execute` binds the inputs' sizes, finds or builds the shape
 (:func:`~tensorarena.runtime.shape_plans.specialization_for`) and runs its code
 (:func:`run_code`): at a shape's first call with the kernel arena, the recording call
-(:mod:`~tensorarena.runtime.kernel_recording`). :func:`annotated_call` makes one call whose
+(:mod:`~tensorarena.runtime.kernel_recording`); after a shape's first call, MKL's GEMM
+buffers are made one (:mod:`~tensorarena.runtime.mkl_buffers`, the ``mkl_buffers`` option).
+:func:`annotated_call` makes one call whose
 nodes are profiler ranges, for the allocator trace and the memory recording. This is the top of
 the stages: it imports them, none of them imports it.
 """
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorarena.runtime.kernel_recording import record_kernels
 from tensorarena.runtime.kernel_state import KernelState
+from tensorarena.runtime.mkl_buffers import consolidate
 from tensorarena.runtime.output_placement import call_memory
 from tensorarena.runtime.shape_code import (
     generate_code,
@@ -40,7 +43,12 @@ def execute(compiler: Compiler, inputs: list[Any]) -> Any:
         bindings = compiler.binder.bind(inputs)
         current = specialization_for(compiler, bindings)
         compiler.bindings = bindings
-        return run_code(compiler, current, inputs)
+        outputs = run_code(compiler, current, inputs)
+        if not current.called:
+            current.called = True
+            if compiler.mkl_buffers and compiler.device == "cpu":
+                consolidate()  # its GEMMs have run once: MKL holds every buffer they need
+        return outputs
 
 
 def run_code(compiler: Compiler, current: Specialization, inputs: list[Any]) -> Any:

@@ -54,6 +54,7 @@ def check_options(
     pool: Any,
     concurrency: Any = None,
     kernel_arena: Any = True,
+    mkl_buffers: Any = True,
 ) -> None:
     """Raise :class:`~tensorarena.errors.InvalidArgumentError` (or a subclass) for the first
     option that is not one the program takes."""
@@ -67,7 +68,7 @@ def check_options(
         )
     if not isinstance(reorder, bool) and reorder != "always":
         raise InvalidArgumentError(f"reorder must be True, False or 'always', got {reorder!r}")
-    for name, value in (("inplace", inplace), ("poison", poison)):
+    for name, value in (("inplace", inplace), ("poison", poison), ("mkl_buffers", mkl_buffers)):
         if not isinstance(value, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
     if not isinstance(kernel_arena, bool) and kernel_arena not in ("all", "idle"):
@@ -167,7 +168,12 @@ class ProgramOptions:
         ``outputs="arena"``; otherwise whichever of the two gives the lower peak of the arena
         plus torch's allocations (outputs made on top of an arena held whole for the call can
         make ``"all"`` the higher); ``False``: none. Where the shim cannot be built, on a GPU
-        or with ``max_shapes`` the program runs without it and its report says why.
+        or with ``max_shapes`` the program runs without it and its report says why;
+    ``mkl_buffers``
+        after the first call of each shape, leave MKL's memory manager with one GEMM packing
+        buffer, its largest, where it kept several (:mod:`~tensorarena.runtime.mkl_buffers`:
+        it keeps them for the process, one per size that outgrew the ones before, and the
+        largest serves every call; outputs are the same). Default on; nothing without MKL.
     """
 
     resource: MemoryResource | None = None
@@ -184,6 +190,7 @@ class ProgramOptions:
     growing: Iterable[str] = ()
     concurrency: Concurrency | None = None
     kernel_arena: bool | Literal["all", "idle"] = True
+    mkl_buffers: bool = True
 
     def __post_init__(self) -> None:
         check_options(
@@ -191,6 +198,7 @@ class ProgramOptions:
             inplace=self.inplace, poison=self.poison, max_plans=self.max_plans,
             planner=self.planner, time_limit=self.time_limit, resource=self.resource,
             pool=self.pool, concurrency=self.concurrency, kernel_arena=self.kernel_arena,
+            mkl_buffers=self.mkl_buffers,
         )
 
 

@@ -46,6 +46,8 @@ class Specialization:
     #: made for an order the program no longer runs (:mod:`~tensorarena.runtime.kernel_order`):
     #: out of the cache, never run again
     retired: bool = False
+    #: its first call ran (then MKL's GEMM buffers were made one: the ``mkl_buffers`` option)
+    called: bool = False
 
 
 #: The code of a specialization that has none of its own (outputs="arena": each held arena has
