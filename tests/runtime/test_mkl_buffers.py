@@ -123,3 +123,14 @@ def test_the_option_takes_a_bool_only() -> None:
         with pytest.raises(InvalidArgumentError, match="mkl_buffers must be True or False"):
             ProgramOptions(mkl_buffers=value)
     assert ProgramOptions().mkl_buffers is True
+
+
+@needs_mkl
+def test_with_two_intra_op_threads_it_leaves_them() -> None:
+    _mm(SMALL)
+    _mm(LARGE)
+    before = held()
+    assert before is not None and before.buffers >= 2
+    torch.set_num_threads(2)  # the fixture sets it back
+    assert consolidate() == before
+    assert held() == before

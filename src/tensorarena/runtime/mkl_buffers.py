@@ -13,10 +13,13 @@ buffers in both processes; this module lets a process keep only the largest.
 ``libtorch_cpu.so``: it holds every buffer but one with small requests (the smallest free ones
 come back, so the one left free is the largest), frees the free one to learn its size
 (``mkl_serv_free_buffers``, ``mkl_serv_mem_stat``), hands the others back and frees them, then
-takes and returns one buffer of that size, which MKL keeps. Where the counts do not move as that
-expects (a buffer in use in another thread, another MKL), it stops and leaves MKL's cache as
-MKL would have it. Results are not touched: the buffers are scratch. Without MKL (another BLAS,
-another platform) it does nothing and says so (``None``).
+takes and returns one buffer of that size, which MKL keeps. Where the counts do not move as
+that expects (a buffer in use, another MKL), it stops: no buffer in use is freed, a free one it
+has freed MKL allocates again when a call needs it, and the small requests' few bytes may stay
+cached. MKL keeps a cache per thread and ``mkl_serv_mem_stat`` counts them all, so it runs only
+with one intra-op thread (``torch.get_num_threads() == 1``): with more, the other threads'
+buffers could not be told from this one's. Results are not touched: the buffers are scratch.
+Without MKL (another BLAS, another platform) it does nothing and says so (``None``).
 """
 
 from __future__ import annotations
@@ -79,12 +82,15 @@ def held() -> MklBuffers | None:
 
 
 def consolidate() -> MklBuffers | None:
-    """Leave MKL with one buffer, the largest it holds, where it holds several and none is in
-    use (module docstring); return what it holds then (``None`` without MKL). Call it between
-    calls, from the thread that runs the GEMMs; it never frees a buffer in use."""
+    """Leave MKL with one buffer, the largest it holds, where it holds several, none is in use
+    and torch runs one intra-op thread (module docstring); return what it holds then (``None``
+    without MKL). Call it between calls, from the thread that runs the GEMMs; it never frees a
+    buffer in use."""
+    import torch
+
     lib = _service()
     before = held()
-    if lib is None or before is None or before.buffers <= 1:
+    if lib is None or before is None or before.buffers <= 1 or torch.get_num_threads() != 1:
         return before
     taken = []
     try:

@@ -173,7 +173,8 @@ class ProgramOptions:
         after the first call of each shape, leave MKL's memory manager with one GEMM packing
         buffer, its largest, where it kept several (:mod:`~tensorarena.runtime.mkl_buffers`:
         it keeps them for the process, one per size that outgrew the ones before, and the
-        largest serves every call; outputs are the same). Default on; nothing without MKL.
+        largest serves every call; outputs are the same). Default on; nothing without MKL or
+        with more than one intra-op thread (MKL keeps a cache per thread).
     """
 
     resource: MemoryResource | None = None
