@@ -51,6 +51,7 @@ import numpy as np
 
 from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownNameError
 from tensorarena.planning import heuristics
+from tensorarena.planning.band_repair import repaired_plan
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.exact import ExactResult, check_point_pins, solve_exact
@@ -72,7 +73,6 @@ from tensorarena.planning.problem import (
     lower_bound,
 )
 from tensorarena.planning.progress import ProgressCallback, Reporter
-from tensorarena.planning.repair import repaired_plan
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
@@ -431,7 +431,8 @@ def plan(
     result = PLANNERS[planner](problem, options)
     if repair:
         left = max(0.0, options.time_limit - (time.perf_counter() - start))
-        result = repaired_plan(problem, result, time_limit=left, alignment=alignment)
+        result = repaired_plan(problem, result, time_limit=left, alignment=alignment,
+                               gap=options.gap)
     peak = lower_bound(problem)
     measured = result.statistics or PlanStatistics(seconds=0.0, lower_bound=peak)
     bound = measured.bound or aligned_lower_bound(problem, alignment)

@@ -1,0 +1,394 @@
+"""Band repair: cut the hole at a plan's peak out as a band, then search a band of bytes exactly.
+
+Windowed repair (:mod:`~tensorarena.planning.repair`) frees the buffers of a short window of
+time; on the large traces the hole that keeps a plan above its bound is held open by buffers that
+cross every short window's edges (pangu_2.6B: a 40 MiB hole at its peak tick, and 390.6 MiB
+buffers alive for 13,000 ticks in the way; ``bench/RESULTS.md``). This step works in bytes:
+
+1. **Cut.** At the peak tick of the live bytes, the largest hole in the stack of live buffers
+   (ties: the lowest) is cut out as a horizontal band: every buffer above it moves down by its
+   height, and the buffers that meet its bytes at other ticks are placed again by
+   ``greedy_size`` with every other buffer pinned where it now is.
+2. **Band searches.** While the plan is above its bound, the buffers that reach its height are
+   placed by one exact search in a *byte band* ``[low, high)``, narrow in bytes, long in time:
+   free are those buffers and every buffer wholly inside the band alive at their ticks; every
+   other buffer that meets the band while a free one lives is pinned, clipped to the band. The
+   band starts at the lowest hole (at the ticks of the buffers that reach the height, in the
+   stack of the others, at least as wide as the smallest of them) and its top is raised hole by
+   hole, lowest first (at most :data:`MAX_BANDS` tops). A band that places them lowers the plan;
+   the step goes on from the lowered plan, and stops when no band does.
+
+Every search runs on a budget of work units (:mod:`~tensorarena.planning.exact_work`;
+:data:`BAND_WORK` per band, ``work_limit`` for the step, each band also charged its buffers), so
+the answer depends on the input alone; the clock is only an outer bound. The cut plan is kept
+only as a step to the next: what is returned is the input plan unless a validated, strictly
+lower one was found.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from tensorarena.errors import InvalidPlanError, InvalidProblemError
+from tensorarena.planning.bounds import aligned_lower_bound, good_enough
+from tensorarena.planning.budget import StopReason
+from tensorarena.planning.exact import solve_exact
+from tensorarena.planning.heuristics import greedy_size
+from tensorarena.planning.options import (
+    check_gap,
+    check_node_limit,
+    check_problem,
+    check_time_limit,
+)
+from tensorarena.planning.problem import Buffer, Plan, Problem
+from tensorarena.planning.repair import RepairResult, repair
+from tensorarena.planning.validate import validate
+from tensorarena.sizes import check_alignment
+
+__all__ = [
+    "BAND_REPAIR_WORK",
+    "BAND_WORK",
+    "MARGINS",
+    "MAX_BANDS",
+    "MAX_BAND_BUFFERS",
+    "MAX_LEVELS",
+    "MAX_TICKS",
+    "band_repair",
+    "repaired_plan",
+]
+
+Int64Array = npt.NDArray[np.int64]
+
+#: Work units one band's search may spend (the last band gets no more than what is left).
+BAND_WORK = 20_000_000
+#: The step's whole budget in work units, by default.
+BAND_REPAIR_WORK = 100_000_000
+#: Tops of the plan, from its height down, below which the buffers above are placed in turn.
+MAX_LEVELS = 4
+#: Band tops tried for one set of buffers at the height, lowest first.
+MAX_BANDS = 64
+#: Most buffers (free and pinned) in one band's search; above it the band and every higher one
+#: are not searched (a node's cost grows with them, and the pins crowd the band out).
+MAX_BAND_BUFFERS = 2_500
+#: Ticks added on each side of the span of the buffers above the target, in this order, to choose
+#: the buffers inside the band that are free (a margin that frees no more is skipped).
+MARGINS: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
+#: Distinct ticks (births and deaths) examined for holes; more and the step does not apply.
+MAX_TICKS = 4_096
+
+
+class _State:
+    """The problem as arrays, and the offsets in hand."""
+
+    def __init__(self, problem: Problem, offsets: tuple[int, ...], alignment: int | None) -> None:
+        buffers = problem.buffers
+        n = len(buffers)
+        self.problem = problem
+        self.start = np.fromiter((b.start for b in buffers), np.int64, n)
+        self.end = np.fromiter((b.end for b in buffers), np.int64, n)
+        self.size = np.fromiter((b.nbytes for b in buffers), np.int64, n)
+        self.align = np.fromiter((max(b.alignment, alignment or 1) for b in buffers), np.int64, n)
+        self.pinned = np.fromiter((b.offset is not None for b in buffers), bool, n)
+        self.alignment = alignment
+        # A free zero-byte buffer goes to 0, which no buffer can straddle, wherever others move.
+        self.offsets = np.where((self.size == 0) & ~self.pinned, 0,
+                                np.array(offsets, dtype=np.int64))
+
+    def height(self, offsets: Int64Array) -> int:
+        return int((offsets + self.size).max()) if len(offsets) else 0
+
+    def plan(self, offsets: Int64Array) -> Plan | None:
+        """The plan of ``offsets`` if it validates, else None."""
+        candidate = Plan(self.problem, tuple(int(x) for x in offsets))
+        try:
+            validate(self.problem, candidate)
+        except InvalidPlanError:
+            return None
+        return candidate
+
+
+def band_repair(problem: Problem, plan: Plan, *, work_limit: int | None = BAND_REPAIR_WORK,
+                time_limit: float = math.inf, alignment: int | None = None,
+                gap: float = 0.0) -> RepairResult:
+    """Lower ``plan`` (a valid plan of ``problem``) by a band cut at its peak and exact searches
+    in byte bands (see the module docstring), on ``work_limit`` work units (``None``: no
+    budget) within ``time_limit`` seconds; it stops at a plan within the relative ``gap`` of the
+    bound. ``windows`` counts the bands searched. Only a strictly lower plan, validated, replaces
+    ``plan``; ``alignment`` raises every buffer's alignment, as
+    :func:`~tensorarena.planning.plan` does."""
+    check_problem(problem)
+    budget = check_node_limit(work_limit, name="work_limit")
+    seconds = check_time_limit(time_limit)
+    gap = check_gap(gap)
+    if alignment is not None:
+        check_alignment(alignment)
+    validate(problem, plan)
+    started = time.perf_counter()
+    bound = aligned_lower_bound(problem, alignment)
+    if good_enough(plan.height, bound, gap) or not problem.buffers:
+        stopped = StopReason.PROVEN if plan.height <= bound else StopReason.GOOD_ENOUGH
+        return RepairResult(plan, 0, 0, 0, stopped)
+    state = _State(problem, plan.offsets, alignment)
+    best: Plan = plan
+    current = state.offsets
+    cut = _cut(state, current)
+    if cut is not None and state.height(cut) <= plan.height:
+        current = cut
+        if state.height(cut) < plan.height and (found := state.plan(cut)) is not None:
+            best = found
+    nodes = work = bands = improved = 0
+    stopped = StopReason.COMPLETE
+    while not good_enough(state.height(current), bound, gap):
+        left = seconds - (time.perf_counter() - started)
+        if left <= 0:
+            stopped = StopReason.TIME_LIMIT
+            break
+        if budget is not None and work >= budget:
+            stopped = StopReason.BUDGET
+            break
+        for target in _targets(state, current, bound + math.floor(gap * bound)):
+            rounds = _lower(state, current, target, seconds - (time.perf_counter() - started),
+                            None if budget is None else budget - work)
+            nodes += rounds.nodes
+            work += rounds.work
+            bands += rounds.bands
+            if rounds.stopped is not None:
+                stopped = rounds.stopped
+            if rounds.offsets is not None or rounds.stopped is not None:
+                break
+        if rounds.offsets is None:
+            break
+        current = rounds.offsets
+        found = state.plan(current)
+        if found is None:  # never expected: every band's plan is merged within its pins
+            break
+        best = found
+        improved += 1
+    if best is not plan:
+        best = Plan(problem, best.offsets, planner=f"band_repair:{plan.planner}")
+    if best.height <= bound:
+        stopped = StopReason.PROVEN
+    elif good_enough(best.height, bound, gap):
+        stopped = StopReason.GOOD_ENOUGH
+    return RepairResult(best, nodes, bands, improved, stopped, work)
+
+
+def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
+                  alignment: int | None = None, gap: float = 0.0) -> Plan:
+    """``plan`` after :func:`band_repair` and then, unless that brought it within ``gap`` of
+    the bound, windowed :func:`~tensorarena.planning.repair.repair`, each on its default
+    budget, with ``plan``'s statistics counting their nodes and work too (what
+    :func:`~tensorarena.planning.plan` returns when asked to ``repair``)."""
+    started = time.perf_counter()
+    bound = aligned_lower_bound(problem, alignment)
+    results = [band_repair(problem, plan, time_limit=time_limit, alignment=alignment, gap=gap)]
+    found = results[0].plan
+    if not good_enough(found.height, bound, gap):
+        left = max(0.0, time_limit - (time.perf_counter() - started))
+        results.append(repair(problem, found, time_limit=left, alignment=alignment))
+        found = results[-1].plan
+    statistics = plan.statistics
+    if statistics is not None:
+        stopped = statistics.stopped_by
+        if found.height <= bound:
+            stopped = StopReason.PROVEN
+        elif stopped is not StopReason.PROVEN and good_enough(found.height, bound, gap):
+            stopped = StopReason.GOOD_ENOUGH
+        elif stopped is not StopReason.PROVEN and any(
+                r.stopped_by is StopReason.TIME_LIMIT for r in results):
+            stopped = StopReason.TIME_LIMIT
+        statistics = replace(statistics, nodes=statistics.nodes + sum(r.nodes for r in results),
+                             work=statistics.work + sum(r.work for r in results),
+                             stopped_by=stopped)
+    optimal = plan.optimal or found.height <= bound
+    return Plan(problem, found.offsets, planner=found.planner, optimal=optimal,
+                statistics=statistics)
+
+
+def _targets(state: _State, offsets: Int64Array, goal: int) -> list[int]:
+    """The heights to bring the plan under, in order: ``goal`` (good enough), then just below
+    each of the :data:`MAX_LEVELS` highest tops above it, from the top down (freeing the fewest
+    buffers first)."""
+    tops = np.unique((offsets + state.size)[(state.size > 0)])
+    levels = [int(t) - 1 for t in tops[::-1][:MAX_LEVELS] if t - 1 > goal]
+    return [goal, *levels]
+
+
+def _holes(state: _State, offsets: Int64Array, mask: npt.NDArray[np.bool_],
+           tick: int) -> list[tuple[int, int]]:
+    """``(bottom, top)`` of every gap between the ``mask`` buffers live at ``tick``, from 0 up
+    to the highest of them."""
+    live = np.flatnonzero(mask & (state.start <= tick) & (state.end > tick))
+    order = live[np.argsort(offsets[live], kind="stable")]
+    lows = offsets[order]
+    tops = np.maximum.accumulate(lows + state.size[order]) if len(order) else lows
+    previous = np.concatenate(([0], tops[:-1])) if len(order) else tops
+    open_ = lows > previous
+    return list(zip(previous[open_].tolist(), lows[open_].tolist(), strict=True))
+
+
+def _gaps(state: _State, offsets: Int64Array, mask: npt.NDArray[np.bool_], tick: int,
+          ceiling: int) -> list[tuple[int, int]]:
+    """The holes of :func:`_holes` below ``ceiling``, and the space above the stack up to it."""
+    live = mask & (state.start <= tick) & (state.end > tick)
+    holes = _holes(state, offsets, mask, tick)
+    top = int((offsets[live] + state.size[live]).max()) if live.any() else 0
+    if top < ceiling:
+        holes.append((top, ceiling))
+    return holes
+
+
+def _cut(state: _State, offsets: Int64Array) -> Int64Array | None:
+    """The plan with the largest hole at the peak tick cut out as a band, or None."""
+    size, start, end = state.size, state.start, state.end
+    used = size > 0
+    ticks = np.unique(start[used])
+    if not len(ticks):
+        return None
+    born = np.zeros(len(ticks) + 1, np.int64)
+    np.add.at(born, np.searchsorted(ticks, start[used]), size[used])
+    np.add.at(born, np.searchsorted(ticks, end[used]), -size[used])
+    peak = int(ticks[int(np.argmax(np.cumsum(born)[:-1]))])
+    height = state.height(offsets)
+    holes = _gaps(state, offsets, used, peak, height)
+    if not holes:
+        return None
+    low, high = max(holes, key=lambda h: (h[1] - h[0], -h[0]))
+    moving = used & (offsets + size > low)
+    if (moving & state.pinned).any():
+        return None  # a pin above the hole cannot move down
+    step = int(state.align[moving].max(initial=1))
+    cut = (high - low) // step * step
+    if cut <= 0:
+        return None
+    crossing = moving & (offsets < low + cut)
+    placed = np.where(moving & ~crossing, offsets - cut, offsets)
+    buffers = [Buffer(b.id, b.start, b.end, b.nbytes, b.alignment,
+                      None if crossing[i] else int(placed[i]))
+               for i, b in enumerate(state.problem.buffers)]
+    try:
+        again = greedy_size(Problem(buffers), alignment=state.alignment)
+    except InvalidProblemError:
+        return None
+    return np.array(again.offsets, dtype=np.int64)
+
+
+class _Lowered:
+    """What one attempt to lower the plan by a band gave."""
+
+    __slots__ = ("bands", "nodes", "offsets", "stopped", "too_large", "work")
+
+    def __init__(self) -> None:
+        self.offsets: Int64Array | None = None
+        self.nodes = self.work = self.bands = 0
+        self.too_large = False
+        self.stopped: StopReason | None = None
+
+
+def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
+           budget: int | None) -> _Lowered:
+    """Place the buffers above ``target`` in the lowest band below it that takes them."""
+    out = _Lowered()
+    size, start, end = state.size, state.start, state.end
+    started = time.perf_counter()
+    height = state.height(offsets)
+    tops = offsets + size
+    bad = np.flatnonzero((size > 0) & (tops > target))
+    if state.pinned[bad].any():
+        return out  # a pin reaches the height: nothing lower exists
+    t0, t1 = int(start[bad].min()), int(end[bad].max())
+    rest = (size > 0) & (tops <= target)
+    inner = np.concatenate(([t0], start[(start > t0) & (start < t1)],
+                            end[(end > t0) & (end < t1)]))
+    ticks = np.unique(inner)
+    if len(ticks) > MAX_TICKS:
+        return out
+    smallest = int(size[bad].min())
+    gaps = {g for tick in ticks.tolist() for g in _gaps(state, offsets, rest, tick, target)
+            if g[1] - g[0] >= smallest}
+    if not gaps:
+        return out
+    step = int(state.align[bad].max())
+    low = min(g[0] for g in gaps)
+    for high in sorted({g[1] for g in gaps})[:MAX_BANDS]:
+        inside = (offsets >= low) & (tops <= high) & (size > 0) & ~state.pinned
+        previous = -1
+        for margin in MARGINS:
+            free_mask = inside & (start < t1 + margin) & (end > t0 - margin)
+            free_mask[bad] = True
+            free = np.flatnonzero(free_mask)
+            if len(free) == previous:
+                continue  # the same buffers as the narrower margin: the same search
+            previous = len(free)
+            left = seconds - (time.perf_counter() - started)
+            if left <= 0:
+                out.stopped = StopReason.TIME_LIMIT
+                return out
+            if budget is not None and out.work >= budget:
+                out.stopped = StopReason.BUDGET
+                return out
+            allowed = BAND_WORK if budget is None else min(BAND_WORK, budget - out.work)
+            placed = _band(state, offsets, free_mask, low, high, step, allowed, left, out)
+            if placed is not None and state.height(placed) < height:
+                out.offsets = placed
+                return out
+            if out.stopped is not None:
+                return out
+            if out.too_large:
+                return out  # higher bands only hold more buffers
+    return out
+
+
+def _band(state: _State, offsets: Int64Array, free_mask: npt.NDArray[np.bool_], low: int,
+          high: int, step: int, allowed: int, seconds: float, out: _Lowered) -> Int64Array | None:
+    """Offsets with the ``free_mask`` buffers placed by one exact search in ``[low, high)``,
+    every other buffer that meets the band while one of them lives pinned, or None; counts the
+    search in ``out``."""
+    size, start, end = state.size, state.start, state.end
+    tops = offsets + size
+    free = np.flatnonzero(free_mask)
+    step = max(step, int(state.align[free].max()))
+    base = low // step * step  # the band's bottom, aligned for every free buffer
+    a, b = int(start[free].min()), int(end[free].max())
+    near = np.flatnonzero(~free_mask & (size > 0) & (start < b) & (end > a) & (offsets < high)
+                          & (tops > base))
+    buffers = state.problem.buffers
+    local = [Buffer(buffers[k].id, int(start[k]), int(end[k]), int(size[k]),
+                    int(state.align[k])) for k in free.tolist()]
+    lives = sorted(zip(start[free].tolist(), end[free].tolist(), strict=True))
+    births = np.array([s for s, _ in lives], dtype=np.int64)
+    latest = np.maximum.accumulate(np.array([e for _, e in lives], dtype=np.int64))
+    for j in near.tolist():
+        # Pinned only where a free buffer lives: one born before j dies that dies after j's birth.
+        k = int(np.searchsorted(births, end[j], "left")) - 1
+        if k < 0 or latest[k] <= start[j]:
+            continue
+        bottom, top = max(int(offsets[j]), base), min(int(tops[j]), high)
+        local.append(Buffer(buffers[j].id, max(int(start[j]), a), min(int(end[j]), b),
+                            top - bottom, 1, bottom - base))
+    if len(local) > MAX_BAND_BUFFERS:
+        out.too_large = True
+        return None
+    out.bands += 1
+    out.work += len(local)  # building the band reads its buffers
+    try:
+        result = solve_exact(Problem(local), capacity=high - base, node_limit=None,
+                             work_limit=max(0, allowed - len(local)), time_limit=seconds)
+    except InvalidProblemError:
+        return None
+    out.nodes += result.nodes
+    out.work += result.work
+    if result.stopped_by is StopReason.TIME_LIMIT:
+        out.stopped = StopReason.TIME_LIMIT
+    elif result.stopped_by is StopReason.BUDGET and allowed < BAND_WORK:
+        out.stopped = StopReason.BUDGET  # the step's budget, not the band's, ran out
+    if result.plan is None or result.plan.height > high - base:
+        return None
+    placed = offsets.copy()
+    placed[free] = np.array(result.plan.offsets[:len(free)], dtype=np.int64) + base
+    return placed
