@@ -9,14 +9,16 @@ buffers alive for 13,000 ticks in the way; ``bench/RESULTS.md``). This step work
    (ties: the lowest) is cut out as a horizontal band: every buffer above it moves down by its
    height, and the buffers that meet its bytes at other ticks are placed again by
    ``greedy_size`` with every other buffer pinned where it now is.
-2. **Band searches.** While the plan is above its bound, the buffers that reach its height are
-   placed by one exact search in a *byte band* ``[low, high)``, narrow in bytes, long in time:
-   free are those buffers and every buffer wholly inside the band alive at their ticks; every
-   other buffer that meets the band while a free one lives is pinned, clipped to the band. The
-   band starts at the lowest hole (at the ticks of the buffers that reach the height, in the
-   stack of the others, at least as wide as the smallest of them) and its top is raised hole by
-   hole, lowest first (at most :data:`MAX_BANDS` tops). A band that places them lowers the plan;
-   the step goes on from the lowered plan, and stops when no band does.
+2. **Band searches.** While the plan is above its bound, the buffers above a target height are
+   placed by one exact search in a *byte band* ``[low, high)`` below it, narrow in bytes, long
+   in time: free are those buffers and every buffer wholly inside the band alive within a
+   margin (:data:`MARGINS`, narrowest first) of their ticks; every other buffer that meets the
+   band while a free one lives is pinned, clipped to the band. The band starts at the lowest
+   hole at their ticks (in the stack of the buffers below the target, at least as wide as the
+   smallest above it) and its top is raised hole by hole, lowest first, and last to the target.
+   Targets: the height the caller calls good enough (``gap``), then just below each of the
+   plan's highest tops (:data:`MAX_LEVELS`), freeing the fewest buffers first. A band that
+   places them lowers the plan; the step goes on from there, and stops when no band does.
 
 Every search runs on a budget of work units (:mod:`~tensorarena.planning.exact_work`;
 :data:`BAND_WORK` per band, ``work_limit`` for the step, each band also charged its buffers), so
@@ -133,14 +135,16 @@ def band_repair(problem: Problem, plan: Plan, *, work_limit: int | None = BAND_R
     if good_enough(plan.height, bound, gap) or not problem.buffers:
         stopped = StopReason.PROVEN if plan.height <= bound else StopReason.GOOD_ENOUGH
         return RepairResult(plan, 0, 0, 0, stopped)
+    if seconds <= 0:
+        return RepairResult(plan, 0, 0, 0, StopReason.TIME_LIMIT)
     state = _State(problem, plan.offsets, alignment)
     best: Plan = plan
     current = state.offsets
-    cut = _cut(state, current)
-    if cut is not None and state.height(cut) <= plan.height:
-        current = cut
-        if state.height(cut) < plan.height and (found := state.plan(cut)) is not None:
-            best = found
+    cut = _cut(state, current)  # one greedy placement: no search, no work units
+    if cut is not None and state.height(cut) <= plan.height and (
+            found := state.plan(cut)) is not None:
+        current = cut  # a step to the next even at the same height; kept only if lower
+        best = found if found.height < plan.height else plan
     nodes = work = bands = improved = 0
     stopped = StopReason.COMPLETE
     while not good_enough(state.height(current), bound, gap):
@@ -268,14 +272,15 @@ def _cut(state: _State, offsets: Int64Array) -> Int64Array | None:
         return None
     crossing = moving & (offsets < low + cut)
     placed = np.where(moving & ~crossing, offsets - cut, offsets)
+    loose = crossing | ((size == 0) & ~state.pinned)  # free zero-byte buffers go back to 0
     buffers = [Buffer(b.id, b.start, b.end, b.nbytes, b.alignment,
-                      None if crossing[i] else int(placed[i]))
+                      None if loose[i] else int(placed[i]))
                for i, b in enumerate(state.problem.buffers)]
     try:
         again = greedy_size(Problem(buffers), alignment=state.alignment)
     except InvalidProblemError:
         return None
-    return np.array(again.offsets, dtype=np.int64)
+    return np.where(loose & ~crossing, 0, np.array(again.offsets, dtype=np.int64))
 
 
 class _Lowered:
@@ -315,7 +320,9 @@ def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
         return out
     step = int(state.align[bad].max())
     low = min(g[0] for g in gaps)
-    for high in sorted({g[1] for g in gaps})[:MAX_BANDS]:
+    # The band's top is raised hole by hole, and last to the target itself.
+    highs = [*sorted({g[1] for g in gaps} - {target})[:MAX_BANDS - 1], target]
+    for high in highs:
         inside = (offsets >= low) & (tops <= high) & (size > 0) & ~state.pinned
         previous = -1
         for margin in MARGINS:
