@@ -152,3 +152,28 @@ def test_free_zero_byte_buffers_go_to_zero_where_no_buffer_can_straddle_them() -
     result = band_repair(points, Plan(points, (*BAND_PLAN.offsets, 12)))
     validate(points, result.plan)
     assert result.plan.height == 20 and result.plan.offset_of("point") == 0
+
+
+# TIGHT (greedy 6, optimum = bound 5) beside ten buffers far away in time: 14 buffers.
+WIDE = Problem([Buffer("a", 1, 3, 3), Buffer("b", 1, 4, 2), Buffer("c", 3, 6, 1),
+                Buffer("d", 4, 5, 3), *(Buffer(f"f{k}", 100 + k, 101 + k, 5) for k in range(10))])
+
+
+def test_auto_runs_the_band_step_when_its_search_could_not_place_every_buffer_once() -> None:
+    stages: list[str] = []
+    banded = plan(WIDE, "auto", node_limit=13, work_limit=None, progress=lambda p:
+                  stages.append(p.stage))
+    validate(WIDE, banded)
+    assert "band_repair" in stages and "exact" not in stages  # at the bound: no search left
+    assert banded.height == 5 and banded.planner.startswith("auto:band_repair:")
+    assert banded.statistics is not None and 0 < banded.statistics.nodes <= 13
+    # 14 nodes: one per buffer, a dive fits: the search runs as before, no band step.
+    stages.clear()
+    searched = plan(WIDE, "auto", node_limit=14, work_limit=None, progress=lambda p:
+                    stages.append(p.stage))
+    assert "band_repair" not in stages and "exact" in stages
+    assert searched.statistics is not None and searched.statistics.nodes == 14
+    # The band step spends no more than the plan's budgets: 3 nodes cannot lower TIGHT.
+    starved = plan(WIDE, "auto", node_limit=3, work_limit=None)
+    assert starved.height == 6 and starved.statistics is not None
+    assert starved.statistics.nodes <= 3

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +47,7 @@ from tensorarena.planning.options import (
     check_time_limit,
 )
 from tensorarena.planning.problem import Buffer, Plan, Problem
-from tensorarena.planning.repair import RepairResult, repair
+from tensorarena.planning.repair import RepairResult
 from tensorarena.planning.validate import validate
 from tensorarena.sizes import check_alignment
 
@@ -61,7 +60,6 @@ __all__ = [
     "MAX_LEVELS",
     "MAX_TICKS",
     "band_repair",
-    "repaired_plan",
 ]
 
 Int64Array = npt.NDArray[np.int64]
@@ -115,16 +113,17 @@ class _State:
 
 
 def band_repair(problem: Problem, plan: Plan, *, work_limit: int | None = BAND_REPAIR_WORK,
-                time_limit: float = math.inf, alignment: int | None = None,
-                gap: float = 0.0) -> RepairResult:
+                node_limit: int | None = None, time_limit: float = math.inf,
+                alignment: int | None = None, gap: float = 0.0) -> RepairResult:
     """Lower ``plan`` (a valid plan of ``problem``) by a band cut at its peak and exact searches
-    in byte bands (see the module docstring), on ``work_limit`` work units (``None``: no
-    budget) within ``time_limit`` seconds; it stops at a plan within the relative ``gap`` of the
-    bound. ``windows`` counts the bands searched. Only a strictly lower plan, validated, replaces
-    ``plan``; ``alignment`` raises every buffer's alignment, as
+    in byte bands (see the module docstring), on ``work_limit`` work units and ``node_limit``
+    search nodes (``None``: no budget) within ``time_limit`` seconds; it stops at a plan within
+    the relative ``gap`` of the bound. ``windows`` counts the bands searched. Only a strictly
+    lower plan, validated, replaces ``plan``; ``alignment`` raises every buffer's alignment, as
     :func:`~tensorarena.planning.plan` does."""
     check_problem(problem)
     budget = check_node_limit(work_limit, name="work_limit")
+    node_budget = check_node_limit(node_limit)
     seconds = check_time_limit(time_limit)
     gap = check_gap(gap)
     if alignment is not None:
@@ -152,12 +151,14 @@ def band_repair(problem: Problem, plan: Plan, *, work_limit: int | None = BAND_R
         if left <= 0:
             stopped = StopReason.TIME_LIMIT
             break
-        if budget is not None and work >= budget:
+        if (budget is not None and work >= budget) or (node_budget is not None
+                                                       and nodes >= node_budget):
             stopped = StopReason.BUDGET
             break
         for target in _targets(state, current, bound + math.floor(gap * bound)):
             rounds = _lower(state, current, target, seconds - (time.perf_counter() - started),
-                            None if budget is None else budget - work)
+                            None if budget is None else budget - work,
+                            None if node_budget is None else node_budget - nodes)
             nodes += rounds.nodes
             work += rounds.work
             bands += rounds.bands
@@ -180,38 +181,6 @@ def band_repair(problem: Problem, plan: Plan, *, work_limit: int | None = BAND_R
     elif good_enough(best.height, bound, gap):
         stopped = StopReason.GOOD_ENOUGH
     return RepairResult(best, nodes, bands, improved, stopped, work)
-
-
-def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
-                  alignment: int | None = None, gap: float = 0.0) -> Plan:
-    """``plan`` after :func:`band_repair` and then, unless that brought it within ``gap`` of
-    the bound, windowed :func:`~tensorarena.planning.repair.repair`, each on its default
-    budget, with ``plan``'s statistics counting their nodes and work too (what
-    :func:`~tensorarena.planning.plan` returns when asked to ``repair``)."""
-    started = time.perf_counter()
-    bound = aligned_lower_bound(problem, alignment)
-    results = [band_repair(problem, plan, time_limit=time_limit, alignment=alignment, gap=gap)]
-    found = results[0].plan
-    if not good_enough(found.height, bound, gap):
-        left = max(0.0, time_limit - (time.perf_counter() - started))
-        results.append(repair(problem, found, time_limit=left, alignment=alignment))
-        found = results[-1].plan
-    statistics = plan.statistics
-    if statistics is not None:
-        stopped = statistics.stopped_by
-        if found.height <= bound:
-            stopped = StopReason.PROVEN
-        elif stopped is not StopReason.PROVEN and good_enough(found.height, bound, gap):
-            stopped = StopReason.GOOD_ENOUGH
-        elif stopped is not StopReason.PROVEN and any(
-                r.stopped_by is StopReason.TIME_LIMIT for r in results):
-            stopped = StopReason.TIME_LIMIT
-        statistics = replace(statistics, nodes=statistics.nodes + sum(r.nodes for r in results),
-                             work=statistics.work + sum(r.work for r in results),
-                             stopped_by=stopped)
-    optimal = plan.optimal or found.height <= bound
-    return Plan(problem, found.offsets, planner=found.planner, optimal=optimal,
-                statistics=statistics)
 
 
 def _targets(state: _State, offsets: Int64Array, goal: int) -> list[int]:
@@ -296,7 +265,7 @@ class _Lowered:
 
 
 def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
-           budget: int | None) -> _Lowered:
+           budget: int | None, node_budget: int | None) -> _Lowered:
     """Place the buffers above ``target`` in the lowest band below it that takes them."""
     out = _Lowered()
     size, start, end = state.size, state.start, state.end
@@ -336,11 +305,14 @@ def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
             if left <= 0:
                 out.stopped = StopReason.TIME_LIMIT
                 return out
-            if budget is not None and out.work >= budget:
+            if (budget is not None and out.work >= budget) or (
+                    node_budget is not None and out.nodes >= node_budget):
                 out.stopped = StopReason.BUDGET
                 return out
             allowed = BAND_WORK if budget is None else min(BAND_WORK, budget - out.work)
-            placed = _band(state, offsets, free_mask, low, high, step, allowed, left, out)
+            nodes = None if node_budget is None else node_budget - out.nodes
+            placed = _band(state, offsets, free_mask, (low, high), step, (allowed, nodes), left,
+                           out)
             if placed is not None and state.height(placed) < height:
                 out.offsets = placed
                 return out
@@ -351,11 +323,13 @@ def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
     return out
 
 
-def _band(state: _State, offsets: Int64Array, free_mask: npt.NDArray[np.bool_], low: int,
-          high: int, step: int, allowed: int, seconds: float, out: _Lowered) -> Int64Array | None:
-    """Offsets with the ``free_mask`` buffers placed by one exact search in ``[low, high)``,
-    every other buffer that meets the band while one of them lives pinned, or None; counts the
-    search in ``out``."""
+def _band(state: _State, offsets: Int64Array, free_mask: npt.NDArray[np.bool_],
+          band: tuple[int, int], step: int, allowed: tuple[int, int | None], seconds: float,
+          out: _Lowered) -> Int64Array | None:
+    """Offsets with the ``free_mask`` buffers placed by one exact search in ``band``, every
+    other buffer that meets it while one of them lives pinned, or None; ``allowed``: the
+    search's work units and nodes. Counts the search in ``out``."""
+    (low, high), (work, nodes) = band, allowed
     size, start, end = state.size, state.start, state.end
     tops = offsets + size
     free = np.flatnonzero(free_mask)
@@ -384,15 +358,17 @@ def _band(state: _State, offsets: Int64Array, free_mask: npt.NDArray[np.bool_], 
     out.bands += 1
     out.work += len(local)  # building the band reads its buffers
     try:
-        result = solve_exact(Problem(local), capacity=high - base, node_limit=None,
-                             work_limit=max(0, allowed - len(local)), time_limit=seconds)
+        result = solve_exact(Problem(local), capacity=high - base, node_limit=nodes,
+                             work_limit=max(0, work - len(local)),
+                             time_limit=seconds)
     except InvalidProblemError:
         return None
     out.nodes += result.nodes
     out.work += result.work
     if result.stopped_by is StopReason.TIME_LIMIT:
         out.stopped = StopReason.TIME_LIMIT
-    elif result.stopped_by is StopReason.BUDGET and allowed < BAND_WORK:
+    elif result.stopped_by is StopReason.BUDGET and (
+            work < BAND_WORK or (nodes is not None and result.nodes >= nodes)):
         out.stopped = StopReason.BUDGET  # the step's budget, not the band's, ran out
     if result.plan is None or result.plan.height > high - base:
         return None

@@ -51,11 +51,12 @@ import numpy as np
 
 from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownNameError
 from tensorarena.planning import heuristics
-from tensorarena.planning.band_repair import repaired_plan
+from tensorarena.planning.band_repair import BAND_REPAIR_WORK, band_repair
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.exact import ExactResult, check_point_pins, solve_exact
 from tensorarena.planning.exact_params import SolverParams
+from tensorarena.planning.exact_work import can_dive
 from tensorarena.planning.long_lived_first import long_lived_first
 from tensorarena.planning.options import (
     check_capacity,
@@ -73,6 +74,7 @@ from tensorarena.planning.problem import (
     lower_bound,
 )
 from tensorarena.planning.progress import ProgressCallback, Reporter
+from tensorarena.planning.repaired import repaired_plan
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
@@ -253,6 +255,19 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
     # a minimisation (or a decision the search cannot take up) needs.
     if not options.decision and not done() and left() > 0:
         sweep()
+        if not done() and left() > 0 and not can_dive(problem, options.node_limit,
+                                                       options.work_limit):
+            # The search could not place every buffer once (pangu_2.6B: 114 nodes for 18,692
+            # buffers): it can only return its seed. The band step can lower it.
+            work_limit = options.work_limit
+            banded = band_repair(problem, best, time_limit=left(), alignment=options.alignment,
+                                 gap=options.gap, node_limit=options.node_limit,
+                                 work_limit=BAND_REPAIR_WORK if work_limit is None
+                                 else min(work_limit, BAND_REPAIR_WORK))
+            best, nodes, work = banded.plan, banded.nodes, banded.work
+            if banded.stopped_by is StopReason.TIME_LIMIT:
+                searched = StopReason.TIME_LIMIT
+            report.update("band_repair", height=best.height, bound=bound)
     if not done():
         pairs = overlapping_pairs(problem)
         limit = _AUTO_EXACT_MAX_PAIRS if not guard else min(
