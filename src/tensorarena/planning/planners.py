@@ -13,6 +13,8 @@ run every parameter through the validator):
 ``long_lived_first``      long-lived buffers placed first by birth, the rest by size, over a
                           sweep of lifetime thresholds (:mod:`~.long_lived_first`)
 ``auto`` (default)        the portfolio; if it is not good enough, the long-lived-first sweep,
+                          then (when the search's budget cannot place every buffer once) the
+                          band step (:mod:`~.band_repair`),
                           then the exact search within its node budget, seeded with the best
                           plan, unless the problem is too large for the search to start within
                           the limit (then the heuristics' plan stands, and
@@ -105,8 +107,9 @@ DEFAULT_TIME_LIMIT = 300.0
 # Windowed repair (:mod:`~tensorarena.planning.repair`) is not a stage of ``auto``: on the large
 # traces it was meant for (pangu_2.6B, S_1) it lowered nothing and cost ~17 s of pangu's 30
 # (bench/window_repair.py), and their excess is not local to any window it can search
-# (bench/RESULTS.md). ``plan(..., repair=True)`` (``tensorarena plan --repair``) runs it after
-# any planner; :func:`~tensorarena.planning.repair.repair` takes any plan.
+# (bench/RESULTS.md). ``plan(..., repair=True)`` (``tensorarena plan --repair``) runs the band
+# step and then it after any planner (:mod:`~tensorarena.planning.repaired`). The band step is a
+# stage of ``auto`` only where its exact search could not even dive to one plan (``can_dive``).
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,9 +390,10 @@ def plan(
     1e-4; 0 asks for a proof of optimality). ``progress`` is called with a
     :class:`~tensorarena.planning.progress.Progress` as planning goes. ``params``
     (:class:`~tensorarena.planning.exact_params.SolverParams`) switches the exact search's
-    techniques on and off. ``repair=True`` then lowers the plan by exact searches over the
-    time windows around its peak (:func:`~tensorarena.planning.repair.repair`, on its own node
-    budget, within what is left of ``time_limit``); off by default, as it gains nothing on
+    techniques on and off. ``repair=True`` then lowers the plan by the band step
+    (:func:`~tensorarena.planning.band_repair.band_repair`) and exact searches over the time
+    windows around its peak (:func:`~tensorarena.planning.repair.repair`), each on its own
+    budget, within what is left of ``time_limit``; off by default, as it gains nothing on
     most plans and costs search time on large ones. The plan's ``statistics`` say how long it
     all took, the nodes the searches visited and the best lower bound known (``bound``).
 
