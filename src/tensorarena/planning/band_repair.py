@@ -39,7 +39,7 @@ from tensorarena.errors import InvalidPlanError, InvalidProblemError
 from tensorarena.planning.bounds import aligned_lower_bound, good_enough
 from tensorarena.planning.budget import StopReason
 from tensorarena.planning.exact import solve_exact
-from tensorarena.planning.heuristics import greedy_size
+from tensorarena.planning.heuristics import PlacementArrays, place, size_order
 from tensorarena.planning.options import (
     check_gap,
     check_node_limit,
@@ -242,14 +242,12 @@ def _cut(state: _State, offsets: Int64Array) -> Int64Array | None:
     crossing = moving & (offsets < low + cut)
     placed = np.where(moving & ~crossing, offsets - cut, offsets)
     loose = crossing | ((size == 0) & ~state.pinned)  # free zero-byte buffers go back to 0
-    buffers = [Buffer(b.id, b.start, b.end, b.nbytes, b.alignment,
-                      None if loose[i] else int(placed[i]))
-               for i, b in enumerate(state.problem.buffers)]
-    try:
-        again = greedy_size(Problem(buffers), alignment=state.alignment)
-    except InvalidProblemError:
-        return None
-    return np.where(loose & ~crossing, 0, np.array(again.offsets, dtype=np.int64))
+    # greedy_size with every other buffer pinned: its arrays with the pins set here (a Problem of
+    # thousands of pins would check them pairwise).
+    arrays = PlacementArrays(state.problem, state.alignment)
+    arrays.pin = np.where(loose, -1, placed)
+    again = place(arrays, size_order(arrays), best_fit=True)
+    return np.where(loose & ~crossing, 0, again)
 
 
 class _Lowered:
