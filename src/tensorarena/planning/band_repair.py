@@ -21,7 +21,8 @@ buffers alive for 13,000 ticks in the way; ``bench/RESULTS.md``). This step work
    places them lowers the plan; the step goes on from there, and stops when no band does.
 
 Every search runs on a budget of work units (:mod:`~tensorarena.planning.exact_work`;
-:data:`BAND_WORK` per band, ``work_limit`` for the step, each band also charged its buffers), so
+:data:`BAND_WORK` per band, ``work_limit`` for the step; choosing a band's holes and building
+its search are charged too), so
 the answer depends on the input alone; the clock is only an outer bound. The cut plan is kept
 only as a step to the next: what is returned is the input plan unless a validated, strictly
 lower one was found.
@@ -71,7 +72,7 @@ BAND_REPAIR_WORK = 100_000_000
 #: Tops of the plan, from its height down, below which the buffers above are placed in turn.
 MAX_LEVELS = 4
 #: Band tops tried for one set of buffers at the height, lowest first.
-MAX_BANDS = 64
+MAX_BANDS = 32
 #: Most buffers (free and pinned) in one band's search; above it the band and every higher one
 #: are not searched (a node's cost grows with them, and the pins crowd the band out).
 MAX_BAND_BUFFERS = 2_500
@@ -192,25 +193,18 @@ def _targets(state: _State, offsets: Int64Array, goal: int) -> list[int]:
     return [goal, *levels]
 
 
-def _holes(state: _State, offsets: Int64Array, mask: npt.NDArray[np.bool_],
-           tick: int) -> list[tuple[int, int]]:
-    """``(bottom, top)`` of every gap between the ``mask`` buffers live at ``tick``, from 0 up
-    to the highest of them."""
-    live = np.flatnonzero(mask & (state.start <= tick) & (state.end > tick))
+def _gaps(state: _State, offsets: Int64Array, among: Int64Array, tick: int,
+          ceiling: int) -> list[tuple[int, int]]:
+    """``(bottom, top)`` of every gap between the buffers ``among`` live at ``tick``, from 0 up
+    to ``ceiling`` (the last one above the highest of them)."""
+    live = among[(state.start[among] <= tick) & (state.end[among] > tick)]
     order = live[np.argsort(offsets[live], kind="stable")]
     lows = offsets[order]
     tops = np.maximum.accumulate(lows + state.size[order]) if len(order) else lows
     previous = np.concatenate(([0], tops[:-1])) if len(order) else tops
     open_ = lows > previous
-    return list(zip(previous[open_].tolist(), lows[open_].tolist(), strict=True))
-
-
-def _gaps(state: _State, offsets: Int64Array, mask: npt.NDArray[np.bool_], tick: int,
-          ceiling: int) -> list[tuple[int, int]]:
-    """The holes of :func:`_holes` below ``ceiling``, and the space above the stack up to it."""
-    live = mask & (state.start <= tick) & (state.end > tick)
-    holes = _holes(state, offsets, mask, tick)
-    top = int((offsets[live] + state.size[live]).max()) if live.any() else 0
+    holes = list(zip(previous[open_].tolist(), lows[open_].tolist(), strict=True))
+    top = int(tops[-1]) if len(order) else 0
     if top < ceiling:
         holes.append((top, ceiling))
     return holes
@@ -228,7 +222,7 @@ def _cut(state: _State, offsets: Int64Array) -> Int64Array | None:
     np.add.at(born, np.searchsorted(ticks, end[used]), -size[used])
     peak = int(ticks[int(np.argmax(np.cumsum(born)[:-1]))])
     height = state.height(offsets)
-    holes = _gaps(state, offsets, used, peak, height)
+    holes = _gaps(state, offsets, np.flatnonzero(used), peak, height)
     if not holes:
         return None
     low, high = max(holes, key=lambda h: (h[1] - h[0], -h[0]))
@@ -274,12 +268,13 @@ def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
     if state.pinned[bad].any():
         return out  # a pin reaches the height: nothing lower exists
     t0, t1 = int(start[bad].min()), int(end[bad].max())
-    rest = (size > 0) & (tops <= target)
+    rest = np.flatnonzero((size > 0) & (tops <= target) & (start < t1) & (end > t0))
     inner = np.concatenate(([t0], start[(start > t0) & (start < t1)],
                             end[(end > t0) & (end < t1)]))
     ticks = np.unique(inner)
     if len(ticks) > MAX_TICKS:
         return out
+    out.work += len(ticks) * max(1, len(rest))  # the holes: each tick reads the span's stack
     smallest = int(size[bad].min())
     gaps = {g for tick in ticks.tolist() for g in _gaps(state, offsets, rest, tick, target)
             if g[1] - g[0] >= smallest}
@@ -354,11 +349,13 @@ def _band(state: _State, offsets: Int64Array, free_mask: npt.NDArray[np.bool_],
         out.too_large = True
         return None
     out.bands += 1
-    out.work += len(local)  # building the band reads its buffers
+    # Choosing the band reads the problem's arrays, and the search's set-up every pair of its
+    # buffers (its overlap lists): charged before it searches.
+    setup = len(size) + len(local) ** 2
+    out.work += setup
     try:
         result = solve_exact(Problem(local), capacity=high - base, node_limit=nodes,
-                             work_limit=max(0, work - len(local)),
-                             time_limit=seconds)
+                             work_limit=max(0, work - setup), time_limit=seconds)
     except InvalidProblemError:
         return None
     out.nodes += result.nodes
