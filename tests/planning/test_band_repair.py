@@ -178,3 +178,44 @@ def test_auto_runs_the_band_step_when_its_search_could_not_place_every_buffer_on
     starved = plan(WIDE, "auto", node_limit=3, work_limit=None)
     assert starved.height == 6 and starved.statistics is not None
     assert starved.statistics.nodes <= 3
+
+
+def test_the_windows_still_run_after_a_band_step_that_lowers_nothing() -> None:
+    # greedy_size leaves this at 9 (bound 8): no band lowers it, the windows do.
+    small = Problem([Buffer("a", 2, 4, 2), Buffer("b", 1, 2, 3), Buffer("c", 3, 5, 2),
+                     Buffer("d", 4, 5, 3), Buffer("e", 0, 4, 2), Buffer("f", 1, 5, 2)])
+    plain = plan(small, "greedy_size")
+    band = band_repair(small, plain, gap=1e-4)
+    assert plain.height == 9 and band.plan is plain
+    repaired = plan(small, "greedy_size", repair=True)
+    validate(small, repaired)
+    assert repaired.height == 8 and repaired.planner == "windowed_repair:greedy_size"
+    windows = repair(small, plain)
+    assert plain.statistics is not None and repaired.statistics is not None
+    assert repaired.statistics.work == plain.statistics.work + band.work + windows.work
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_plans_come_back_valid_and_never_higher(seed: int) -> None:
+    import random
+
+    from tensorarena.planning.heuristics import greedy_size
+
+    rng = random.Random(seed)
+    buffers = []
+    for k in range(rng.randint(3, 12)):
+        start = rng.randrange(8)
+        buffers.append(Buffer(f"b{k}", start, start + rng.randint(1, 5), rng.randint(0, 6),
+                              rng.choice((1, 1, 2, 4))))
+    if seed % 3 == 0:  # one pinned buffer, at the bottom of every other one
+        buffers[0] = Buffer("pin", 0, 20, 2, offset=0)
+    problem = Problem(buffers)
+    alignment = 4 if seed % 5 == 0 else None
+    start = greedy_size(problem, alignment=alignment)
+    result = band_repair(problem, start, alignment=alignment)
+    checked = problem if alignment is None else problem.with_alignment(alignment)
+    validate(checked, Plan(checked, result.plan.offsets))
+    # The plan in hand, or a strictly lower one: never another plan of the same height.
+    assert result.plan is start or result.plan.height < start.height
+    for buffer, offset in zip(problem.buffers, result.plan.offsets, strict=True):
+        assert buffer.offset is None or offset == buffer.offset
