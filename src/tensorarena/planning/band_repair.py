@@ -104,7 +104,10 @@ class _State:
         return int((offsets + self.size).max()) if len(offsets) else 0
 
     def plan(self, offsets: Int64Array) -> Plan | None:
-        """The plan of ``offsets`` if it validates, else None."""
+        """The plan of ``offsets`` if it validates (every offset on the raised alignment too),
+        else None."""
+        if (offsets % self.align).any():
+            return None
         candidate = Plan(self.problem, tuple(int(x) for x in offsets))
         try:
             validate(self.problem, candidate)
