@@ -1,7 +1,9 @@
 """Probe: close the hole at pangu_2.6B's peak tick as a band, then one exact search in a byte band.
 
 Issue 26 (target ≤ 1.002 x the lower bound). Not a planner: a script of the library's public
-pieces, to record how a plan at the target was reached. Steps, each printed with its height:
+pieces, to record how a plan at the target was first reached, with pangu's constants; the
+planner step with general rules and a work budget is ``planning/band_repair.py`` (``auto`` and
+``plan(..., repair=True)``). Steps, each printed with its height:
 
 1. ``long_lived_first`` (the stage ``auto`` ends with on this trace).
 2. Band removal: the largest hole in the stack of buffers live at the peak tick is cut out as a

@@ -14,7 +14,8 @@ resident memory above the baseline at each stage (built, after each call, after 
   own caches and scratch);
 * ``mkl``: the bytes MKL's memory manager holds (``mkl_serv_mem_stat``: its sgemm packing
   buffers, kept for the process), wherever glibc put them (``bench/gemm_buffers.py``);
-* ``peak``: the most resident during each call (``VmHWM`` reset before it).
+* ``peak``: the most resident during each call (``VmHWM`` reset before it); the last call's is
+  the steady one (``tensorarena bench exec`` measures calls after a planning call and a warm-up).
 
 The last lines put the two side by side: the planned call's peak over eager's, and the *floor*:
 the planned arena plus what eager's own call keeps resident for the kernels (the ``malloc``
@@ -144,9 +145,11 @@ def _print(result: dict[str, Any]) -> None:
               " ".join(f"{c:6.1f}" for c in cells[1:]))
 
 
-def _peak(result: dict[str, Any]) -> int:
+def _peak(result: dict[str, Any], *, first: bool = False) -> int:
+    """The peak of the first call (which plans what was left) or of the last (steady)."""
     base = result["stages"][0]["VmRSS"]
-    return max(row["peak"] for row in result["stages"] if "peak" in row) - base
+    calls = [row["peak"] for row in result["stages"] if "peak" in row]
+    return (calls[0] if first else calls[-1]) - base
 
 
 def kept_by_kernels(result: dict[str, Any]) -> int:
@@ -180,8 +183,10 @@ def main() -> int:
         _print(result)
     eager_peak, planned_peak = _peak(eager), _peak(planned)
     floor = planned["arena"] + kept_by_kernels(eager)
-    print(f"\npeak during a call: eager {eager_peak / MIB:.1f} MiB, planned "
-          f"{planned_peak / MIB:.1f} MiB: planned/eager {planned_peak / eager_peak:.2f}")
+    print(f"\npeak during the last call: eager {eager_peak / MIB:.1f} MiB, planned "
+          f"{planned_peak / MIB:.1f} MiB: planned/eager {planned_peak / eager_peak:.2f} "
+          f"(first calls: {_peak(eager, first=True) / MIB:.1f}, "
+          f"{_peak(planned, first=True) / MIB:.1f} MiB)")
     print(f"floor = planned arena {planned['arena'] / MIB:.1f} MiB + what eager's kernels keep "
           f"resident {kept_by_kernels(eager) / MIB:.1f} MiB = {floor / MIB:.1f} MiB: "
           f"floor/eager {floor / eager_peak:.2f}")

@@ -93,3 +93,16 @@ def test_a_bad_work_limit_is_refused() -> None:
             solve_exact(BUDGETED, work_limit=bad)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="work_limit"):
             plan(BUDGETED, "exact", work_limit=bad)  # type: ignore[arg-type]
+
+
+def test_the_node_work_of_a_problem_is_that_of_its_sections_without_building_them() -> None:
+    from tensorarena.planning.exact_work import can_dive, problem_node_work
+
+    problem = Problem([Buffer("a", 0, 2, 8), Buffer("b", 1, 3, 8), Buffer("c", 2, 4, 8),
+                       Buffer("empty", 0, 9, 0)])
+    assert problem_node_work(problem) == node_work(build_sections(problem.buffers)) == 9
+    assert problem_node_work(BUDGETED) == UNIT
+    # A dive places each of the 3 non-empty buffers once: 3 nodes, or 27 work units.
+    assert can_dive(problem, 3, None) and not can_dive(problem, 2, None)
+    assert can_dive(problem, None, 27) and not can_dive(problem, None, 26)
+    assert can_dive(problem, None, None)

@@ -12,6 +12,8 @@ from instances import BUDGETED
 import tensorarena.cli.main as cli_main
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import planners
+from tensorarena.planning.band_repair import band_repair
+from tensorarena.planning.bounds import DEFAULT_GAP
 from tensorarena.planning.budget import StopReason
 from tensorarena.planning.csv_io import write_problem
 from tensorarena.planning.exact import solve_exact
@@ -98,11 +100,14 @@ def test_plan_repairs_any_planners_plan_when_asked() -> None:
     repaired = plan(TIGHT, "greedy_size", repair=True)
     validate(TIGHT, repaired)
     assert repaired.height == 5 and repaired.optimal  # at the bound
-    assert repaired.planner == "windowed_repair:greedy_size"
+    # The band step runs first (band_repair.py) and reaches the bound: no window is searched.
+    assert repaired.planner == "band_repair:greedy_size"
     assert repaired.statistics is not None and repaired.statistics.nodes > 0
+    band = band_repair(TIGHT, plain, gap=DEFAULT_GAP)
+    assert band.work >= band.nodes > 0  # the bands' nodes, each weighed by its size
+    assert repaired.statistics.work == plain.statistics.work + band.work
     result = repair(TIGHT, plain)
     assert result.work >= result.nodes > 0  # the windows' nodes, each weighed by its size
-    assert repaired.statistics.work == plain.statistics.work + result.work
 
 
 def test_plan_with_repair_keeps_the_pins_and_a_capacity() -> None:

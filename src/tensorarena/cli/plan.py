@@ -115,9 +115,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --capacity: keep lowering the plan after it fits (default: "
                              "stop at the first plan that fits)")
     parser.add_argument("--repair", action="store_true",
-                        help="then lower the plan by exact searches over the time windows "
-                             "around its peak, on their own node budget (off by default: it "
-                             "costs search time and rarely gains)")
+                        help="then lower the plan by exact searches in a band of bytes cut "
+                             "at its peak and over the time windows around it, on their own "
+                             "budgets (off by default: it costs search time and rarely gains)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
                         help="pin a graph input's shape (repeatable), e.g. ids=8,128")
     parser.add_argument("--quiet", "-q", action="store_true",

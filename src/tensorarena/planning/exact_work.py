@@ -16,10 +16,13 @@ identically in both engines' hot loops.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorarena.planning.exact_node import MEMBERS_LIMIT
 from tensorarena.planning.exact_sections import Sections
+from tensorarena.planning.problem import Problem
 
-__all__ = ["SCATTERED_WEIGHT", "node_budget", "node_work"]
+__all__ = ["SCATTERED_WEIGHT", "can_dive", "node_budget", "node_work", "problem_node_work"]
 
 #: Work units per (section, member) pair when the floor test scatters (no section table): its
 #: cost per pair against the table's, measured (bench/RESULTS.md).
@@ -40,3 +43,27 @@ def node_budget(node_limit: int | None, work_limit: int | None, sections: Sectio
         return node_limit
     nodes = work_limit // node_work(sections)
     return nodes if node_limit is None else min(node_limit, nodes)
+
+
+def problem_node_work(problem: Problem) -> int:
+    """:func:`node_work` of ``problem``'s sections, from its lifetimes alone (without the overlap
+    lists that building the sections costs)."""
+    live = [b for b in problem.buffers if b.nbytes > 0]
+    if not live:
+        return 1
+    starts = np.fromiter((b.start for b in live), np.int64, len(live))
+    ends = np.fromiter((b.end for b in live), np.int64, len(live))
+    times = np.unique(np.concatenate((starts, ends)))
+    pairs = int((np.searchsorted(times, ends) - np.searchsorted(times, starts)).sum())
+    weight = 1 if pairs <= MEMBERS_LIMIT else SCATTERED_WEIGHT
+    return max(1, len(live) + weight * pairs)
+
+
+def can_dive(problem: Problem, node_limit: int | None, work_limit: int | None) -> bool:
+    """Whether a search of ``problem`` under these budgets may visit a node per buffer: what
+    one dive to a complete plan takes. Below that it can only return its seed."""
+    nodes = node_limit
+    if work_limit is not None:
+        affordable = work_limit // problem_node_work(problem)
+        nodes = affordable if nodes is None else min(nodes, affordable)
+    return nodes is None or nodes >= sum(1 for b in problem.buffers if b.nbytes > 0)

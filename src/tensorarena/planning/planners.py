@@ -13,6 +13,8 @@ run every parameter through the validator):
 ``long_lived_first``      long-lived buffers placed first by birth, the rest by size, over a
                           sweep of lifetime thresholds (:mod:`~.long_lived_first`)
 ``auto`` (default)        the portfolio; if it is not good enough, the long-lived-first sweep,
+                          then (when the search's budget cannot place every buffer once) the
+                          band step (:mod:`~.band_repair`),
                           then the exact search within its node budget, seeded with the best
                           plan, unless the problem is too large for the search to start within
                           the limit (then the heuristics' plan stands, and
@@ -53,10 +55,12 @@ import numpy as np
 
 from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError, UnknownNameError
 from tensorarena.planning import heuristics
+from tensorarena.planning.band_repair import BAND_REPAIR_WORK, band_repair
 from tensorarena.planning.bounds import DEFAULT_GAP, aligned_lower_bound, good_enough
 from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.exact import ExactResult, check_point_pins, solve_exact
 from tensorarena.planning.exact_params import SolverParams
+from tensorarena.planning.exact_work import can_dive
 from tensorarena.planning.long_lived_first import long_lived_first
 from tensorarena.planning.options import (
     check_capacity,
@@ -75,7 +79,7 @@ from tensorarena.planning.problem import (
     lower_bound,
 )
 from tensorarena.planning.progress import ProgressCallback, Reporter
-from tensorarena.planning.repair import repaired_plan
+from tensorarena.planning.repaired import repaired_plan
 from tensorarena.sizes import Size, check_alignment
 
 __all__ = [
@@ -106,8 +110,9 @@ DEFAULT_TIME_LIMIT = 300.0
 # Windowed repair (:mod:`~tensorarena.planning.repair`) is not a stage of ``auto``: on the large
 # traces it was meant for (pangu_2.6B, S_1) it lowered nothing and cost ~17 s of pangu's 30
 # (bench/window_repair.py), and their excess is not local to any window it can search
-# (bench/RESULTS.md). ``plan(..., repair=True)`` (``tensorarena plan --repair``) runs it after
-# any planner; :func:`~tensorarena.planning.repair.repair` takes any plan.
+# (bench/RESULTS.md). ``plan(..., repair=True)`` (``tensorarena plan --repair``) runs the band
+# step and then it after any planner (:mod:`~tensorarena.planning.repaired`). The band step is a
+# stage of ``auto`` only where its exact search could not even dive to one plan (``can_dive``).
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +275,19 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
     # a minimisation (or a decision the search cannot take up) needs.
     if not options.decision and not done() and left() > 0:
         sweep()
+        if not done() and left() > 0 and not can_dive(problem, options.node_limit,
+                                                       options.work_limit):
+            # The search could not place every buffer once (pangu_2.6B: 114 nodes for 18,692
+            # buffers): it can only return its seed. The band step can lower it.
+            work_limit = options.work_limit
+            banded = band_repair(problem, best, time_limit=left(), alignment=options.alignment,
+                                 gap=options.gap, node_limit=options.node_limit,
+                                 work_limit=BAND_REPAIR_WORK if work_limit is None
+                                 else min(work_limit, BAND_REPAIR_WORK))
+            best, nodes, work = banded.plan, banded.nodes, banded.work
+            if banded.stopped_by is StopReason.TIME_LIMIT:
+                searched = StopReason.TIME_LIMIT
+            report.update("band_repair", height=best.height, bound=bound)
     if not done():
         pairs = overlapping_pairs(problem)
         limit = _AUTO_EXACT_MAX_PAIRS if not guard else min(
@@ -391,9 +409,10 @@ def plan(
     1e-4; 0 asks for a proof of optimality). ``progress`` is called with a
     :class:`~tensorarena.planning.progress.Progress` as planning goes. ``params``
     (:class:`~tensorarena.planning.exact_params.SolverParams`) switches the exact search's
-    techniques on and off. ``repair=True`` then lowers the plan by exact searches over the
-    time windows around its peak (:func:`~tensorarena.planning.repair.repair`, on its own node
-    budget, within what is left of ``time_limit``); off by default, as it gains nothing on
+    techniques on and off. ``repair=True`` then lowers the plan by the band step
+    (:func:`~tensorarena.planning.band_repair.band_repair`) and exact searches over the time
+    windows around its peak (:func:`~tensorarena.planning.repair.repair`), each on its own
+    budget, within what is left of ``time_limit``; off by default, as it gains nothing on
     most plans and costs search time on large ones. The plan's ``statistics`` say how long it
     all took, the nodes the searches visited and the best lower bound known (``bound``).
 
@@ -450,7 +469,8 @@ def plan(
     result = PLANNERS[planner](problem, options)
     if repair:
         left = max(0.0, options.time_limit - (time.perf_counter() - start))
-        result = repaired_plan(problem, result, time_limit=left, alignment=alignment)
+        result = repaired_plan(problem, result, time_limit=left, alignment=alignment,
+                               gap=options.gap)
     peak = lower_bound(problem)
     measured = result.statistics or PlanStatistics(seconds=0.0, lower_bound=peak)
     bound = measured.bound or aligned_lower_bound(problem, alignment)

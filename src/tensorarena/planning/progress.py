@@ -24,7 +24,8 @@ TICK_SECONDS = 0.25
 class Progress:
     """Where a planner stands: its best plan so far against the best lower bound it knows."""
 
-    #: ``"heuristics"``, ``"long_lived_first"``, ``"exact"`` (searching), ``"done"``
+    #: ``"heuristics"``, ``"long_lived_first"``, ``"band_repair"``, ``"exact"`` (searching),
+    #: ``"done"``
     stage: str
     height: int | None  #: height of the best plan found so far (None: none yet)
     bound: int  #: no plan is lower (alignment-aware, raised by every infeasibility proof)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tensorarena.planning.bounds import aligned_lower_bound
 from tensorarena.planning.budget import StopReason
@@ -32,7 +32,7 @@ from tensorarena.planning.problem import Buffer, Plan, Problem
 from tensorarena.planning.validate import validate
 from tensorarena.sizes import check_alignment
 
-__all__ = ["MARGINS", "REPAIR_NODES", "WINDOW_NODES", "RepairResult", "repair", "repaired_plan"]
+__all__ = ["MARGINS", "REPAIR_NODES", "WINDOW_NODES", "RepairResult", "repair"]
 
 #: Ticks added on each side of the span of the buffers that reach the height, in this order.
 MARGINS: tuple[int, ...] = (0, 2, 8, 32, 128)
@@ -112,26 +112,6 @@ def repair(problem: Problem, plan: Plan, *, node_limit: int | None = REPAIR_NODE
     if best.height <= bound:
         stopped = StopReason.PROVEN
     return RepairResult(best, nodes, windows, improved, stopped, work)
-
-
-def repaired_plan(problem: Problem, plan: Plan, *, time_limit: float = math.inf,
-                  alignment: int | None = None) -> Plan:
-    """``plan`` after :func:`repair` on its default node budget, with ``plan``'s statistics
-    counting the repair's nodes and work too (what :func:`~tensorarena.planning.plan` returns
-    when asked to ``repair``)."""
-    result = repair(problem, plan, time_limit=time_limit, alignment=alignment)
-    found = result.plan
-    statistics = plan.statistics
-    if statistics is not None:
-        stopped = statistics.stopped_by
-        if result.stopped_by is StopReason.PROVEN or (
-                result.stopped_by is StopReason.TIME_LIMIT and stopped is not StopReason.PROVEN):
-            stopped = result.stopped_by
-        statistics = replace(statistics, nodes=statistics.nodes + result.nodes,
-                             work=statistics.work + result.work, stopped_by=stopped)
-    optimal = plan.optimal or found.height <= aligned_lower_bound(problem, alignment)
-    return Plan(problem, found.offsets, planner=found.planner, optimal=optimal,
-                statistics=statistics)
 
 
 def _window(problem: Problem, plan: Plan, margin: int) -> tuple[int, int] | None:

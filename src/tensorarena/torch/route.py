@@ -20,8 +20,8 @@ compiled on first use) calls ``resource.allocate(nbytes, 64)`` once per allocati
 CPU alignment), under the GIL: one Python call per allocation, a few microseconds for a
 :class:`~tensorarena.memory.Pool` (``tensorarena bench torch-use`` measures it). Two resources
 are served with no Python call: a :class:`~tensorarena.torch.NativePool` (one arena whose
-bookkeeping lives in C++: the route takes each block there and frees it there, ~0.1-0.3 us over
-torch's own allocator; an allocation its arena has no room for is the one Python call, to its
+bookkeeping lives in C++: the route takes each block there and frees it there, at a fraction of a
+Python call's cost (``bench torch-use``); an allocation its arena has no room for is the one Python call, to its
 ``allocate``, which its ``fallback`` serves or refuses) and learned plans
 (:func:`tensorarena.torch.learned`, a step that repeats its plan). Where the shim cannot be
 built, no CPU route can be installed (:class:`~tensorarena.errors.ShimUnavailableError`); a
