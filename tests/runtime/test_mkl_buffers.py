@@ -3,6 +3,8 @@ MKL, against its own counts."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tensorarena.runtime import mkl_buffers
@@ -23,6 +25,9 @@ def _mm(shape: tuple[int, int, int]) -> None:
 
 @pytest.fixture(autouse=True)
 def _one_thread_fresh_cache() -> object:
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if others:  # consolidate() leaves MKL alone while they run (tested below)
+        pytest.skip(f"earlier tests left Python threads running: {others}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     lib = mkl_buffers._service()
@@ -134,3 +139,21 @@ def test_with_two_intra_op_threads_it_leaves_them() -> None:
     torch.set_num_threads(2)  # the fixture sets it back
     assert consolidate() == before
     assert held() == before
+
+
+@needs_mkl
+def test_while_another_python_thread_runs_it_leaves_them() -> None:
+    _mm(SMALL)
+    _mm(LARGE)
+    before = held()
+    assert before is not None and before.buffers >= 2
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert consolidate() == before
+        assert held() == before
+    finally:
+        release.set()
+        other.join()
+    assert consolidate() is not None and held() != before  # alone again: it consolidates

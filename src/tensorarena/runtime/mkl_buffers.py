@@ -17,8 +17,8 @@ takes and returns one buffer of that size, which MKL keeps. Where the counts do 
 that expects (a buffer in use, another MKL), it stops: no buffer in use is freed, a free one it
 has freed MKL allocates again when a call needs it, and the small requests' few bytes may stay
 cached. MKL keeps a cache per thread and ``mkl_serv_mem_stat`` counts them all, so it runs only
-with one intra-op thread (``torch.get_num_threads() == 1``): with more, the other threads'
-buffers could not be told from this one's. Results are not touched: the buffers are scratch.
+with one intra-op thread (``torch.get_num_threads() == 1``) and while no other Python thread
+runs: with more, the other threads' buffers could not be told from this one's. Results are not touched: the buffers are scratch.
 Without MKL (another BLAS, another platform) it does nothing and says so (``None``).
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,8 @@ def consolidate() -> MklBuffers | None:
     lib = _service()
     before = held()
     if lib is None or before is None or before.buffers <= 1 or torch.get_num_threads() != 1:
+        return before
+    if threading.active_count() > 1:  # another thread may be inside MKL (its counts move)
         return before
     taken = []
     try:
