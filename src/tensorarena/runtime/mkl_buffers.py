@@ -18,7 +18,8 @@ that expects (a buffer in use, another MKL), it stops: no buffer in use is freed
 has freed MKL allocates again when a call needs it, and the small requests' few bytes may stay
 cached. MKL keeps a cache per thread and ``mkl_serv_mem_stat`` counts them all, so it runs only
 with one intra-op thread (``torch.get_num_threads() == 1``) and while no other Python thread
-runs: with more, the other threads' buffers could not be told from this one's. Results are not touched: the buffers are scratch.
+runs: with more, the other threads' buffers could not be told from this one's. Results are not
+touched: the buffers are scratch.
 Without MKL (another BLAS, another platform) it does nothing and says so (``None``).
 """
 
