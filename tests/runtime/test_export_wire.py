@@ -103,3 +103,10 @@ def test_symbolic_shapes_and_subgraphs_are_left_to_torchs_format() -> None:
     assert pack(dynamic, _own(model)) is None
     branches = torch.export.export(Branches(), (torch.randn(3),))
     assert pack(branches, {}) is None
+
+
+def test_a_program_holding_what_pickle_cannot_write_is_left_to_torchs_format() -> None:
+    model = Block().eval()
+    ep = torch.export.export(model, (torch.randn(4, 8),))
+    ep._constants["unpicklable"] = lambda: None  # as a custom class pickle cannot write
+    assert pack(ep, _own(model)) is None

@@ -64,10 +64,13 @@ def pack(ep: torch.export.ExportedProgram, own: dict[str, Any]) -> bytes | None:
             "example_inputs": _shapes_only(th, ep.example_inputs)}
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, {node: k for k, node in enumerate(nodes)})
-    pickler.dump(head)
-    for row in rows:
-        pickler.dump(row)
-    pickler.dump(tail)
+    try:
+        pickler.dump(head)
+        for row in rows:
+            pickler.dump(row)
+        pickler.dump(tail)
+    except Exception:  # something pickle cannot write (a custom class): torch's format
+        return None
     return buffer.getvalue()
 
 
