@@ -14,8 +14,13 @@ resident memory above the baseline at each stage (built, after each call, after 
   own caches and scratch);
 * ``mkl``: the bytes MKL's memory manager holds (``mkl_serv_mem_stat``: its sgemm packing
   buffers, kept for the process), wherever glibc put them (``bench/gemm_buffers.py``);
+* ``h rss``: the main heap's resident pages (``/proc/self/smaps``): its size less the free pages
+  ``malloc_trim`` gave back;
+* ``arenas``: the interpreter's small-object arenas (pymalloc's, 1 MiB each on 64-bit Python
+  3.10+), a count: a few live objects keep a whole arena resident;
 * ``peak``: the most resident during each call (``VmHWM`` reset before it); the last call's is
-  the steady one (``tensorarena bench exec`` measures calls after a planning call and a warm-up).
+  the steady one (``tensorarena bench exec`` measures calls after a planning call and a warm-up);
+* the build's wall time (for ``planned``: the export in its child and the read-back).
 
 The last lines put the two side by side: the planned call's peak over eager's, and the *floor*:
 the planned arena plus what eager's own call keeps resident for the kernels (the ``malloc``
@@ -37,9 +42,13 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import platform
+import re
 import subprocess
 import sys
+import tempfile
+import time
 from typing import Any
 
 MIB = 1 << 20
@@ -63,7 +72,6 @@ def _status() -> dict[str, int]:
 
 def _mkl_bytes() -> Any:
     """A function that returns the bytes MKL's memory manager holds (0 without MKL)."""
-    import os
 
     import torch
 
@@ -78,11 +86,40 @@ def _mkl_bytes() -> Any:
     return lambda: int(stat(ctypes.byref(ctypes.c_int(0))))
 
 
+def _heap_resident() -> int:
+    """The main heap's resident bytes (its ``[heap]`` mapping's ``Rss``): ``mallinfo2`` gives
+    its extent, which counts free pages ``malloc_trim`` already gave back."""
+    resident, in_heap = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                in_heap = line.rstrip().endswith("[heap]")
+            elif in_heap and line.startswith("Rss:"):
+                resident += int(line.split()[1]) * 1024
+    return resident
+
+
+def _python_arenas() -> int:
+    """The interpreter's small-object arenas in use (``sys._debugmallocstats``, which writes to
+    the C ``stderr``); 0 where it says nothing of them."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as text:
+        os.dup2(text.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        text.seek(0)
+        found = re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", text.read())
+    return int(found.group(1).replace(b",", b"")) if found else 0
+
+
 def _sample(libc: Any, mkl: Any) -> dict[str, int]:
     gc.collect()
     info = libc.mallinfo2()
     return {**_status(), "heap": info.arena, "in_use": info.uordblks, "mmap": info.hblkhd,
-            "mkl": mkl()}
+            "mkl": mkl(), "heap_rss": _heap_resident(), "arenas": _python_arenas()}
 
 
 def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -> dict[str, Any]:
@@ -102,7 +139,9 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
     model, (args, kwargs) = build_model(model_name, size="base", batch=batch, seq=seq)
     model.eval()
     stages: list[dict[str, Any]] = [{"stage": "baseline", **_sample(libc, mkl)}]
+    started = time.perf_counter()
     built = build_execution(execution, model, tuple(args), dict(kwargs), training=False)
+    seconds = time.perf_counter() - started
     stages.append({"stage": "built", **_sample(libc, mkl)})
     for k in range(calls):
         process_memory.reset_peak()
@@ -116,7 +155,7 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
     gc.collect()
     tensorarena.empty_cache()
     stages.append({"stage": "del + empty_cache", **_sample(libc, mkl)})
-    return {"execution": execution, "arena": arena, "stages": stages}
+    return {"execution": execution, "arena": arena, "stages": stages, "build_seconds": seconds}
 
 
 def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
@@ -133,16 +172,17 @@ def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
 def _print(result: dict[str, Any]) -> None:
     stages = result["stages"]
     base = stages[0]
-    print(f"\n{result['execution']} (arena {result['arena'] / MIB:.1f} MiB), MiB above the "
-          "baseline:")
+    print(f"\n{result['execution']} (arena {result['arena'] / MIB:.1f} MiB, built in "
+          f"{result['build_seconds']:.2f} s), MiB above the baseline:")
     print(f"  {'stage':18s} {'rss':>6s} {'peak':>6s} {'anon':>6s} {'file':>6s} {'heap':>6s} "
-          f"{'in use':>6s} {'mmap':>6s} {'mkl':>6s}")
+          f"{'in use':>6s} {'mmap':>6s} {'mkl':>6s} {'h rss':>6s} {'arenas':>6s}")
     for row in stages:
         peak = f"{(row['peak'] - base['VmRSS']) / MIB:6.1f}" if "peak" in row else " " * 6
         cells = [(row[key] - base[key]) / MIB for key in
-                 ("VmRSS", "RssAnon", "RssFile", "heap", "in_use", "mmap", "mkl")]
+                 ("VmRSS", "RssAnon", "RssFile", "heap", "in_use", "mmap", "mkl", "heap_rss")]
         print(f"  {row['stage']:18s} {cells[0]:6.1f} {peak} " +
-              " ".join(f"{c:6.1f}" for c in cells[1:]))
+              " ".join(f"{c:6.1f}" for c in cells[1:]) +
+              f" {row['arenas'] - base['arenas']:+6d}")
 
 
 def _peak(result: dict[str, Any], *, first: bool = False) -> int:

@@ -102,6 +102,21 @@ def test_dynamic_shapes_survive_the_trip() -> None:
         assert torch.equal(program(x), model(x))
 
 
+def test_a_static_program_comes_in_the_planners_form_a_dynamic_one_in_torchs(
+        monkeypatch: Any) -> None:
+    """torch.export.load left GPT-2's build 7 MiB of interpreter arenas (export_wire)."""
+    read: list[str] = []
+    unpack, load = export_process.unpack, torch.export.load
+    monkeypatch.setattr(export_process, "unpack", lambda *a: read.append("wire") or unpack(*a))
+    monkeypatch.setattr(torch.export, "load", lambda *a: read.append("torch") or load(*a))
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    assert torch.equal(_isolated(model, x, dynamic_shapes=None).module()(x), model(x))
+    batch = torch.export.Dim("batch", min=2, max=64)
+    assert torch.equal(_isolated(model, x, dynamic_shapes=({0: batch},)).module()(x), model(x))
+    assert read == ["wire", "torch"]
+
+
 def test_an_export_failure_in_the_child_raises_the_error_an_export_here_raises() -> None:
     x = torch.randn(3)
     with pytest.raises(DataDependentError) as here:

@@ -4,12 +4,15 @@ An export imports several hundred modules this process never needs again (``torc
 tracer pulls in ``aot_autograd``, its partitioners and ``networkx``) and fills caches that are
 never emptied: tens of megabytes of resident memory that stayed after every program built from
 it was deleted, more than a small model's whole plan. :func:`export_in_child` forks, exports
-there, and sends back the program with ``torch.export.save``; this process reads it with
-``torch.export.load``, which imports a score of modules and no tracer. The model's parameters and
-persistent buffers do not travel: the child sends each as a shape (a ``meta`` tensor). The copy
-read here gets the model's tensors back by name (constants that are the model's buffers too), the
-very objects an export made here would hold. Everything else (the graph, its symbolic shapes,
-constants the export lifted out of the code, the example inputs) travels as saved.
+there, and sends back the program: a program with static shapes and no subgraphs in the
+planner's form (:mod:`~tensorarena.runtime.export_wire`: the graph rebuilt here node by node,
+which leaves far less garbage among its objects than ``torch.export.load``'s parse), any other
+with ``torch.export.save``, read here with ``torch.export.load`` (a score of modules imported and
+no tracer). The model's parameters and persistent buffers do not travel (torch's format sends
+each as a shape, a ``meta`` tensor): the copy read here gets the model's tensors back by name
+(constants that are the model's buffers too), the very objects an export made here would hold.
+Everything else (the graph, its symbolic shapes, constants the export lifted out of the code,
+the example inputs) travels whole.
 
 The child runs only where it is safe and can help: where the platform forks, while this
 process runs no other Python thread (a lock another thread holds at the fork would never be
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import tensorarena.errors as error_classes
 from tensorarena._optional import load_torch
 from tensorarena.errors import ExportFailedError, ExportProcessError
+from tensorarena.runtime.export_wire import pack, propagate_fakes, unpack
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["can_export_in_child", "export_in_child", "threads_in_the_way"]
 
 _OK, _FAILED, _UNSAVED = b"O", b"F", b"U"
+_WIRED, _SAVED = b"W", b"S"  # the two forms of a program sent
 _LENGTH = struct.Struct("<Q")
 
 
@@ -149,10 +154,15 @@ def _child(export: Callable[[], torch.export.ExportedProgram], model: torch.nn.M
 
 
 def _saved_without_weights(ep: torch.export.ExportedProgram, model: torch.nn.Module) -> bytes:
-    """``ep`` saved with each of ``model``'s parameters and persistent buffers replaced by its
-    shape: the names of the model's tensors to give back, then ``torch.export.save``'s bytes."""
+    """``ep`` without ``model``'s parameters and persistent buffers: in the planner's format
+    where it carries the program (:mod:`~tensorarena.runtime.export_wire`), else saved by
+    ``torch.export.save`` with each of them replaced by its shape (the names of the model's
+    tensors to give back, then the saved bytes)."""
     th = load_torch()
     own = _named_tensors(model)
+    wired = pack(ep, own)
+    if wired is not None:
+        return _WIRED + wired
     moved: dict[str, list[str]] = {"state_dict": [], "constants": []}
     # Constants (a non-persistent buffer among them) travel whole: torch.export.load cannot
     # read one saved as a shape. The model's own are given back by name all the same.
@@ -161,7 +171,7 @@ def _saved_without_weights(ep: torch.export.ExportedProgram, model: torch.nn.Mod
         buffer = io.BytesIO()
         th.export.save(ep, buffer)
     names = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
-    return _LENGTH.pack(len(names)) + names + buffer.getvalue()
+    return _SAVED + _LENGTH.pack(len(names)) + names + buffer.getvalue()
 
 
 @contextmanager
@@ -241,13 +251,15 @@ def _how_it_ended(status: int) -> str:
 
 
 def _load(payload: bytes, model: torch.nn.Module) -> torch.export.ExportedProgram:
-    """The program the child saved, with the model's own tensors where it sent shapes."""
+    """The program the child sent, with the model's own tensors where it sent none."""
     th = load_torch()
-    (length,) = _LENGTH.unpack_from(payload)
-    moved: dict[str, list[str]] = pickle.loads(payload[_LENGTH.size:_LENGTH.size + length])
-    ep: torch.export.ExportedProgram = th.export.load(
-        io.BytesIO(payload[_LENGTH.size + length:]))
     own = _named_tensors(model)
+    if payload[:1] == _WIRED:
+        return unpack(payload[1:], own)
+    (length,) = _LENGTH.unpack_from(payload, 1)
+    start = 1 + _LENGTH.size
+    moved: dict[str, list[str]] = pickle.loads(payload[start:start + length])
+    ep: torch.export.ExportedProgram = th.export.load(io.BytesIO(payload[start + length:]))
     for name in moved["state_dict"]:
         ep._state_dict[name] = own[name]
     for name in moved["constants"]:
@@ -264,7 +276,6 @@ def _restore_views(ep: torch.export.ExportedProgram) -> None:
     parameter and buffer made from the real tensor (tied weights share one, as in an export)."""
     th = load_torch()
     from torch._guards import detect_fake_mode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     values = [n.meta.get("val") for n in placeholders]
@@ -278,16 +289,7 @@ def _restore_views(ep: torch.export.ExportedProgram) -> None:
         real = tensors.get(targets.get(node.name, ""))
         if isinstance(real, th.Tensor) and isinstance(values[k], th.Tensor):
             values[k] = mode.from_tensor(real, static_shapes=True)
-    # Node by node as FakeTensorProp.propagate runs them, without the fx interpreter's progress
-    # bar: its tqdm starts a monitor thread, after which no export here could fork.
-    propagation = FakeTensorProp(ep.graph_module, mode)
-    propagation.env = {}
-    propagation.args_iter = iter(values)
-    with mode:
-        for node in ep.graph.nodes:
-            propagation.env[node] = propagation.run_node(node)
-    for node, value in zip(placeholders, values, strict=True):
-        node.meta["val"] = value
+    propagate_fakes(ep.graph, values, mode)
 
 
 def _error_from(payload: bytes) -> BaseException:

@@ -1,0 +1,123 @@
+"""The planner's form of an exported program (runtime.export_wire): the same graph, values and
+signatures as the program sent, the model's own tensors, and torch's format for what it cannot
+carry."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorarena.runtime.export_wire import pack, unpack  # noqa: E402
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.register_buffer("scale", torch.full((8,), 0.5), persistent=False)
+
+    def forward(self, x: Any) -> Any:
+        return torch.relu(self.norm(self.linear(x))) * self.scale + torch.tensor(1.0)
+
+
+class Tied(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 8)
+        self.head = torch.nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: Any) -> Any:
+        h = self.embed(ids)
+        return self.head(h.view(-1, 8).transpose(0, 1).transpose(0, 1))
+
+
+class Branches(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
+
+
+def _own(model: Any) -> dict[str, Any]:
+    tensors: dict[str, Any] = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    return tensors
+
+
+def _trip(model: Any, *args: Any) -> tuple[Any, Any]:
+    ep = torch.export.export(model, args)
+    data = pack(ep, _own(model))
+    assert data is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading it back warns of nothing (LeafSpec)
+        return ep, unpack(data, _own(model))
+
+
+def test_a_static_program_reads_back_as_the_graph_sent_with_the_models_own_tensors() -> None:
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    ep, back = _trip(model, x)
+    assert [(n.op, n.name, n.target) for n in back.graph.nodes] == \
+        [(n.op, n.name, n.target) for n in ep.graph.nodes]
+    for sent, read in zip(ep.graph.nodes, back.graph.nodes, strict=True):
+        if isinstance(sent.meta.get("val"), torch.Tensor):
+            assert read.meta["val"].shape == sent.meta["val"].shape, sent.name
+            assert read.meta["val"].stride() == sent.meta["val"].stride(), sent.name
+            assert read.meta["val"].dtype == sent.meta["val"].dtype, sent.name
+    own = _own(model)
+    assert list(back.state_dict) == list(ep.state_dict)
+    assert all(back.state_dict[name] is own[name] for name in back.state_dict)
+    assert back.constants["scale"] is model.scale  # a non-persistent buffer
+    lifted = [v for k, v in back.constants.items() if k not in own]
+    assert [float(v) for v in lifted] == [1.0]  # lifted out of the code: travels whole
+    assert back.graph_signature == ep.graph_signature
+    assert back.call_spec == ep.call_spec
+    assert torch.equal(back.module()(x), model(x))
+
+
+def test_nodes_named_as_python_builtins_keep_their_names() -> None:
+    # nn.Sequential's argument is named ``input``: FX renames a new node of a builtin's name
+    # (``input_1``), which the program's signature would no longer match.
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    ep, back = _trip(model, x)
+    assert "input" in [n.name for n in ep.graph.nodes]
+    assert [n.name for n in back.graph.nodes] == [n.name for n in ep.graph.nodes]
+    assert torch.equal(back.module()(x), model(x))
+
+
+def test_tied_weights_and_views_share_fake_storages_as_in_the_export() -> None:
+    model = Tied().eval()
+    ep, back = _trip(model, torch.tensor([[1, 2, 3]]))
+    from tensorarena.planning.torch_frontend import problem_from_exported
+
+    here, there = problem_from_exported(ep), problem_from_exported(back)
+    assert there.aliases == here.aliases and there.aliases
+    assert there.problem == here.problem
+
+
+def test_example_inputs_keep_their_structure_as_shapes() -> None:
+    model = Block().eval()
+    _, back = _trip(model, torch.randn(4, 8))
+    (x,), kwargs = back.example_inputs
+    assert kwargs == {} and x.is_meta and x.shape == (4, 8)
+
+
+def test_symbolic_shapes_and_subgraphs_are_left_to_torchs_format() -> None:
+    batch = torch.export.Dim("batch", min=2, max=64)
+    model = Block().eval()
+    dynamic = torch.export.export(model, (torch.randn(4, 8),), dynamic_shapes=({0: batch},))
+    assert pack(dynamic, _own(model)) is None
+    branches = torch.export.export(Branches(), (torch.randn(3),))
+    assert pack(branches, {}) is None
+
+
+def test_a_program_holding_what_pickle_cannot_write_is_left_to_torchs_format() -> None:
+    model = Block().eval()
+    ep = torch.export.export(model, (torch.randn(4, 8),))
+    ep._constants["unpicklable"] = lambda: None  # as a custom class pickle cannot write
+    assert pack(ep, _own(model)) is None
