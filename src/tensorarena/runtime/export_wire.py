@@ -152,8 +152,7 @@ def unpack(data: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
     th = load_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    # Static shapes only (pack's rule): no ShapeEnv, whose construction imports torch._dynamo
-    # and with it the tracer (aot_autograd) the child exists to keep out of this process.
+    # Static shapes only (pack's rule): the fake values need no ShapeEnv.
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     graph = th.fx.Graph()
     nodes: list[torch.fx.Node] = []
