@@ -23,7 +23,8 @@ def test_a_recorders_signature_is_its_finished_recordings() -> None:
     first = recorder.allocated(64, 16)
     recorder.allocated(128, 16)  # outlives the step
     recorder.freed(first)  # freed on the last tick so far
-    recorder.book([256, 64], 16, [3, 4], [3, 5], 6)  # booked: number 3 freed at tick 5
+    recorder.allocated(256, 16)
+    recorder.freed(recorder.allocated(64, 16))
     expected = ((64, 128, 256, 64), (1, 2))
     assert recorder.signature() == recorder.finish().signature() == expected
     last = recorder.allocated(32, 16)

@@ -81,7 +81,7 @@ from tensorarena.learned._native_booking import LiveBlock, NativeBooking
 from tensorarena.learned.fallback import SegregatedFallback
 from tensorarena.learned.period import PeriodDetector
 from tensorarena.learned.plan_cache import PlanCache
-from tensorarena.learned.recording import FinishedStep, Recorder
+from tensorarena.learned.recording import FinishedStep
 from tensorarena.learned.report import FallbackReason
 from tensorarena.learned.step_finder import StepFinder
 from tensorarena.learned.step_plan import StepCursor, StepPlan
@@ -165,7 +165,7 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
         self._blocks: dict[int, LiveBlock] = {}
         # The step in progress.
         self._serial = 0
-        self._recorder = Recorder()
+        self._recorder = self._new_recorder()
         self._observed: list[int] = []  # sizes of its first key_length allocations
         self._cursor: StepCursor | None = None
         self._unknown = False  # no plan serves it (chosen from its first allocations)
@@ -334,7 +334,8 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
 
     def _end_step(self, *, learn: bool) -> None:
         cursor = self._cursor
-        # The step's signature now, its StepRecording only if a plan is learned from it.
+        self._recorder.end(learned=learn)
+        # The step compared by its signature, its StepRecording only if a plan is learned from it.
         recording = FinishedStep(self._recorder) if learn else None
         if recording is not None:
             self._steps += 1
@@ -346,9 +347,9 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
                     # Planned from the last step, cut after this one's frees of its blocks.
                     self._plans.learn_cyclic(previous.recording(), carried, self._cut)
             elif (carried and previous is not None
-                  and previous.signature == recording.signature
+                  and recording.same_as(previous)
                   and not (cursor.plan.cyclic
-                           and cursor.plan.signature == recording.signature)):
+                           and recording.has_signature(cursor.plan.signature))):
                 # The step repeats and carries blocks into the next: plan it cyclically.
                 cursor.plan.steps_served += 1
                 self._plans.learn_cyclic(previous.recording(), carried, self._cut)
@@ -365,7 +366,7 @@ class LearnedPlans(LearnedStatistics, NativeBooking):
 
     def _begin_step(self) -> None:
         self._serial += 1
-        self._recorder = Recorder()
+        self._recorder = self._new_recorder()
         self._observed = []
         self._cursor = None
         self._unknown = False
