@@ -67,9 +67,11 @@ def test_a_repeating_step_is_served_with_no_python_call_per_allocation(shim: Any
             per_step.append(calls[0] - before)
         report = steps.report()
     key, made = 4, report.allocations // 6  # the plans' key_length; allocations per step
-    # Step 0 is recorded, every later one serves its key from Python and the rest natively.
-    assert per_step == [made] + [key] * 5
-    assert steps.native_served == 5 * (made - key)
+    # Step 0 is recorded; step 1 (its plan's first) chooses the plan in Python by its key and
+    # is served natively past it; from step 2 on, the plan is the one served before and the
+    # server serves the whole step, its key included.
+    assert per_step == [made, key, 0, 0, 0, 0]
+    assert steps.native_served == (made - key) + 4 * made
     assert report.served == 5 * made and report.fell_back == made
 
 

@@ -49,6 +49,9 @@ class NativeBooking:
     _serial: int
     _recorder: Recorder
     _cursor: StepCursor | None
+    _observed: list[int]
+    _unknown: bool
+    _lookahead: int
     _previous: FinishedStep | None
     _carried: set[int]
     _cut: int
@@ -78,16 +81,29 @@ class NativeBooking:
 
     def _native_state(self) -> tuple[StepPlan | None, int, int, int]:
         """Where the step stands for a native server leaving: the plan and position it may
-        serve from (``None``: none; the step follows a plan past its key, in order, from a
-        held arena), live bytes and blocks."""
+        serve from (``None``: none), live bytes and blocks.
+
+        A step that follows a plan past its key, in order, from a held arena, is served from
+        where it is. A step that has not begun is served from the most recently used plan
+        (what :meth:`PlanCache.choose` picks for each prefix of its key) if that plan has
+        served a step already from an arena it holds: choosing it again changes nothing
+        (:meth:`_choose`'s other cases are a new plan's first step or one with no arena), so
+        the server can serve the key too, and the plans take the step as chosen when they
+        book it."""
         cursor = self._cursor
         plan: StepPlan | None = None
         position = 0
-        if (cursor is not None and not self._closed and self._finder is None
-                and len(self._recorder) >= self._plans.key_length):
-            position, skipped = cursor.save()
-            if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
-                plan = cursor.plan
+        if self._closed or self._finder is not None:
+            pass
+        elif cursor is not None:
+            if len(self._recorder) >= self._plans.key_length:
+                position, skipped = cursor.save()
+                if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
+                    plan = cursor.plan
+        elif not self._unknown and not len(self._recorder):
+            latest = self._plans.latest()
+            if latest is not None and latest.base is not None and latest.steps_served:
+                plan = latest
         return plan, position, self._live_bytes, len(self._blocks)
 
     def _book_native(self, booked: tuple[Any, ...], plans: Mapping[int, StepPlan],
@@ -115,8 +131,11 @@ class NativeBooking:
             self._step_served += served
             self._allocations += served
             self._total_bytes += total
-            cursor = self._cursor
-            if served and cursor is not None and cursor.plan is plans[made_table]:
+            cursor, plan = self._cursor, plans[made_table]
+            if served and cursor is None:  # the step began served: its plan chosen natively
+                self._cursor = StepCursor(plan, made_slot + 1, self._lookahead)
+                self._observed = list(plan.key[:made_slot + 1])
+            elif served and cursor is not None and cursor.plan is plan:
                 cursor.position = made_slot + 1
         for address in raw:  # freed while this resource ran (logged by the server)
             block = blocks.pop(address)

@@ -59,6 +59,10 @@ class PlanCache:
             self._plans.move_to_end(plan.key)
         return plan
 
+    def latest(self) -> StepPlan | None:
+        """The most recently used plan (what :meth:`choose` picks first), if any."""
+        return next(reversed(self._plans.values()), None)
+
     def take_arena(self, plan: StepPlan) -> None:
         """Give ``plan`` its arena if it has none (the upstream's MemoryError goes on)."""
         if plan.base is None:
