@@ -307,3 +307,32 @@ def test_a_free_while_the_plans_run_is_booked_before_the_server_goes_on(shim: An
     expected = free_while_the_plans_run(False)
     assert (recording, inside, after, report) == (expected[0], expected[1], *expected[3:])
     assert routed_blocks() == 0
+
+
+def test_a_step_begun_natively_that_leaves_its_plan_in_the_key_is_booked_the_same(
+        shim: Any) -> None:
+    # Two patterns whose keys share their first size, alternating, then one repeating, with a
+    # tensor kept now and then: the server serves a step's first allocation from the plan
+    # served last, the other pattern's; the plans then choose as they would have (the step's
+    # own plan, from its second allocation on). Native or not: the same report, the same bytes.
+    other = (SIZES[0], 2048, *SIZES[2:])
+    results = []
+    for native in (True, False):
+        with learned(ta.Counting(ta.HostMemory()), native=native) as steps:
+            kept: list[Any] = []
+            for number in range(14):
+                sizes = other if number % 2 and number < 9 else SIZES
+                with steps.step():
+                    run_step(number, sizes, kept if number in (5, 11) else None, index=1)
+                steps.plans._check_invariants()
+            results.append((steps.report(), steps.statistics(),
+                            [float(t[0]) for t in kept], steps.native_served))
+            # never overwritten since its step
+            assert all(torch.all(t == v) for t, v in zip(kept, results[-1][2], strict=True))
+            kept.clear()
+    (report, stats, values, served), expected = results[0], results[1]
+    assert (report, stats, values) == expected[:3]
+    made = report.allocations // 14
+    assert report.plans_learned == 2 and report.served == 14 * made - report.fell_back
+    assert served > 5 * made  # the repeating steps, keys included
+    assert routed_blocks() == 0
