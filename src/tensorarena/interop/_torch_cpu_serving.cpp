@@ -37,17 +37,28 @@
 #include <cstring>
 #include <map>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tensorarena_shim {
+
+// A live range of an arena: [lo, hi), lo its key; served: a block the server gave (the
+// rest of the fields then describe it), else one the Python side took.
+struct LiveRange {
+  uint64_t hi;
+  bool served = false;
+  bool booked = false;     // the Python side has a record of it
+  StepLog* log = nullptr;  // its step's (counted)
+  uint64_t slot = 0, nbytes = 0, number = 0;
+};
 
 struct ServingTable {
   long refs = 1;
   uint64_t id = 0;
   uintptr_t base = 0;
   std::vector<uint64_t> sizes;
-  std::vector<uint64_t> offsets;     // kNoSlot: the allocation outlived its recording
-  std::map<uint64_t, uint64_t> live;  // [lo, hi) of the arena's live blocks, by lo
+  std::vector<uint64_t> offsets;      // kNoSlot: the allocation outlived its recording
+  std::map<uint64_t, LiveRange> live;  // the arena's live blocks, by lo
   bool retired = false;
 
   bool is_free(uint64_t lo, uint64_t hi) const {
@@ -55,15 +66,8 @@ struct ServingTable {
     auto after = live.lower_bound(hi);  // the first range starting at or after hi
     if (after == live.begin()) return true;
     --after;
-    return after->second <= lo;
+    return after->second.hi <= lo;
   }
-};
-
-struct ServedBlock {
-  ServingTable* table;
-  StepLog* log;  // its step's (counted)
-  uint64_t slot, nbytes, number;
-  bool booked;  // the Python side has a record of it
 };
 
 struct Serving {
@@ -73,7 +77,6 @@ struct Serving {
   ServingTable* armed = nullptr;
   uint64_t position = 0;
   bool closed = false;
-  std::unordered_map<uintptr_t, ServedBlock> blocks;  // live blocks served here
   uint64_t served = 0, freed = 0;  // here, ever
   // The step in progress's log and the one before (counted; nullptr: none yet).
   StepLog* log = nullptr;
@@ -88,7 +91,8 @@ struct Serving {
   // and the cut after the last of them (the step's length then), and booked blocks freed while
   // not valid (address), for the Python side to book.
   std::vector<uint64_t> dropped, carried, raw;
-  std::vector<uintptr_t> fresh;  // blocks served since the last pause (those live: unbooked)
+  // Blocks served since the last pause (table, offset; those still live are unbooked).
+  std::vector<std::pair<ServingTable*, uint64_t>> fresh;
   uint64_t cut = 0;
   bool cut_set = false;
 };
@@ -172,14 +176,12 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   StepLog* log = serving->log;
   // (armed implies valid and a log: a pause clears both, and a log ends under the Python side)
   if (!serving->valid || log == nullptr || log->ended) return nullptr;
-  if (!serving->blocks.emplace(address, ServedBlock{table, log, position, nbytes,
-                                                    log->sizes.size(), false}).second) {
-    return nullptr;  // a live block of the server's has that address: the Python call decides
-  }
+  LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log, position, nbytes,
+                  log->sizes.size()};
+  table->live.emplace(offset, range);  // (free: no range starts there)
   log->allocated(nbytes, alignment);
   step_log_hold(log);
-  serving->fresh.push_back(address);
-  table->live.emplace(offset, offset + std::max<uint64_t>(nbytes, 1));
+  serving->fresh.emplace_back(table, offset);
   table->refs++;
   serving->position = position + 1;
   serving->served++;
@@ -196,14 +198,13 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
 }
 
 void serving_untake(Serving* serving, ServingTable* table, void* data) {
-  auto found = serving->blocks.find(reinterpret_cast<uintptr_t>(data));
+  auto found = table->live.find(reinterpret_cast<uintptr_t>(data) - table->base);
   uint64_t nbytes = found->second.nbytes;
   StepLog* log = found->second.log;
-  serving->blocks.erase(found);
+  table->live.erase(found);
   serving->fresh.pop_back();
   log->unallocate();
   step_log_release(log);
-  table->live.erase(reinterpret_cast<uintptr_t>(data) - table->base);
   serving->position--;
   serving->served--;
   serving->made--;
@@ -218,7 +219,7 @@ namespace {
 
 // Log the free of a block of the server's, as the Python side's recorder would: in its own
 // step's log while that step runs; carried when it is the last step's, learned from.
-void log_free(Serving* serving, const ServedBlock& block) {
+void log_free(Serving* serving, const LiveRange& block) {
   StepLog* now = serving->log;
   if (now == nullptr) return;
   if (!now->ended) {
@@ -241,12 +242,11 @@ void log_free(Serving* serving, const ServedBlock& block) {
 
 bool serving_free(Serving* serving, ServingTable* table, void* data) {
   uintptr_t address = reinterpret_cast<uintptr_t>(data);
-  table->live.erase(address - table->base);
   serving->freed++;
-  auto found = serving->blocks.find(address);
-  if (found != serving->blocks.end()) {
-    ServedBlock block = found->second;
-    serving->blocks.erase(found);
+  auto found = table->live.find(address - table->base);
+  if (found != table->live.end() && found->second.served) {
+    LiveRange block = found->second;
+    table->live.erase(found);
     log_free(serving, block);
     step_log_release(block.log);
     if (!serving->valid) {
@@ -408,12 +408,14 @@ PyObject* serving_pause(PyObject*, PyObject* capsule) {
   serving->armed = nullptr;
   serving->valid = false;
   std::vector<uint64_t> unbooked;
-  for (uintptr_t address : serving->fresh) {
-    auto found = serving->blocks.find(address);
-    if (found == serving->blocks.end() || found->second.booked) continue;
-    ServedBlock& block = found->second;
-    block.booked = true;  // (an address twice in fresh: listed once)
-    unbooked.insert(unbooked.end(), {static_cast<uint64_t>(address), block.table->id,
+  std::vector<LiveRange*> listed;
+  for (const auto& [table, offset] : serving->fresh) {
+    auto found = table->live.find(offset);
+    if (found == table->live.end() || !found->second.served || found->second.booked) continue;
+    LiveRange& block = found->second;
+    block.booked = true;  // (a range twice in fresh: listed once)
+    listed.push_back(&block);
+    unbooked.insert(unbooked.end(), {static_cast<uint64_t>(table->base + offset), table->id,
                                      block.slot, block.nbytes, block.number});
   }
   if (serving->made == 0 && serving->dropped.empty() && serving->carried.empty() &&
@@ -436,9 +438,7 @@ PyObject* serving_pause(PyObject*, PyObject* capsule) {
   }
   for (PyObject* list : lists) Py_XDECREF(list);  // ("O" took its own references)
   if (result == nullptr) {  // nothing changed: the blocks listed are unbooked again
-    for (size_t i = 0; i < unbooked.size(); i += 5) {
-      serving->blocks.find(static_cast<uintptr_t>(unbooked[i]))->second.booked = false;
-    }
+    for (LiveRange* block : listed) block->booked = false;
     return nullptr;
   }
   serving->fresh.clear();
@@ -489,7 +489,7 @@ PyObject* occupancy_take(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_ValueError, "the range overlaps a live block");
     return nullptr;
   }
-  table->live.emplace(range[0], std::max(range[1], range[0] + 1));
+  table->live.emplace(range[0], LiveRange{std::max(range[1], range[0] + 1)});
   Py_RETURN_NONE;
 }
 
@@ -511,7 +511,7 @@ PyObject* occupancy_ranges(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (out == nullptr) return nullptr;
   for (const auto& range : table->live) {
     PyObject* item = Py_BuildValue("(KK)", static_cast<unsigned long long>(range.first),
-                                   static_cast<unsigned long long>(range.second));
+                                   static_cast<unsigned long long>(range.second.hi));
     if (item == nullptr || PyList_Append(out, item) != 0) {
       Py_XDECREF(item);
       Py_DECREF(out);
