@@ -70,14 +70,10 @@ class NativeBooking:
         from the next step on if this one has begun); returns the hooked lock."""
         with self._lock:
             self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
-            self._new_recorder = new_recorder  # type: ignore[method-assign]
+            self._new_recorder = new_recorder
             if not len(self._recorder):
                 self._recorder = new_recorder()
         return hooked
-
-    def _new_recorder(self) -> Recorder:
-        """A recorder for the step that begins."""
-        return Recorder()
 
     def _native_state(self) -> tuple[StepPlan | None, int, int, int]:
         """Where the step stands for a native server leaving: the plan and position it may
