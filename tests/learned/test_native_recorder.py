@@ -97,3 +97,14 @@ def test_bad_input_raises_and_changes_nothing(shim: Any) -> None:
     with pytest.raises(TypeError):
         shim.step_log_allocated(native.log, 64)
     assert native.clock == clock and native.signature() == ((64,), ())
+
+
+def test_a_free_after_the_step_ended_is_not_logged_as_in_python(shim: Any) -> None:
+    python, native = Recorder(), NativeRecorder(shim)
+    fill([python, native], seed=3)
+    outlived = python.signature()[1]
+    for recorder in (python, native):
+        recorder.end(learned=True)
+        recorder.freed(outlived[0])  # the marker is at work: not logged
+    assert native.signature() == python.signature() and native.clock == python.clock
+    assert native.signature()[1] == outlived

@@ -87,3 +87,17 @@ def test_a_step_that_keeps_a_block_twice_is_relearned(monkeypatch: pytest.Monkey
     for address in addresses:
         b.free(address)
     b.check()
+
+
+def test_a_free_after_the_step_ended_is_not_logged() -> None:
+    # While the marker is at work (a collection frees a block there), the step has ended: the
+    # block outlived it, in its recording as in its signature.
+    recorder = Recorder()
+    kept = recorder.allocated(64, 16)
+    recorder.freed(recorder.allocated(128, 16))
+    recorder.end(learned=True)
+    step = FinishedStep(recorder)
+    clock = recorder.clock
+    recorder.freed(kept)
+    assert recorder.clock == clock
+    assert step.signature == step.recording().signature() == ((64, 128), (0,))

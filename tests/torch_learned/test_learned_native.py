@@ -336,3 +336,28 @@ def test_a_step_begun_natively_that_leaves_its_plan_in_the_key_is_booked_the_sam
     assert report.plans_learned == 2 and report.served == 14 * made - report.fell_back
     assert served > 5 * made  # the repeating steps, keys included
     assert routed_blocks() == 0
+
+
+def test_a_free_while_the_marker_is_at_work_is_booked_the_same(shim: Any) -> None:
+    # A tensor of the step dies while the marker compares the step with its plan (a collection
+    # there): logged in the step that ended, as the plans log their own blocks' frees then.
+    results = []
+    for native in (True, False):
+        with learned(ta.Counting(ta.HostMemory()), native=native) as steps:
+            held: list[Any] = []
+            learn_again = steps.plans._plans.learn_again
+
+            def dropping(*args: Any, held: list[Any] = held,
+                         learn_again: Callable[..., None] = learn_again) -> None:
+                held.clear()
+                learn_again(*args)
+
+            steps.plans._plans.learn_again = dropping  # type: ignore[method-assign]
+            for number in range(8):
+                with steps.step():
+                    run_step(number, keep=held if number in (3, 4) else None)
+                steps.plans._check_invariants()
+            results.append((steps.report(), steps.statistics()))
+            assert native == (steps.native_served > 0) and not held
+    assert results[0] == results[1]
+    assert routed_blocks() == 0

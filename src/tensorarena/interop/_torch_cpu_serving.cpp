@@ -218,22 +218,17 @@ void serving_untake(Serving* serving, ServingTable* table, void* data) {
 namespace {
 
 // Log the free of a block of the server's, as the Python side's recorder would: in its own
-// step's log while that step runs; carried when it is the last step's, learned from.
+// step's log while that step runs (not once it ended: a free while the marker is at work is
+// after the step, which outlived it), or carried into the step in progress if it is the last
+// step's and that one was learned from.
 void log_free(Serving* serving, const LiveRange& block) {
   StepLog* now = serving->log;
   if (now == nullptr) return;
-  if (!now->ended) {
-    if (block.log == now) {
-      now->freed(block.number);
-    } else if (block.log == serving->previous && block.log->learned) {
-      serving->carried.push_back(block.number);
-      serving->cut = now->sizes.size();
-      serving->cut_set = true;
-    }
-  } else if (block.log == now && now->learned) {
-    // The marker is at work (the next step's log is not told yet): the free is that step's.
+  if (block.log == now) {
+    if (!now->ended) now->freed(block.number);
+  } else if (!now->ended && block.log == serving->previous && block.log->learned) {
     serving->carried.push_back(block.number);
-    serving->cut = 0;
+    serving->cut = now->sizes.size();
     serving->cut_set = true;
   }
 }

@@ -94,8 +94,7 @@ PyObject* step_log_new(PyObject*, PyObject*) {
   return capsule;
 }
 
-// step_log_allocated(log, nbytes, alignment) -> the allocation's number. The Python side logs
-// into an ended log as its Recorder would (a free during the marker's own work); the server never.
+// step_log_allocated(log, nbytes, alignment) -> the allocation's number.
 PyObject* step_log_allocated(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!nargs_is(nargs, 3)) return nullptr;
   StepLog* log = step_log_of(args[0]);
@@ -106,7 +105,7 @@ PyObject* step_log_allocated(PyObject*, PyObject* const* args, Py_ssize_t nargs)
   return PyLong_FromUnsignedLongLong(log->allocated(nbytes, alignment));
 }
 
-// step_log_freed(log, number): allocation number is freed now.
+// step_log_freed(log, number): allocation number is freed now (nothing, once the log ended).
 PyObject* step_log_freed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!nargs_is(nargs, 2)) return nullptr;
   StepLog* log = step_log_of(args[0]);
@@ -131,7 +130,8 @@ PyObject* step_log_clock(PyObject*, PyObject* capsule) {
   return log == nullptr ? nullptr : PyLong_FromUnsignedLongLong(log->clock);
 }
 
-// step_log_end(log, learned): the step ended (learned from, or not); nothing more is logged.
+// step_log_end(log, learned): the step ended (learned from, or not): no more serving into it, no
+// more frees logged.
 PyObject* step_log_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!nargs_is(nargs, 2)) return nullptr;
   StepLog* log = step_log_of(args[0]);

@@ -6,7 +6,8 @@
 // Per allocation, numbered from 0 in order: size, alignment, start and end on the step's clock,
 // which ticks once per allocation and once per free of a block of the same step (lifetimes
 // [start, end), tensorarena.learned.recording). kLive: not freed (yet). A log is *ended* when its
-// step ends and written no more: a free that comes later belongs to the next step (carried).
+// step ends: nothing is served into it and no free is logged there any more (a block freed
+// later outlived the step; in the next step, its free is carried if the step was learned from).
 // Everything here runs under the GIL.
 #pragma once
 
@@ -20,7 +21,7 @@ namespace tensorarena_shim {
 struct StepLog {
   static constexpr uint64_t kLive = ~uint64_t{0};
   long refs = 1;        // the capsule's, one per server slot and per live block that holds it
-  bool ended = false;   // its step ended: nothing is logged into it any more
+  bool ended = false;   // its step ended: no more serving into it, no more frees logged
   bool learned = false; // ended by a marker that learned from it (its frees next step carry)
   uint64_t clock = 0;
   std::vector<uint64_t> sizes, alignments, starts, ends;
@@ -39,7 +40,9 @@ struct StepLog {
     ends.pop_back();
     clock--;
   }
-  void freed(uint64_t number) { ends[number] = clock++; }
+  void freed(uint64_t number) {
+    if (!ended) ends[number] = clock++;
+  }
 };
 
 inline void step_log_hold(StepLog* log) { log->refs++; }

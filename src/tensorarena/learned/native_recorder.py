@@ -9,8 +9,8 @@ then kept where they happen: a :class:`NativeRecorder` is a handle on a ``StepLo
 into through the same methods as a :class:`Recorder`'s. At the step's marker the step is compared
 with its plan in C++ (:meth:`matches`, :meth:`same`: exact, over every size and every block that
 outlived the step); the log becomes Python lists only when a plan is learned from it
-(:meth:`finish`, :meth:`signature`). Once :meth:`end` is called the server logs into it no more:
-a free that comes later belongs to the next step.
+(:meth:`finish`, :meth:`signature`). Once :meth:`end` is called nothing is served into it and
+no free is logged there (as a :class:`Recorder`); a free in the next step is carried into it.
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ class NativeRecorder(Recorder):
         return int(self._shim.step_log_allocated(self.log, nbytes, alignment))
 
     def freed(self, index: int) -> None:
-        """Log the free of allocation ``index``."""
+        """Log the free of allocation ``index`` (nothing once the step ended)."""
         self._shim.step_log_freed(self.log, index)
 
     def end(self, *, learned: bool) -> None:
-        """The step ended: the server logs into it no more (frees of its blocks are carried into
-        the next step when ``learned``)."""
+        """The step ended: nothing more is served into it or logged as freed (frees of its
+        blocks in the next step are carried into it when ``learned``)."""
         self._shim.step_log_end(self.log, learned)
 
     def matches(self, signature: Signature) -> bool:

@@ -137,7 +137,7 @@ class Recorder:
     Allocations are numbered from 0 in the order they are made; ``free`` takes that number.
     """
 
-    __slots__ = ("_alignments", "_clock", "_ends", "_sizes", "_starts")
+    __slots__ = ("_alignments", "_clock", "_ended", "_ends", "_sizes", "_starts")
 
     def __init__(self) -> None:
         self._sizes: list[int] = []
@@ -145,6 +145,7 @@ class Recorder:
         self._starts: list[int] = []
         self._ends: list[int | None] = []
         self._clock = 0
+        self._ended = False
 
     def __len__(self) -> int:
         return len(self._sizes)
@@ -164,9 +165,11 @@ class Recorder:
         return len(self._sizes) - 1
 
     def freed(self, index: int) -> None:
-        """Log the free of allocation ``index``."""
-        self._ends[index] = self._clock
-        self._clock += 1
+        """Log the free of allocation ``index`` (nothing once the step ended, :meth:`end`: the
+        block outlived it)."""
+        if not self._ended:
+            self._ends[index] = self._clock
+            self._clock += 1
 
     def signature(self) -> Signature:
         """:meth:`StepRecording.signature` of :meth:`finish` ``()``, without making it (with
@@ -191,8 +194,10 @@ class Recorder:
         return tuple(self._sizes[:length])
 
     def end(self, *, learned: bool) -> None:
-        """The step ended (``learned``: a plan may be learned from it); nothing to do here (a
-        native log stops taking a server's records)."""
+        """The step ended (``learned``: a plan may be learned from it): a free that comes later
+        (while the marker is at work) is not logged, so that the step's recording and its
+        signature agree that the block outlived it."""
+        self._ended = True
 
     @classmethod
     def of_lists(cls, sizes: list[int], alignments: list[int], starts: list[int],
