@@ -26,9 +26,9 @@
 // asks the Python side to book it at once (the sync callable): an arena goes back with its
 // last block.
 // Everything here runs under the GIL: the route's allocate and free take it, and so does every
-// call from Python. Tables and logs are counted: the server holds one reference while the
-// table is registered (or the log is the step's or the last step's), each live block one, so a
-// block of a replaced table is freed into the table it came from.
+// call from Python. Tables are counted: the server holds one reference while the table is
+// registered, each live block one, so a block of a replaced table is freed into the table it
+// came from. The server holds the step's log and the last step's; a block names its log by id.
 #include "_torch_cpu_shim.h"
 #include "_torch_cpu_step_log.h"
 
@@ -48,7 +48,7 @@ struct LiveRange {
   uint64_t hi;
   bool served = false;
   bool booked = false;     // the Python side has a record of it
-  StepLog* log = nullptr;  // its step's (counted)
+  uint64_t log = 0;  // its step's log's id (not a reference: a kept block pins no log)
   uint64_t slot = 0, nbytes = 0, number = 0;
 };
 
@@ -176,11 +176,10 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   StepLog* log = serving->log;
   // (armed implies valid and a log: a pause clears both, and a log ends under the Python side)
   if (!serving->valid || log == nullptr || log->ended) return nullptr;
-  LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log, position, nbytes,
+  LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log->id, position, nbytes,
                   log->sizes.size()};
   table->live.emplace(offset, range);  // (free: no range starts there)
   log->allocated(nbytes, alignment);
-  step_log_hold(log);
   serving->fresh.emplace_back(table, offset);
   table->refs++;
   serving->position = position + 1;
@@ -200,11 +199,9 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
 void serving_untake(Serving* serving, ServingTable* table, void* data) {
   auto found = table->live.find(reinterpret_cast<uintptr_t>(data) - table->base);
   uint64_t nbytes = found->second.nbytes;
-  StepLog* log = found->second.log;
   table->live.erase(found);
   serving->fresh.pop_back();
-  log->unallocate();
-  step_log_release(log);
+  serving->log->unallocate();  // (the log serving_take just logged into)
   serving->position--;
   serving->served--;
   serving->made--;
@@ -224,9 +221,11 @@ namespace {
 void log_free(Serving* serving, const LiveRange& block) {
   StepLog* now = serving->log;
   if (now == nullptr) return;
-  if (block.log == now) {
+  StepLog* previous = serving->previous;
+  if (block.log == now->id) {
     if (!now->ended) now->freed(block.number);
-  } else if (!now->ended && block.log == serving->previous && block.log->learned) {
+  } else if (!now->ended && previous != nullptr && block.log == previous->id &&
+             previous->learned) {
     serving->carried.push_back(block.number);
     serving->cut = now->sizes.size();
     serving->cut_set = true;
@@ -243,7 +242,6 @@ bool serving_free(Serving* serving, ServingTable* table, void* data) {
     LiveRange block = found->second;
     table->live.erase(found);
     log_free(serving, block);
-    step_log_release(block.log);
     if (!serving->valid) {
       serving->raw.push_back(address);  // booked (every live block is at a pause)
     } else {

@@ -88,7 +88,9 @@ StepLog* step_log_of(PyObject* capsule) {
 
 // step_log_new() -> a new, empty log.
 PyObject* step_log_new(PyObject*, PyObject*) {
+  static uint64_t next_id = 1;  // (under the GIL)
   auto* log = new StepLog();
+  log->id = next_id++;
   PyObject* capsule = PyCapsule_New(log, kLogCapsule, drop_log_capsule);
   if (capsule == nullptr) step_log_release(log);
   return capsule;

@@ -20,7 +20,8 @@ namespace tensorarena_shim {
 
 struct StepLog {
   static constexpr uint64_t kLive = ~uint64_t{0};
-  long refs = 1;        // the capsule's, one per server slot and per live block that holds it
+  long refs = 1;        // the capsule's, and the server's while it is the step's or the last
+  uint64_t id = 0;      // unique in the process (from 1), what a served block names its log by
   bool ended = false;   // its step ended: no more serving into it, no more frees logged
   bool learned = false; // ended by a marker that learned from it (its frees next step carry)
   uint64_t clock = 0;
