@@ -49,6 +49,7 @@ from tensorarena.memory.resource import MemoryResource
 from tensorarena.memory.virtual import VirtualMemory
 from tensorarena.streams import CpuStream
 from tensorarena.testing.cuda import Simulator
+from tensorarena.torch import NativePool
 from tensorarena.trace import PyTorchLike
 
 # --- the resources under test: one line each --------------------------------------------------
@@ -106,6 +107,10 @@ RESOURCES = [
     pytest.param(lambda: LearnedPlans(HostMemory()), id="learned-recording"),
     pytest.param(lambda: _learned_serving(), id="learned-serving"),
     pytest.param(lambda: LearnedPlans(VirtualMemory(), detect_steps=True), id="learned-detect"),
+    pytest.param(lambda: NativePool(size="256MiB"), id="native-pool"),
+    pytest.param(lambda: NativePool(size="256MiB", native=False), id="native-pool-python-books"),
+    pytest.param(lambda: NativePool(size="1MiB", fallback=Pool(HostMemory())),
+                 id="native-pool-fallback"),
 ]
 
 

@@ -13,9 +13,11 @@ import pytest
 from tensorarena.errors import InvalidArgumentError
 from tensorarena.planning import heuristics, planners
 from tensorarena.planning import long_lived_first as llf
+from tensorarena.planning.budget import StopReason
 from tensorarena.planning.exact import ExactResult, solve_exact
 from tensorarena.planning.heuristics import PlacementArrays
 from tensorarena.planning.long_lived_first import FRACTIONS, long_lived_first, long_lived_order
+from tensorarena.planning.peak_stack import PeakStackResult
 from tensorarena.planning.planners import plan
 from tensorarena.planning.problem import Buffer, Problem, lower_bound
 from tensorarena.planning.validate import validate
@@ -59,8 +61,11 @@ def test_auto_reaches_it_through_its_stage_without_the_search(
     assert result.height == 8 and result.optimal
     assert result.planner.startswith("auto:long_lived_first:")
     assert calls == []  # at the bound: the search never ran
-    # Without the stage the starved search keeps the portfolio's 9.
+    # Without the stage (and the peak stack after the search) the starved search keeps the
+    # portfolio's 9.
     monkeypatch.setattr(planners, "_long_lived_first", lambda p, o, **kw: kw["initial"])
+    monkeypatch.setattr(planners, "peak_stack", lambda p, given, **kw: PeakStackResult(
+        given, "", 0, 0, StopReason.COMPLETE))
     assert plan(problem, time_limit=5.0).height == 9
 
 

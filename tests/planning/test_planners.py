@@ -24,8 +24,10 @@ from tensorarena.errors import (
     InvalidSizeError,
 )
 from tensorarena.planning import heuristics, planners
+from tensorarena.planning.budget import DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.csv_io import read_problem
 from tensorarena.planning.exact import ExactResult, solve_exact
+from tensorarena.planning.peak_stack import PEAK_STACK_WORK, PeakStackResult
 from tensorarena.planning.planners import (
     PLANNERS,
     PlanDoesNotFitError,
@@ -68,6 +70,19 @@ def spy_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
         return result
 
     monkeypatch.setattr(planners, "solve_exact", spy)
+    yield calls
+
+
+@pytest.fixture
+def no_peak_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    """``auto`` without its peak stack (the plan given back unchanged): the other stages alone."""
+    calls: Calls = []
+
+    def unchanged(problem: Problem, plan: Plan, **kwargs: Any) -> PeakStackResult:
+        calls.append({"problem": problem, "plan": plan, **kwargs})
+        return PeakStackResult(plan, "", 0, 0, StopReason.COMPLETE)
+
+    monkeypatch.setattr(planners, "peak_stack", unchanged)
     yield calls
 
 
@@ -164,7 +179,8 @@ def test_auto_runs_exact_seeded_with_the_portfolio(spy_exact: Calls) -> None:
     assert result.statistics.nodes == call["result"].nodes > 0
 
 
-def test_auto_keeps_the_portfolio_when_exact_finds_nothing(no_nodes: Calls) -> None:
+def test_auto_keeps_the_portfolio_when_exact_finds_nothing(no_nodes: Calls,
+                                                          no_peak_stack: Calls) -> None:
     problem = tight()
     result = plan(problem, time_limit=2.0)
     (call,) = no_nodes
@@ -172,6 +188,34 @@ def test_auto_keeps_the_portfolio_when_exact_finds_nothing(no_nodes: Calls) -> N
     assert result.offsets == heuristics.portfolio(problem).offsets
     assert result.planner.startswith("auto:portfolio:")  # not labelled as the search's find
     assert not result.optimal
+    assert len(no_peak_stack) == 1  # asked, after the search, and it changed nothing
+
+
+def test_auto_stacks_the_peak_when_the_search_finds_nothing(no_nodes: Calls) -> None:
+    problem = tight()  # the portfolio needs 6, the bound is 5
+    result = plan(problem, time_limit=2.0)
+    validate(problem, result)
+    assert result.height == 5 and result.optimal
+    assert result.planner.startswith("auto:peak_stack:")
+    assert result.statistics is not None and result.statistics.work > 0
+
+
+def test_the_peak_stack_gets_only_what_the_search_left_of_the_work_budget(
+    no_peak_stack: Calls,
+) -> None:
+    problem = above_its_bound()
+    result = plan(problem, time_limit=5.0, node_limit=1)
+    assert result.statistics is not None
+    (call,) = no_peak_stack
+    assert call["work_limit"] == min(PEAK_STACK_WORK, DEFAULT_WORK_LIMIT - result.statistics.work)
+    no_peak_stack.clear()
+    spent = plan(problem, time_limit=5.0, node_limit=1, work_limit=result.statistics.work)
+    assert no_peak_stack[0]["work_limit"] == 0  # nothing left: the plan stands
+    assert spent.height == result.height
+    # A decision problem that fits is answered as it is: no stack.
+    no_peak_stack.clear()
+    plan(problem, capacity=100)
+    assert no_peak_stack == []
 
 
 def test_auto_reports_proven_infeasibility(spy_exact: Calls) -> None:
@@ -334,7 +378,7 @@ def test_overlapping_pairs_counts_like_brute_force(spans: list[tuple[int, int]])
 
 
 def test_auto_skips_an_exact_search_too_big_for_its_time_limit(
-    spy_exact: Calls, monkeypatch: pytest.MonkeyPatch
+    spy_exact: Calls, no_peak_stack: Calls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(planners, "_AUTO_EXACT_PAIRS_PER_SECOND", 1)
     result = plan(tight(), time_limit=2.0)

@@ -17,6 +17,6 @@ def test_the_bench_prints_every_configuration_and_size(shim: Any, capsys: Any) -
     document = json.loads(capsys.readouterr().out)
     times = document["ns_per_tensor"]
     assert set(times) == {"torch", "route-slot", "route-default", "route-pool", "learned-native",
-                          "learned-python"}
+                          "learned-python", "native-pool", "native-pool-call"}
     assert all(set(sizes) == {"64", "4096", "1048576"} for sizes in times.values())
     assert all(value > 0 for sizes in times.values() for value in sizes.values())

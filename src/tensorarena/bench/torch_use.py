@@ -6,15 +6,18 @@ that does almost nothing (one slot, handed out and taken back: ``route-slot``, t
 route itself: one Python call to ``allocate`` and one to ``deallocate`` per tensor, with the GIL
 held, see :mod:`tensorarena.torch.route`); the default resource (``route-default``: a thread cache
 over a pool, what ``use()`` takes when given none); a plain ``Pool(HostMemory())``, best fit
-(``route-pool``); ``tensorarena.torch.learned()`` with each batch a step (``learned-native``:
-a step that repeats its plan is served in C++ with no Python call; ``learned-python``: the same
-with ``native=False``, a call to the plans per allocation), the step marker timed with the
-batch (it books what was served natively). Each configuration's loop is timed in batches; the
-median batch's ns per
-iteration (CPU time) is printed, with the overhead over torch's. Configurations take turns batch by
-batch, so a burst of load elsewhere on the machine hits them alike, and time is the thread's CPU
-time (``time.thread_time_ns``: the loop is single-threaded, and on a shared machine this leaves out
-the time spent descheduled). A benchmark, not a test: it asserts nothing.
+(``route-pool``); ``tensorarena.torch.learned()`` with each batch a step (``learned-native``: a
+step that repeats its plan is served in C++ with no Python call; ``learned-python``: the same with
+``native=False``, a call to the plans per allocation), the step marker timed with the batch (it
+books what was served natively); a :class:`~tensorarena.torch.NativePool`, one arena kept in C++
+(``native-pool``: the route takes and frees each block in C++, no Python call;
+``native-pool-call``: the same pool behind a pass-through adaptor, so the route calls its
+``allocate``/``deallocate`` from Python as it would any resource's). Each configuration's loop is
+timed in batches; the median batch's ns per iteration (CPU time) is printed, with the overhead over
+torch's. Configurations take turns batch by batch, so a burst of load elsewhere on the machine hits
+them alike, and time is the thread's CPU time (``time.thread_time_ns``: the loop is
+single-threaded, and on a shared machine this leaves out the time spent descheduled). A benchmark,
+not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ __all__ = ["configure", "main", "measure", "run"]
 
 SIZES = (64, 4096, 1 << 20)
 CONFIGS = ("torch", "route-slot", "route-default", "route-pool", "learned-native",
-           "learned-python")
+           "learned-python", "native-pool", "native-pool-call")
 #: Steps each learned configuration runs before it is timed (recorded, then planned again).
 LEARNED_WARM_STEPS = 3
 
@@ -57,6 +60,14 @@ class _OneSlot:
 
     def deallocate(self, address: int, nbytes: int, stream: object = None) -> None:
         self._free = True
+
+
+class _PassThrough:
+    """Calls ``upstream`` from Python: a route to it pays the Python call per allocation."""
+
+    def __init__(self, upstream: Any) -> None:
+        self.memory_kind = upstream.memory_kind
+        self.allocate, self.deallocate = upstream.allocate, upstream.deallocate
 
 
 def _loop(torch: Any, nbytes: int, iterations: int) -> int:
@@ -98,13 +109,16 @@ def measure(sizes: Sequence[int] = SIZES, *, iterations: int = 2000, batches: in
 
     from tensorarena.interop import default_resource
     from tensorarena.memory import HostMemory, Pool
-    from tensorarena.torch import use
+    from tensorarena.torch import NativePool, use
 
     pool = Pool(HostMemory(), strategy="best_fit")
     slot = _OneSlot(HostMemory(), max(sizes))
+    native = NativePool(size=16 * max(sizes) + (1 << 20), native=True)
+    called = _PassThrough(native)
     routes: dict[str, Callable[[], Any]] = {
         "torch": lambda: None, "route-slot": lambda: use(slot), "route-pool": lambda: use(pool),
-        "route-default": lambda: use(default_resource())}
+        "route-default": lambda: use(default_resource()), "native-pool": lambda: use(native),
+        "native-pool-call": lambda: use(called)}
     samples: dict[str, dict[int, list[float]]] = {c: {n: [] for n in sizes} for c in CONFIGS}
     for nbytes in sizes:
         learned = {"learned-native": _LearnedBatches(True),
@@ -159,14 +173,16 @@ def run(args: argparse.Namespace) -> int:
                           "ns_per_tensor": {c: {str(n): round(v, 1) for n, v in r.items()}
                                             for c, r in results.items()}}, indent=2))
         return 0
-    print(f"{'bytes':>9}  " + "  ".join(f"{c:>15}" for c in CONFIGS)
-          + "  slot - torch  default - torch  native - torch")
+    print(f"{'bytes':>9}  " + "  ".join(f"{c:>16}" for c in CONFIGS)
+          + "  slot - torch  default - torch  learned-native - torch  native-pool - torch")
     for nbytes in SIZES:
-        cells = "  ".join(f"{results[c][nbytes]:>12.0f} ns" for c in CONFIGS)
+        cells = "  ".join(f"{results[c][nbytes]:>13.0f} ns" for c in CONFIGS)
         slot = results["route-slot"][nbytes] - results["torch"][nbytes]
         default = results["route-default"][nbytes] - results["torch"][nbytes]
-        native = results["learned-native"][nbytes] - results["torch"][nbytes]
-        print(f"{nbytes:>9}  {cells}  {slot:>9.0f} ns  {default:>12.0f} ns  {native:>11.0f} ns")
+        learned = results["learned-native"][nbytes] - results["torch"][nbytes]
+        native = results["native-pool"][nbytes] - results["torch"][nbytes]
+        print(f"{nbytes:>9}  {cells}  {slot:>9.0f} ns  {default:>12.0f} ns  {learned:>19.0f} ns"
+              f"  {native:>16.0f} ns")
     print(f"median of {batches} batches of {iterations} torch.empty + drop per configuration")
     return 0
 

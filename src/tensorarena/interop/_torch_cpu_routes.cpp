@@ -27,6 +27,9 @@
 // Each routed allocation and free is reported to torch's profiler as torch's own CPU allocator
 // reports its own (when the thread is profiling memory), so `tensorarena trace record` and
 // torch.profiler(profile_memory=True) see the program's allocations under a route too.
+// A route may carry a native pool (route_attach_pool, tensorarena.torch.NativePool): it takes each
+// block there first, and frees its blocks back there, with no Python call; only an allocation
+// the pool's arena has no room for makes the Python call (to the pool's allocate).
 // A route lives while a Python capsule, a current slot or a live block refers to it; all three
 // counts change under the GIL, and the last one drops the resource's methods.
 #include "_torch_cpu_shim.h"
@@ -57,12 +60,14 @@ struct Route {
   uint64_t ooms = 0, free_failures = 0, deferred = 0;
   PyObject* last_error = nullptr;
   Serving* serving = nullptr;  // learned plans' slots served with no Python call, if any
+  NativePool* pool = nullptr;  // a native pool whose blocks it takes with no Python call, if any
 };
 
 struct Block {
   Route* route;
   size_t nbytes;
   ServingTable* served = nullptr;  // the table of a block its server gave (no Python call)
+  bool pooled = false;             // a block its native pool gave (no Python call)
 };
 
 struct Pending {
@@ -94,6 +99,7 @@ void release(Route* route) {  // under the GIL
   Py_XDECREF(route->deallocate);
   Py_XDECREF(route->last_error);
   if (route->serving != nullptr) serving_release(route->serving);
+  if (route->pool != nullptr) native_pool_release(route->pool);
   delete route;
 }
 
@@ -222,6 +228,36 @@ void free_served(Route* route, const Block& block, void* data) {
   drain();
 }
 
+// A block from the route's native pool, kept in the table (under the GIL), or nullptr.
+void* pool_natively(Route* route, size_t nbytes) {
+  void* data = native_pool_take(route->pool, nbytes, route->alignment);
+  if (data == nullptr) return nullptr;
+  bool kept;
+  {
+    std::lock_guard<std::mutex> guard(table_lock);
+    kept = table.emplace(data, Block{route, nbytes, nullptr, true}).second;
+  }
+  if (!kept) {  // a live routed block has that address: the Python call decides
+    native_pool_give(route->pool, data);
+    return nullptr;
+  }
+  count_allocated(route, data, nbytes);
+  return data;
+}
+
+// A block the native pool gave is freed (under the GIL): back to the pool, no Python call.
+void free_pooled(Route* route, const Block& block, void* data) {
+  native_pool_give(route->pool, data);
+  route->blocks--;
+  route->bytes -= block.nbytes;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(block.nbytes), route->bytes,
+                                     route->bytes, c10::Device(c10::DeviceType::CPU));
+  }
+  release(route);
+  drain();
+}
+
 Route* current() {
   Route* route = this_thread;
   return route != nullptr ? route : every_thread.load(std::memory_order_acquire);
@@ -247,6 +283,13 @@ c10::DataPtr route_allocate(size_t nbytes) {
     if (served != nullptr) {
       PyGILState_Release(gil);
       return c10::DataPtr(served, served, &free_block, c10::Device(c10::DeviceType::CPU));
+    }
+  }
+  if (route->pool != nullptr) {
+    void* pooled = pool_natively(route, nbytes);
+    if (pooled != nullptr) {
+      PyGILState_Release(gil);
+      return c10::DataPtr(pooled, pooled, &free_block, c10::Device(c10::DeviceType::CPU));
     }
   }
   PyObject *saved_type, *saved_value, *saved_trace;
@@ -331,7 +374,12 @@ bool route_free(void* data) {
   }
   if (interpreter_gone()) return true;  // leaked: the resource's interpreter is going
   PyGILState_STATE gil = PyGILState_Ensure();
-  if (block.served != nullptr) {  // its range goes back here, with no Python call
+  if (block.pooled) {  // back to its native pool, with no Python call
+    PyObject *saved_type, *saved_value, *saved_trace;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
+    free_pooled(block.route, block, data);
+    PyErr_Restore(saved_type, saved_value, saved_trace);
+  } else if (block.served != nullptr) {  // its range goes back here, with no Python call
     PyObject *saved_type, *saved_value, *saved_trace;
     PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
     free_served(block.route, block, data);
@@ -422,6 +470,18 @@ PyObject* reset_route_peaks(PyObject*, PyObject* capsule) {
 }
 
 }  // namespace
+
+bool route_attach_pool(PyObject* capsule, NativePool* pool) {
+  Route* route = route_of(capsule);
+  if (route == nullptr) return false;
+  if (route->pool != nullptr) {
+    PyErr_SetString(PyExc_ValueError, "this route has a native pool already");
+    return false;
+  }
+  native_pool_hold(pool);
+  route->pool = pool;
+  return true;
+}
 
 bool route_attach_serving(PyObject* capsule, Serving* serving) {
   Route* route = route_of(capsule);

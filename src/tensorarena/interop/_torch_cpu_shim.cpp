@@ -125,9 +125,11 @@ c10::DataPtr forward(size_t nbytes) {
 void lock_before_fork() {
   outstanding_lock.lock();
   routes_before_fork();
+  native_pools_before_fork();
 }
 
 void unlock_after_fork() {
+  native_pools_after_fork();
   routes_after_fork();
   outstanding_lock.unlock();
 }
@@ -393,7 +395,8 @@ PyMODINIT_FUNC PyInit_tensorarena_torch_cpu_shim() {
   PyObject* created = PyModule_Create(&module);
   if (created == nullptr) return nullptr;
   if (PyModule_AddFunctions(created, route_methods) != 0 ||
-      PyModule_AddFunctions(created, serving_methods) != 0) {
+      PyModule_AddFunctions(created, serving_methods) != 0 ||
+      PyModule_AddFunctions(created, native_pool_methods) != 0) {
     Py_DECREF(created);
     return nullptr;
   }

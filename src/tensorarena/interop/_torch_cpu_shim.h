@@ -3,8 +3,10 @@
 // _torch_cpu_shim.cpp: the at::Allocator itself, installing it, the deleter of its own blocks,
 // and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp: routing
 // every allocation to a Python resource while a route is set (tensorarena.torch.use).
-// _torch_cpu_serving.cpp: a route's learned plans served with no Python call. One extension
-// module serves all three, so a program pays one compile and one allocator swap.
+// _torch_cpu_serving.cpp: a route's learned plans served with no Python call, the step's log kept
+// in C++ (_torch_cpu_step_log.cpp, _torch_cpu_step_log.h).
+// _torch_cpu_native_pool.cpp: a pool kept in C++, whose blocks a route takes with no Python call.
+// One extension module serves them all, so a program pays one compile and one allocator swap.
 #pragma once
 
 #include <Python.h>
@@ -57,5 +59,23 @@ PyObject* serving_sync_callable(Serving* serving);
 void serving_hold(Serving* serving);
 void serving_release(Serving* serving);
 extern PyMethodDef serving_methods[];
+
+// --- a native pool's blocks with no Python call (_torch_cpu_native_pool.cpp; thread-safe) ---
+
+struct NativePool;  // one arena's bookkeeping (tensorarena.torch.NativePool)
+
+// Give the route of a route capsule a native pool to take blocks from first (it takes a
+// reference); false with an error set.
+bool route_attach_pool(PyObject* route_capsule, NativePool* pool);
+// A block of nbytes (> 0) aligned to alignment, or nullptr where the arena has no room.
+void* native_pool_take(NativePool* pool, size_t nbytes, uint64_t alignment);
+// Give back a block native_pool_take gave (any thread, with or without the GIL).
+void native_pool_give(NativePool* pool, void* data);
+void native_pool_hold(NativePool* pool);
+void native_pool_release(NativePool* pool);
+// Lock / unlock every native pool around fork (pthread_atfork).
+void native_pools_before_fork();
+void native_pools_after_fork();
+extern PyMethodDef native_pool_methods[];
 
 }  // namespace tensorarena_shim

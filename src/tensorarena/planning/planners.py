@@ -16,7 +16,9 @@ run every parameter through the validator):
                           then the exact search within its node budget, seeded with the best
                           plan, unless the problem is too large for the search to start within
                           the limit (then the heuristics' plan stands, and
-                          ``statistics.exact_skipped`` says so). On a decision problem the
+                          ``statistics.exact_skipped`` says so); a plan still above the bound
+                          then gets the peak stack (:mod:`~.peak_stack`) on what is left of the
+                          work budget. On a decision problem the
                           exact search comes straight after the portfolio (the sweep only
                           if it is skipped or fails): ``auto`` then answers what ``exact``
                           answers with the same budget
@@ -64,6 +66,7 @@ from tensorarena.planning.options import (
     check_progress,
     check_time_limit,
 )
+from tensorarena.planning.peak_stack import PEAK_STACK_WORK, peak_stack
 from tensorarena.planning.problem import (
     Plan,
     PlanStatistics,
@@ -249,6 +252,20 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
         best = _long_lived_first(problem, options, time_limit=left(), initial=best)
         report.update("long_lived_first", height=best.height, bound=bound)
 
+    def stack_the_peak() -> None:
+        # Holes at a one-tick peak left by buffers that die just before it (S_1: 1.0040 -> the
+        # bound): rebuild with the peak's buffers stacked first, on what the search left of the
+        # work budget (the search, where it runs, comes first: it can prove a plan optimal).
+        nonlocal best, work
+        budget = PEAK_STACK_WORK if options.work_limit is None else min(
+            PEAK_STACK_WORK, options.work_limit - work)
+        stacked = peak_stack(problem, best, alignment=options.alignment, time_limit=left(),
+                             work_limit=max(0, budget))
+        work += stacked.work
+        if stacked.order:
+            best = stacked.plan
+            report.update("peak_stack", height=best.height, bound=bound)
+
     # A decision problem goes to the exact search at once; the sweep lowers plans, which only
     # a minimisation (or a decision the search cannot take up) needs.
     if not options.decision and not done() and left() > 0:
@@ -284,6 +301,8 @@ def _search(problem: Problem, options: PlanOptions, *, name: str, guard: bool) -
             infeasible = found is None and result.bound > question
             if not options.minimize or done() or left() <= 0 or best.height > question:
                 break
+    if not options.decision and not done() and left() > 0:
+        stack_the_peak()
     if options.decision and not done() and not infeasible and left() > 0:
         sweep()
     optimal = best.optimal or best.height <= bound

@@ -17,9 +17,16 @@ uninstalled while its tensors live keeps its resource alive until the last of th
 
 **CPU** (``device="cpu"``): torch's CPU allocator shim (:mod:`tensorarena.interop.torch_cpu_shim`,
 compiled on first use) calls ``resource.allocate(nbytes, 64)`` once per allocation (64: torch's
-CPU alignment), under the GIL: one Python call per allocation, a few microseconds
-(``tensorarena bench torch-use`` measures it), so this route suits programs whose tensors are
-not tiny and many. Zero-byte allocations stay torch's (they hold no memory). ``threads="all"``
+CPU alignment), under the GIL: one Python call per allocation, a few microseconds for a
+:class:`~tensorarena.memory.Pool` (``tensorarena bench torch-use`` measures it). Two resources
+are served with no Python call: a :class:`~tensorarena.torch.NativePool` (one arena whose
+bookkeeping lives in C++: the route takes each block there and frees it there, at a fraction of a
+Python call's cost (``bench torch-use``); an allocation its arena has no room for is the one
+Python call, to its ``allocate``, which its ``fallback`` serves or refuses) and learned plans
+(:func:`tensorarena.torch.learned`, a step that repeats its plan). Where the shim cannot be
+built, no CPU route can be installed (:class:`~tensorarena.errors.ShimUnavailableError`); a
+``NativePool`` then keeps its books in Python and still serves as a resource. Zero-byte
+allocations stay torch's (they hold no memory). ``threads="all"``
 serves every thread (torch's intra-op workers and autograd's too), ``threads="calling"`` only the
 thread that installed it. Under ``"all"`` the resource is called from several threads (one at a
 time for the GIL, but its Python code may be interleaved), so it must be thread-safe, as a
@@ -67,6 +74,7 @@ from tensorarena.memory.resource import MemoryResource, check_resource
 from tensorarena.memory_kind import memory_kind_of
 from tensorarena.sizes import format_size
 from tensorarena.stats import Count
+from tensorarena.torch.native_pool import NativePool
 from tensorarena.torch.statistics import RouteStatistics
 
 __all__ = ["Route", "Threads", "use"]
@@ -240,6 +248,8 @@ class Route:
         if self._capsule is None:
             resource = self.resource
             self._capsule = shim.new_route(resource.allocate, resource.deallocate, CPU_ALIGNMENT)
+            if isinstance(resource, NativePool):  # its blocks taken in C++, no Python call
+                resource.attach_route(shim, self._capsule)
         if not _exit_hooked:
             atexit.register(shim.shutdown)  # frees during shutdown must not call into Python
             _exit_hooked = True

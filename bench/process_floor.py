@@ -1,0 +1,174 @@
+"""What a planned call's process memory is made of, beside eager's: the floor no plan can go under.
+
+Issue 22 asks for a planned call's process peak at <= 0.8x eager's where the two live peaks tie
+(the plan's arena at its bound, which is eager's live peak). This script measures, in one fresh
+process per execution (``eager``, ``planned``) as ``tensorarena bench exec`` does (libraries
+warmed on a tiny model first, then the full-size model and its inputs, then the baseline), the
+resident memory above the baseline at each stage (built, after each call, after ``del`` and
+``tensorarena.empty_cache()``) and what it is made of:
+
+* ``anon``/``file``: anonymous and file-backed resident pages (``RssAnon``, ``RssFile``): file
+  pages are the code the kernels run (GEMM, oneDNN) paged in at the first call;
+* ``heap``/``in use``/``mmap``: glibc's ``mallinfo2``: the main heap's size, the bytes in use in
+  it, and the blocks glibc mapped by ``mmap`` (large ``malloc`` blocks that stay: the kernels'
+  own caches and scratch);
+* ``peak``: the most resident during each call (``VmHWM`` reset before it); the last call's is
+  the steady one (``tensorarena bench exec`` measures calls after a planning call and a warm-up).
+
+The last lines put the two side by side: the planned call's peak over eager's, and the *floor*:
+the planned arena plus what eager's own call keeps resident for the kernels (its glibc ``mmap``
+blocks and code pages, which the same kernels keep in the planned process too), over eager's peak.
+A floor above 0.8 says the target cannot be met by any plan on this model and machine.
+
+    .venv/bin/python bench/process_floor.py [--model gpt2] [--batch 1] [--seq 128] [--calls 3]
+
+Linux with glibc only (``/proc/self/status``, ``mallinfo2``); elsewhere it says so and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import platform
+import subprocess
+import sys
+from typing import Any
+
+MIB = 1 << 20
+FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+          "fordblks", "keepcost")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in FIELDS]
+
+
+def _status() -> dict[str, int]:
+    values = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                values[key] = int(rest.split()[0]) * 1024
+    return values
+
+
+def _sample(libc: Any) -> dict[str, int]:
+    gc.collect()
+    info = libc.mallinfo2()
+    return {**_status(), "heap": info.arena, "in_use": info.uordblks, "mmap": info.hblkhd}
+
+
+def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -> dict[str, Any]:
+    """One execution's stages, in this process (the child's side)."""
+    import torch
+
+    import tensorarena
+    from tensorarena.bench import process_memory
+    from tensorarena.bench.exec_executions import build_execution, warm_libraries
+    from tensorarena.planning.models import build_model
+
+    torch.set_num_threads(1)
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    warm_libraries(execution, training=False)
+    model, (args, kwargs) = build_model(model_name, size="base", batch=batch, seq=seq)
+    model.eval()
+    stages: list[dict[str, Any]] = [{"stage": "baseline", **_sample(libc)}]
+    built = build_execution(execution, model, tuple(args), dict(kwargs), training=False)
+    stages.append({"stage": "built", **_sample(libc)})
+    for k in range(calls):
+        process_memory.reset_peak()
+        out = built.call()
+        peak = process_memory.peak_rss() or 0
+        del out
+        built.drop()
+        stages.append({"stage": f"call {k + 1}", **_sample(libc), "peak": peak})
+    arena = built.arena_bytes
+    del built
+    gc.collect()
+    tensorarena.empty_cache()
+    stages.append({"stage": "del + empty_cache", **_sample(libc)})
+    return {"execution": execution, "arena": arena, "stages": stages}
+
+
+def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", execution, "--model", options.model,
+               "--batch", str(options.batch), "--seq", str(options.seq),
+               "--calls", str(options.calls)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{execution} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _print(result: dict[str, Any]) -> None:
+    stages = result["stages"]
+    base = stages[0]
+    print(f"\n{result['execution']} (arena {result['arena'] / MIB:.1f} MiB), MiB above the "
+          "baseline:")
+    print(f"  {'stage':18s} {'rss':>6s} {'peak':>6s} {'anon':>6s} {'file':>6s} {'heap':>6s} "
+          f"{'in use':>6s} {'mmap':>6s}")
+    for row in stages:
+        peak = f"{(row['peak'] - base['VmRSS']) / MIB:6.1f}" if "peak" in row else " " * 6
+        cells = [(row[key] - base[key]) / MIB for key in
+                 ("VmRSS", "RssAnon", "RssFile", "heap", "in_use", "mmap")]
+        print(f"  {row['stage']:18s} {cells[0]:6.1f} {peak} " +
+              " ".join(f"{c:6.1f}" for c in cells[1:]))
+
+
+def _peak(result: dict[str, Any], *, first: bool = False) -> int:
+    """The peak of the first call (which plans what was left) or of the last (steady)."""
+    base = result["stages"][0]["VmRSS"]
+    calls = [row["peak"] for row in result["stages"] if "peak" in row]
+    return (calls[0] if first else calls[-1]) - base
+
+
+def _kept_by_kernels(result: dict[str, Any]) -> int:
+    """What eager's last call left resident for the kernels: glibc mmap blocks and code pages."""
+    base, last = result["stages"][0], result["stages"][-2]
+    return (last["mmap"] - base["mmap"]) + (last["RssFile"] - base["RssFile"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="gpt2")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        print(json.dumps(measure(options.child, options.model, options.batch, options.seq,
+                                 options.calls)))
+        return 0
+    if not (sys.platform == "linux" and platform.libc_ver()[0] == "glibc"):
+        print("skipped: this script reads /proc/self/status and glibc's mallinfo2 (Linux, glibc)")
+        return 0
+    print(f"{options.model} {options.batch}x{options.seq} (base size), one thread, "
+          f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    eager = _in_child("eager", options)
+    planned = _in_child("planned", options)
+    for result in (eager, planned):
+        _print(result)
+    eager_peak, planned_peak = _peak(eager), _peak(planned)
+    floor = planned["arena"] + _kept_by_kernels(eager)
+    print(f"\npeak during the last call: eager {eager_peak / MIB:.1f} MiB, planned "
+          f"{planned_peak / MIB:.1f} MiB: planned/eager {planned_peak / eager_peak:.2f} "
+          f"(first calls: {_peak(eager, first=True) / MIB:.1f}, "
+          f"{_peak(planned, first=True) / MIB:.1f} MiB)")
+    print(f"floor = planned arena {planned['arena'] / MIB:.1f} MiB + what eager's kernels keep "
+          f"resident {_kept_by_kernels(eager) / MIB:.1f} MiB = {floor / MIB:.1f} MiB: "
+          f"floor/eager {floor / eager_peak:.2f}")
+    after = [result["stages"][-1]["VmRSS"] - result["stages"][0]["VmRSS"]
+             for result in (eager, planned)]
+    print(f"after del + empty_cache: eager {after[0] / MIB:.1f} MiB, planned "
+          f"{after[1] / MIB:.1f} MiB (planned - eager {(after[1] - after[0]) / MIB:+.1f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
