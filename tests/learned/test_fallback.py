@@ -131,6 +131,25 @@ def test_closed_it_takes_nothing_new_and_gives_back_arenas_as_they_empty() -> No
     assert _held(meter) == 0
 
 
+def test_trim_gives_back_each_arena_emptied_since_the_last_trim_and_skips_when_none_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fallback, meter = _fallback()
+    first = fallback.allocate(100, 64)
+    kept = fallback.allocate(2000, 64)
+    fallback.deallocate(first, 100)
+    assert fallback.trim() > 0 and _held(meter) > 0  # the tiny arena went; the small stays
+    trims: list[object] = []
+    for _, pool in fallback._classes:
+        monkeypatch.setattr(pool, "trim", lambda p=pool: trims.append(p) or 0)
+    assert fallback.trim() == 0 and not trims  # no small block came or went: nothing to do
+    large = fallback.allocate(FALLBACK_THRESHOLD, 64)
+    fallback.deallocate(large, FALLBACK_THRESHOLD)  # regions go back at once: still nothing
+    assert fallback.trim() == 0 and not trims
+    monkeypatch.undo()
+    fallback.deallocate(kept, 2000)
+    assert fallback.trim() > 0 and _held(meter) == 0
+
+
 @pytest.mark.parametrize("option", ["threshold", "chunk", "granularity"])
 @pytest.mark.parametrize("value", [0, -1, 1.5, "8KiB"])
 def test_a_bad_option_is_refused(option: str, value: object) -> None:

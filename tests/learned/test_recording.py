@@ -23,7 +23,8 @@ def test_a_recorders_signature_is_its_finished_recordings() -> None:
     first = recorder.allocated(64, 16)
     recorder.allocated(128, 16)  # outlives the step
     recorder.freed(first)  # freed on the last tick so far
-    recorder.book([256, 64], 16, [3, 4], [3, 5], 6)  # booked: number 3 freed at tick 5
+    recorder.allocated(256, 16)
+    recorder.freed(recorder.allocated(64, 16))
     expected = ((64, 128, 256, 64), (1, 2))
     assert recorder.signature() == recorder.finish().signature() == expected
     last = recorder.allocated(32, 16)
@@ -86,3 +87,17 @@ def test_a_step_that_keeps_a_block_twice_is_relearned(monkeypatch: pytest.Monkey
     for address in addresses:
         b.free(address)
     b.check()
+
+
+def test_a_free_after_the_step_ended_is_not_logged() -> None:
+    # While the marker is at work (a collection frees a block there), the step has ended: the
+    # block outlived it, in its recording as in its signature.
+    recorder = Recorder()
+    kept = recorder.allocated(64, 16)
+    recorder.freed(recorder.allocated(128, 16))
+    recorder.end(learned=True)
+    step = FinishedStep(recorder)
+    clock = recorder.clock
+    recorder.freed(kept)
+    assert recorder.clock == clock
+    assert step.signature == step.recording().signature() == ((64, 128), (0,))

@@ -67,9 +67,11 @@ def test_a_repeating_step_is_served_with_no_python_call_per_allocation(shim: Any
             per_step.append(calls[0] - before)
         report = steps.report()
     key, made = 4, report.allocations // 6  # the plans' key_length; allocations per step
-    # Step 0 is recorded, every later one serves its key from Python and the rest natively.
-    assert per_step == [made] + [key] * 5
-    assert steps.native_served == 5 * (made - key)
+    # Step 0 is recorded; step 1 (its plan's first) chooses the plan in Python by its key and
+    # is served natively past it; from step 2 on, the plan is the one served before and the
+    # server serves the whole step, its key included.
+    assert per_step == [made, key, 0, 0, 0, 0]
+    assert steps.native_served == (made - key) + 4 * made
     assert report.served == 5 * made and report.fell_back == made
 
 
@@ -304,4 +306,58 @@ def test_a_free_while_the_plans_run_is_booked_before_the_server_goes_on(shim: An
     assert unbooked == inside and after == inside - 1
     expected = free_while_the_plans_run(False)
     assert (recording, inside, after, report) == (expected[0], expected[1], *expected[3:])
+    assert routed_blocks() == 0
+
+
+def test_a_step_begun_natively_that_leaves_its_plan_in_the_key_is_booked_the_same(
+        shim: Any) -> None:
+    # Two patterns whose keys share their first size, alternating, then one repeating, with a
+    # tensor kept now and then: the server serves a step's first allocation from the plan
+    # served last, the other pattern's; the plans then choose as they would have (the step's
+    # own plan, from its second allocation on). Native or not: the same report, the same bytes.
+    other = (SIZES[0], 2048, *SIZES[2:])
+    results = []
+    for native in (True, False):
+        with learned(ta.Counting(ta.HostMemory()), native=native) as steps:
+            kept: list[Any] = []
+            for number in range(14):
+                sizes = other if number % 2 and number < 9 else SIZES
+                with steps.step():
+                    run_step(number, sizes, kept if number in (5, 11) else None, index=1)
+                steps.plans._check_invariants()
+            results.append((steps.report(), steps.statistics(),
+                            [float(t[0]) for t in kept], steps.native_served))
+            # never overwritten since its step
+            assert all(torch.all(t == v) for t, v in zip(kept, results[-1][2], strict=True))
+            kept.clear()
+    (report, stats, values, served), expected = results[0], results[1]
+    assert (report, stats, values) == expected[:3]
+    made = report.allocations // 14
+    assert report.plans_learned == 2 and report.served == 14 * made - report.fell_back
+    assert served > 5 * made  # the repeating steps, keys included
+    assert routed_blocks() == 0
+
+
+def test_a_free_while_the_marker_is_at_work_is_booked_the_same(shim: Any) -> None:
+    # A tensor of the step dies while the marker compares the step with its plan (a collection
+    # there): logged in the step that ended, as the plans log their own blocks' frees then.
+    results = []
+    for native in (True, False):
+        with learned(ta.Counting(ta.HostMemory()), native=native) as steps:
+            held: list[Any] = []
+            learn_again = steps.plans._plans.learn_again
+
+            def dropping(*args: Any, held: list[Any] = held,
+                         learn_again: Callable[..., None] = learn_again) -> None:
+                held.clear()
+                learn_again(*args)
+
+            steps.plans._plans.learn_again = dropping  # type: ignore[method-assign]
+            for number in range(8):
+                with steps.step():
+                    run_step(number, keep=held if number in (3, 4) else None)
+                steps.plans._check_invariants()
+            results.append((steps.report(), steps.statistics()))
+            assert native == (steps.native_served > 0) and not held
+    assert results[0] == results[1]
     assert routed_blocks() == 0

@@ -12,40 +12,53 @@
 // side's Occupancy calls occupancy_* while a server exists) are the one truth that the
 // never-alias rule is checked against, as LearnedPlans checks it.
 //
-// What happened here is booked by the Python side the next time it runs (serving_pause returns
-// it), so that its counts, recording and report stay what they would have been. To make that
-// cheap, the server keeps the step's recording itself while the Python side is away: leaving,
-// the Python side tells it where the step stands (serving_leave: its serial, the recording's
-// length and clock), and the server numbers and times each allocation it serves and each free
-// of its blocks as the Python Recorder would (a free of the last step's block is *carried*).
-// Booking is then a few list operations, and only the server's blocks still live at a pause
-// get a Python record. A free that comes while the Python side runs (a collection, another
-// thread) is only logged (its block has a Python record by then) and booked by the Python side
-// itself. A free of a block whose table was retired (the plan was replaced or the plans closed)
-// asks the Python side to book it at once (the sync callable): an arena goes back with its last
-// block.
+// The step's log is shared: the Python side's recorder is a StepLog here
+// (_torch_cpu_step_log.h, tensorarena.learned.native_recorder), told to the server as each step
+// begins (serving_log), so the server logs each allocation it serves and each free of its
+// blocks where it happens, as the recorder would (a free of the last step's block, once that
+// step ended and was learned from, is *carried* into the step in progress). What else happened
+// here is booked by the Python side the next time it runs (serving_pause returns a digest:
+// counts, the live bytes' change and peak, the carried frees, the blocks it must know of), so
+// its counts and report stay what they would have been; only the server's blocks still live
+// at a pause get a Python record. A free that comes while the Python side runs (a collection,
+// another thread) is logged as any other and only its bookkeeping is left to the Python side
+// (raw). A free of a block whose table was retired (the plan was replaced or the plans closed)
+// asks the Python side to book it at once (the sync callable): an arena goes back with its
+// last block.
 // Everything here runs under the GIL: the route's allocate and free take it, and so does every
 // call from Python. Tables are counted: the server holds one reference while the table is
 // registered, each live block one, so a block of a replaced table is freed into the table it
-// came from.
+// came from. The server holds the step's log and the last step's; a block names its log by id.
 #include "_torch_cpu_shim.h"
+#include "_torch_cpu_step_log.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tensorarena_shim {
+
+// A live range of an arena: [lo, hi), lo its key; served: a block the server gave (the
+// rest of the fields then describe it), else one the Python side took.
+struct LiveRange {
+  uint64_t hi;
+  bool served = false;
+  bool booked = false;     // the Python side has a record of it
+  uint64_t log = 0;  // its step's log's id (not a reference: a kept block pins no log)
+  uint64_t slot = 0, nbytes = 0, number = 0;
+};
 
 struct ServingTable {
   long refs = 1;
   uint64_t id = 0;
   uintptr_t base = 0;
   std::vector<uint64_t> sizes;
-  std::vector<uint64_t> offsets;     // kNoSlot: the allocation outlived its recording
-  std::map<uint64_t, uint64_t> live;  // [lo, hi) of the arena's live blocks, by lo
+  std::vector<uint64_t> offsets;      // kNoSlot: the allocation outlived its recording
+  std::map<uint64_t, LiveRange> live;  // the arena's live blocks, by lo
   bool retired = false;
 
   bool is_free(uint64_t lo, uint64_t hi) const {
@@ -53,14 +66,8 @@ struct ServingTable {
     auto after = live.lower_bound(hi);  // the first range starting at or after hi
     if (after == live.begin()) return true;
     --after;
-    return after->second <= lo;
+    return after->second.hi <= lo;
   }
-};
-
-struct ServedBlock {
-  ServingTable* table;
-  uint64_t slot, nbytes, serial, number;
-  bool booked;  // the Python side has a record of it
 };
 
 struct Serving {
@@ -70,24 +77,24 @@ struct Serving {
   ServingTable* armed = nullptr;
   uint64_t position = 0;
   bool closed = false;
-  std::unordered_map<uintptr_t, ServedBlock> blocks;  // live blocks served here
   uint64_t served = 0, freed = 0;  // here, ever
-  // Where the Python side's step stands, while it is away (valid): set by serving_leave.
+  // The step in progress's log and the one before (counted; nullptr: none yet).
+  StepLog* log = nullptr;
+  StepLog* previous = nullptr;
+  // While valid (left by the Python side, not paused since): served here, the table and slot
+  // of the last of them, live bytes and blocks (change, and highest change), bytes served.
   bool valid = false;
-  uint64_t serial = 0, length = 0, clock = 0;
-  bool previous = false;  // the last step was learned from: its blocks' frees are carried
-  // Since the last pause, while valid: allocations (nbytes, tick; the table and slot of the
-  // last in made_table, made_slot), ends (number, tick), booked blocks freed (address), carried
-  // (number) and the cut after the last of them, live bytes and blocks (change, and highest
-  // change), bytes served.
-  std::vector<uint64_t> made, ends, dropped, carried;
-  uint64_t made_table = 0, made_slot = 0;
-  uint64_t cut = 0;
-  bool cut_set = false;
+  uint64_t made = 0, made_table = 0, made_slot = 0;
   int64_t live = 0, live_peak = 0, count = 0, count_peak = 0;
   uint64_t total = 0;
-  // While not valid: booked blocks freed (address), for the Python side to book itself.
-  std::vector<uint64_t> raw;
+  // Since the last pause: booked blocks freed while valid (address), carried frees (number)
+  // and the cut after the last of them (the step's length then), and booked blocks freed while
+  // not valid (address), for the Python side to book.
+  std::vector<uint64_t> dropped, carried, raw;
+  // Blocks served since the last pause (table, offset; those still live are unbooked).
+  std::vector<std::pair<ServingTable*, uint64_t>> fresh;
+  uint64_t cut = 0;
+  bool cut_set = false;
 };
 
 namespace {
@@ -151,6 +158,8 @@ void serving_hold(Serving* serving) { serving->refs++; }
 void serving_release(Serving* serving) {  // under the GIL
   if (--serving->refs != 0) return;
   for (auto& entry : serving->tables) unref_table(entry.second);
+  step_log_release(serving->log);
+  step_log_release(serving->previous);
   Py_XDECREF(serving->sync);
   delete serving;
 }
@@ -164,20 +173,20 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   if (offset == kNoSlot || table->base == 0) return nullptr;
   uintptr_t address = table->base + static_cast<uintptr_t>(offset);
   if (address % alignment != 0 || !table->is_free(offset, offset + nbytes)) return nullptr;
-  if (!serving->valid) return nullptr;  // (armed implies valid: a pause clears both)
-  if (!serving->blocks.emplace(address, ServedBlock{table, position, nbytes, serving->serial,
-                                                    serving->length, false}).second) {
-    return nullptr;  // a live block of the server's has that address: the Python call decides
-  }
-  table->live.emplace(offset, offset + std::max<uint64_t>(nbytes, 1));
+  StepLog* log = serving->log;
+  // (armed implies valid and a log: a pause clears both, and a log ends under the Python side)
+  if (!serving->valid || log == nullptr || log->ended) return nullptr;
+  LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log->id, position, nbytes,
+                  log->sizes.size()};
+  table->live.emplace(offset, range);  // (free: no range starts there)
+  log->allocated(nbytes, alignment);
+  serving->fresh.emplace_back(table, offset);
   table->refs++;
   serving->position = position + 1;
   serving->served++;
-  serving->made.insert(serving->made.end(), {static_cast<uint64_t>(nbytes), serving->clock});
+  serving->made++;
   serving->made_table = table->id;
   serving->made_slot = position;
-  serving->length++;
-  serving->clock++;
   serving->total += nbytes;
   serving->live += static_cast<int64_t>(nbytes);
   serving->live_peak = std::max(serving->live_peak, serving->live);
@@ -188,43 +197,57 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
 }
 
 void serving_untake(Serving* serving, ServingTable* table, void* data) {
-  auto found = serving->blocks.find(reinterpret_cast<uintptr_t>(data));
+  auto found = table->live.find(reinterpret_cast<uintptr_t>(data) - table->base);
   uint64_t nbytes = found->second.nbytes;
-  serving->blocks.erase(found);
-  table->live.erase(reinterpret_cast<uintptr_t>(data) - table->base);
+  table->live.erase(found);
+  serving->fresh.pop_back();
+  serving->log->unallocate();  // (the log serving_take just logged into)
   serving->position--;
   serving->served--;
-  serving->made.resize(serving->made.size() - 2);
+  serving->made--;
   serving->made_slot--;  // (made_table stays: a pause's allocations all come from one table)
-  serving->length--;
-  serving->clock--;
   serving->total -= nbytes;
   serving->live -= static_cast<int64_t>(nbytes);
   serving->count--;
   unref_table(table);
 }
 
+namespace {
+
+// Log the free of a block of the server's, as the Python side's recorder would: in its own
+// step's log while that step runs (not once it ended: a free while the marker is at work is
+// after the step, which outlived it), or carried into the step in progress if it is the last
+// step's and that one was learned from.
+void log_free(Serving* serving, const LiveRange& block) {
+  StepLog* now = serving->log;
+  if (now == nullptr) return;
+  StepLog* previous = serving->previous;
+  if (block.log == now->id) {
+    if (!now->ended) now->freed(block.number);
+  } else if (!now->ended && previous != nullptr && block.log == previous->id &&
+             previous->learned) {
+    serving->carried.push_back(block.number);
+    serving->cut = now->sizes.size();
+    serving->cut_set = true;
+  }
+}
+
+}  // namespace
+
 bool serving_free(Serving* serving, ServingTable* table, void* data) {
   uintptr_t address = reinterpret_cast<uintptr_t>(data);
-  table->live.erase(address - table->base);
   serving->freed++;
-  auto found = serving->blocks.find(address);
-  if (found != serving->blocks.end()) {
-    ServedBlock block = found->second;
-    serving->blocks.erase(found);
+  auto found = table->live.find(address - table->base);
+  if (found != table->live.end() && found->second.served) {
+    LiveRange block = found->second;
+    table->live.erase(found);
+    log_free(serving, block);
     if (!serving->valid) {
       serving->raw.push_back(address);  // booked (every live block is at a pause)
     } else {
       if (block.booked) serving->dropped.push_back(address);
       serving->live -= static_cast<int64_t>(block.nbytes);
       serving->count--;
-      if (block.serial == serving->serial) {
-        serving->ends.insert(serving->ends.end(), {block.number, serving->clock++});
-      } else if (block.serial + 1 == serving->serial && serving->previous) {
-        serving->carried.push_back(block.number);
-        serving->cut = serving->length;
-        serving->cut_set = true;
-      }
     }
   }
   bool tell = table->retired || serving->closed;
@@ -313,17 +336,32 @@ PyObject* serving_drop(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// serving_leave(server, serial, previous, length, clock, id, position) -> bool: the Python side
-// leaves with its step there; serve table id (0: none) from position on until the next pause.
-// False (nothing changed) while frees it has not booked are logged: book them, then leave.
+// serving_log(server, log): the step that begins logs into log (a step_log_new capsule); the
+// one before it becomes the last step (whose blocks' frees carry, if it ended learned from).
+PyObject* serving_log(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  Serving* serving;
+  if (!parse(args, nargs, 2, &serving, nullptr)) return nullptr;
+  StepLog* log = step_log_of(args[1]);
+  if (log == nullptr) return nullptr;
+  if (log == serving->log) Py_RETURN_NONE;
+  step_log_hold(log);
+  step_log_release(serving->previous);
+  serving->previous = serving->log;
+  serving->log = log;
+  Py_RETURN_NONE;
+}
+
+// serving_leave(server, id, position) -> bool: the Python side leaves; serve table id (0: none)
+// from position on until the next pause. False (nothing changed) while frees it has not booked
+// are logged: book them, then leave.
 PyObject* serving_leave(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Serving* serving;
-  if (!parse(args, nargs, 7, &serving, nullptr)) return nullptr;
-  uint64_t values[6];
-  if (!unsigned_args(args, 1, 7, values)) return nullptr;
+  if (!parse(args, nargs, 3, &serving, nullptr)) return nullptr;
+  uint64_t values[2];
+  if (!unsigned_args(args, 1, 3, values)) return nullptr;
   ServingTable* table = nullptr;
-  if (values[4] != 0) {
-    table = table_of(serving, args[5]);
+  if (values[0] != 0) {
+    table = table_of(serving, args[1]);
     if (table == nullptr) return nullptr;
     if (table->retired || serving->closed) {
       PyErr_SetString(PyExc_ValueError, "cannot arm a retired table or a closed server");
@@ -331,12 +369,8 @@ PyObject* serving_leave(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
   }
   if (!serving->raw.empty()) Py_RETURN_FALSE;
-  serving->serial = values[0];
-  serving->previous = values[1] != 0;
-  serving->length = values[2];
-  serving->clock = values[3];
-  serving->armed = table;
-  serving->position = values[5];
+  serving->armed = serving->log != nullptr && !serving->log->ended ? table : nullptr;
+  serving->position = values[1];
   serving->valid = true;
   Py_RETURN_TRUE;
 }
@@ -355,42 +389,53 @@ PyObject* list_of(const std::vector<uint64_t>& words) {
   return list;
 }
 
-// serving_pause(server) -> None if nothing happened, else (made, table and slot of the last
-// made, ends, dropped, carried, cut
-// or -1, clock, live change, highest, blocks change, highest, bytes served, unbooked, raw): what
-// happened since the last pause; unbooked: the live blocks with no Python record (address,
-// table, slot, nbytes, number; now booked). Stops serving until the next leave.
+// serving_pause(server) -> None if there is nothing to book, else (served, table and slot of
+// the last served, dropped, carried, cut or -1, live change, highest, blocks change, highest,
+// bytes served, unbooked, raw): what happened since the last pause that the Python side books
+// (what it logged is in the step's log already); unbooked: the live blocks with no Python
+// record (address, table, slot, nbytes, number; booked from now on). Stops serving until the
+// next leave. On an error (no memory), nothing changed.
 PyObject* serving_pause(PyObject*, PyObject* capsule) {
   Serving* serving = serving_of(capsule);
   if (serving == nullptr) return nullptr;
   serving->armed = nullptr;
   serving->valid = false;
   std::vector<uint64_t> unbooked;
-  for (auto& entry : serving->blocks) {
-    ServedBlock& block = entry.second;
-    if (block.booked) continue;
-    unbooked.insert(unbooked.end(), {static_cast<uint64_t>(entry.first), block.table->id,
+  std::vector<LiveRange*> listed;
+  for (const auto& [table, offset] : serving->fresh) {
+    auto found = table->live.find(offset);
+    if (found == table->live.end() || !found->second.served || found->second.booked) continue;
+    LiveRange& block = found->second;
+    block.booked = true;  // (a range twice in fresh: listed once)
+    listed.push_back(&block);
+    unbooked.insert(unbooked.end(), {static_cast<uint64_t>(table->base + offset), table->id,
                                      block.slot, block.nbytes, block.number});
   }
-  if (serving->made.empty() && serving->ends.empty() && serving->dropped.empty() &&
-      serving->carried.empty() && serving->raw.empty() && serving->live == 0 &&
-      serving->count == 0 && unbooked.empty()) {
+  if (serving->made == 0 && serving->dropped.empty() && serving->carried.empty() &&
+      serving->raw.empty() && serving->live == 0 && serving->count == 0 && unbooked.empty()) {
+    serving->fresh.clear();
     Py_RETURN_NONE;
   }
-  PyObject* result = Py_BuildValue(
-      "(NKKNNNLKLLLLKNN)", list_of(serving->made),
-      static_cast<unsigned long long>(serving->made_table),
-      static_cast<unsigned long long>(serving->made_slot), list_of(serving->ends),
-      list_of(serving->dropped), list_of(serving->carried),
-      serving->cut_set ? static_cast<long long>(serving->cut) : -1LL,
-      static_cast<unsigned long long>(serving->clock),
-      static_cast<long long>(serving->live), static_cast<long long>(serving->live_peak),
-      static_cast<long long>(serving->count), static_cast<long long>(serving->count_peak),
-      static_cast<unsigned long long>(serving->total), list_of(unbooked), list_of(serving->raw));
-  if (result == nullptr) return nullptr;
-  for (auto& entry : serving->blocks) entry.second.booked = true;
-  serving->made.clear();
-  serving->ends.clear();
+  PyObject* lists[4] = {list_of(serving->dropped), list_of(serving->carried), list_of(unbooked),
+                        list_of(serving->raw)};
+  PyObject* result = nullptr;
+  if (lists[0] != nullptr && lists[1] != nullptr && lists[2] != nullptr && lists[3] != nullptr) {
+    result = Py_BuildValue(
+        "(KKKOOLLLLLKOO)", static_cast<unsigned long long>(serving->made),
+        static_cast<unsigned long long>(serving->made_table),
+        static_cast<unsigned long long>(serving->made_slot), lists[0], lists[1],
+        serving->cut_set ? static_cast<long long>(serving->cut) : -1LL,
+        static_cast<long long>(serving->live), static_cast<long long>(serving->live_peak),
+        static_cast<long long>(serving->count), static_cast<long long>(serving->count_peak),
+        static_cast<unsigned long long>(serving->total), lists[2], lists[3]);
+  }
+  for (PyObject* list : lists) Py_XDECREF(list);  // ("O" took its own references)
+  if (result == nullptr) {  // nothing changed: the blocks listed are unbooked again
+    for (LiveRange* block : listed) block->booked = false;
+    return nullptr;
+  }
+  serving->fresh.clear();
+  serving->made = 0;
   serving->dropped.clear();
   serving->carried.clear();
   serving->raw.clear();
@@ -437,7 +482,7 @@ PyObject* occupancy_take(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_ValueError, "the range overlaps a live block");
     return nullptr;
   }
-  table->live.emplace(range[0], std::max(range[1], range[0] + 1));
+  table->live.emplace(range[0], LiveRange{std::max(range[1], range[0] + 1)});
   Py_RETURN_NONE;
 }
 
@@ -459,7 +504,7 @@ PyObject* occupancy_ranges(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (out == nullptr) return nullptr;
   for (const auto& range : table->live) {
     PyObject* item = Py_BuildValue("(KK)", static_cast<unsigned long long>(range.first),
-                                   static_cast<unsigned long long>(range.second));
+                                   static_cast<unsigned long long>(range.second.hi));
     if (item == nullptr || PyList_Append(out, item) != 0) {
       Py_XDECREF(item);
       Py_DECREF(out);
@@ -482,6 +527,7 @@ PyMethodDef serving_methods[] = {
     {"serving_table", fast(serving_table), METH_FASTCALL, "Register a plan's table."},
     {"serving_retire", fast(serving_retire), METH_FASTCALL, "Serve a table no more."},
     {"serving_drop", fast(serving_drop), METH_FASTCALL, "Forget a table."},
+    {"serving_log", fast(serving_log), METH_FASTCALL, "The log of the step that begins."},
     {"serving_leave", fast(serving_leave), METH_FASTCALL,
      "The Python side leaves: where its step stands, and what to serve."},
     {"serving_pause", serving_pause, METH_O, "Stop serving; return what happened since."},
@@ -491,6 +537,16 @@ PyMethodDef serving_methods[] = {
     {"occupancy_take", fast(occupancy_take), METH_FASTCALL, "Mark a range live."},
     {"occupancy_release", fast(occupancy_release), METH_FASTCALL, "Free the range at lo."},
     {"occupancy_ranges", fast(occupancy_ranges), METH_FASTCALL, "The live ranges."},
+    {"step_log_new", step_log_new, METH_NOARGS, "A new, empty step log."},
+    {"step_log_allocated", fast(step_log_allocated), METH_FASTCALL, "Log an allocation."},
+    {"step_log_freed", fast(step_log_freed), METH_FASTCALL, "Log a free."},
+    {"step_log_length", step_log_length, METH_O, "Allocations logged."},
+    {"step_log_clock", step_log_clock, METH_O, "The log's clock."},
+    {"step_log_end", fast(step_log_end), METH_FASTCALL, "The log's step ended."},
+    {"step_log_lists", step_log_lists, METH_O, "(sizes, alignments, starts, ends) lists."},
+    {"step_log_key", fast(step_log_key), METH_FASTCALL, "The first sizes, a tuple."},
+    {"step_log_matches", fast(step_log_matches), METH_FASTCALL, "Has this signature."},
+    {"step_log_same", fast(step_log_same), METH_FASTCALL, "Two logs have one signature."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace tensorarena_shim

@@ -3,7 +3,8 @@
 // _torch_cpu_shim.cpp: the at::Allocator itself, installing it, the deleter of its own blocks,
 // and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp: routing
 // every allocation to a Python resource while a route is set (tensorarena.torch.use).
-// _torch_cpu_serving.cpp: a route's learned plans served with no Python call.
+// _torch_cpu_serving.cpp: a route's learned plans served with no Python call, the step's log kept
+// in C++ (_torch_cpu_step_log.cpp, _torch_cpu_step_log.h).
 // _torch_cpu_native_pool.cpp: a pool kept in C++, whose blocks a route takes with no Python call.
 // One extension module serves them all, so a program pays one compile and one allocator swap.
 #pragma once

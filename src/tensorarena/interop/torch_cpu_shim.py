@@ -1,15 +1,16 @@
 """Torch's CPU allocator shim: the one compiled extension behind every CPU allocation hook.
 
 Python cannot replace torch's CPU allocator, so a small C++ extension does: an ``at::Allocator``
-(``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, ``_torch_cpu_serving.cpp`` and
-``_torch_cpu_native_pool.cpp``, sharing ``_torch_cpu_shim.h``) that forwards to the allocator it
-replaced unless asked otherwise. Two users ask, through this one module (one compile, one
-allocator swap):
+(``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, ``_torch_cpu_serving.cpp``,
+``_torch_cpu_step_log.cpp`` and ``_torch_cpu_native_pool.cpp``, sharing ``_torch_cpu_shim.h``)
+that forwards to the allocator it replaced unless asked otherwise. Two users ask, through this
+one module (one compile, one allocator swap):
 
 * :mod:`tensorarena.torch` routes a program's allocations to a memory resource while a route is
   set (``new_route``, ``set_route``, ``route_statistics``, ``routed_blocks``, ``shutdown``), and
   a route to learned plans serves their slots with no Python call
-  (:mod:`tensorarena.learned.native_serving`: ``serving_*``, ``occupancy_*``), and a route to a
+  (:mod:`tensorarena.learned.native_serving`: ``serving_*``, ``occupancy_*``; the step's log
+  there, :mod:`tensorarena.learned.native_recorder`: ``step_log_*``), and a route to a
   :class:`~tensorarena.torch.NativePool` takes its blocks in C++ (``native_pool_*``);
 * the planned executor (:mod:`tensorarena.runtime.kernel_arena`) arms it per node with a script
   of planned addresses (``install``, ``uninstall``, ``arm``, ``disarm``, ``record``,
@@ -40,8 +41,9 @@ __all__ = ["MODULE", "SOURCES", "extension", "unavailable"]
 _HERE = Path(__file__).parent
 #: The sources of the extension (the header is hashed with them), and the module they build.
 SOURCES = (_HERE / "_torch_cpu_shim.cpp", _HERE / "_torch_cpu_routes.cpp",
-           _HERE / "_torch_cpu_serving.cpp", _HERE / "_torch_cpu_native_pool.cpp")
-_HEADER = _HERE / "_torch_cpu_shim.h"
+           _HERE / "_torch_cpu_serving.cpp", _HERE / "_torch_cpu_step_log.cpp",
+           _HERE / "_torch_cpu_native_pool.cpp")
+_HEADERS = (_HERE / "_torch_cpu_shim.h", _HERE / "_torch_cpu_step_log.h")
 MODULE = "tensorarena_torch_cpu_shim"
 
 
@@ -52,7 +54,7 @@ def _cache_dir() -> Path:
 
 def _digest() -> str:
     digest = hashlib.sha256()
-    for path in (*SOURCES, _HEADER):
+    for path in (*SOURCES, *_HEADERS):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

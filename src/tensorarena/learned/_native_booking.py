@@ -4,8 +4,10 @@ A native server (the route of :func:`tensorarena.torch.learned`,
 :mod:`~tensorarena.learned.native_serving`) hands out the current plan's next slots with no
 call to the plans. It is paused while the plans run (their lock's hooks), and what it did
 meanwhile is booked first, in order: ``_book_native`` mirrors what ``allocate`` books for a
-served slot and ``deallocate`` for a freed block. The resource's module knows nothing of it
-but this mixin; the record of a live block, :class:`LiveBlock`, is shared by both.
+served slot and ``deallocate`` for a freed block, but for the step's log: the server logs into
+it itself (each step's recorder is then a log the server shares,
+:class:`~tensorarena.learned.native_recorder.NativeRecorder`). The resource's module knows
+nothing of it but this mixin; the record of a live block, :class:`LiveBlock`, is shared by both.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class NativeBooking:
     _serial: int
     _recorder: Recorder
     _cursor: StepCursor | None
+    _observed: list[int]
+    _unknown: bool
+    _lookahead: int
     _previous: FinishedStep | None
     _carried: set[int]
     _cut: int
@@ -58,49 +63,62 @@ class NativeBooking:
     _served: int
     _step_served: int
 
-    def _serve_natively(self, hook: Callable[[Any], AbstractContextManager[Any]]
-                        ) -> AbstractContextManager[Any]:
+    def _serve_natively(self, hook: Callable[[Any], AbstractContextManager[Any]],
+                        new_recorder: Callable[[], Recorder]) -> AbstractContextManager[Any]:
         """Run every call under ``hook(lock)`` (a server's hooks around this resource's
-        lock); returns it."""
+        lock) and log each step from now on with ``new_recorder()`` (a log the server shares,
+        from the next step on if this one has begun); returns the hooked lock."""
         with self._lock:
             self._lock = hooked = hook(self._lock)  # type: ignore[assignment]
+            self._new_recorder = new_recorder
+            if not len(self._recorder):
+                self._recorder = new_recorder()
         return hooked
 
-    def _native_state(self) -> tuple[int, bool, int, int, StepPlan | None, int, int, int]:
-        """Where the step stands for a native server leaving: serial, whether the last step was
-        learned from, the recording's length and clock, the plan and position it may serve
-        from (``None``: none; the step follows a plan past its key, in order, from a held
-        arena), live bytes and blocks."""
-        cursor, recorder = self._cursor, self._recorder
+    def _native_state(self) -> tuple[StepPlan | None, int, int, int]:
+        """Where the step stands for a native server leaving: the plan and position it may
+        serve from (``None``: none), live bytes and blocks.
+
+        A step that follows a plan past its key, in order, from a held arena, is served from
+        where it is. A step that has not begun is served from the most recently used plan
+        (what :meth:`PlanCache.choose` picks for each prefix of its key) if that plan has
+        served a step already from an arena it holds: choosing it again changes nothing
+        (:meth:`_choose`'s other cases are a new plan's first step or one with no arena), so
+        the server can serve the key too, and the plans take the step as chosen when they
+        book it."""
+        cursor = self._cursor
         plan: StepPlan | None = None
         position = 0
-        if (cursor is not None and not self._closed and self._finder is None
-                and len(recorder) >= self._plans.key_length):
-            position, skipped = cursor.save()
-            if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
-                plan = cursor.plan
-        return (self._serial, self._previous is not None, len(recorder), recorder.clock, plan,
-                position, self._live_bytes, len(self._blocks))
+        if self._closed or self._finder is not None:
+            pass
+        elif cursor is not None:
+            if len(self._recorder) >= self._plans.key_length:
+                position, skipped = cursor.save()
+                if not skipped and cursor.plan.base is not None and not cursor.plan.retired:
+                    plan = cursor.plan
+        elif not self._unknown and not len(self._recorder):
+            latest = self._plans.latest()
+            if latest is not None and latest.base is not None and latest.steps_served:
+                plan = latest
+        return plan, position, self._live_bytes, len(self._blocks)
 
     def _book_native(self, booked: tuple[Any, ...], plans: Mapping[int, StepPlan],
-                     alignment: int, live: int, count: int) -> None:
+                     live: int, count: int) -> None:
         """Book what a native server did since it left with ``live`` bytes in ``count``
-        blocks (``booked``: ``serving_pause``'s answer, see ``_torch_cpu_serving.cpp``)."""
-        (made, made_table, made_slot, ends, dropped, carried, cut, clock, change, highest,
+        blocks (``booked``: ``serving_pause``'s digest, see ``_torch_cpu_serving.cpp``; what
+        it logged is in the step's log already)."""
+        (served, made_table, made_slot, dropped, carried, cut, change, highest,
          blocks_change, blocks_highest, total, unbooked, raw) = booked
-        recorder, blocks, serial = self._recorder, self._blocks, self._serial
-        if made or ends:
-            recorder.book(made[0::2], alignment, made[1::2], ends, clock)
+        blocks, serial = self._blocks, self._serial
         for address in dropped:
             self._plans.freed_from(blocks.pop(address).plan)  # type: ignore[arg-type]
         if carried:
             self._carried.update(carried)
-            self._cut = cut
+            self._cut = max(self._cut, cut)
         for i in range(0, len(unbooked), 5):
             address, table, slot, nbytes, number = unbooked[i:i + 5]
             plan = plans[table]
             blocks[address] = LiveBlock(nbytes, plan, plan.offsets[slot], serial, number)
-        served = len(made) // 2
         if served or change or blocks_change:
             self._live_bytes = live + change
             self._peak_live = max(self._peak_live, live + highest)
@@ -109,15 +127,13 @@ class NativeBooking:
             self._step_served += served
             self._allocations += served
             self._total_bytes += total
-            cursor = self._cursor
-            if served and cursor is not None and cursor.plan is plans[made_table]:
+            cursor, plan = self._cursor, plans[made_table]
+            if served and cursor is None:  # the step began served: its plan chosen natively
+                self._cursor = StepCursor(plan, made_slot + 1, self._lookahead)
+                self._observed = list(plan.key[:made_slot + 1])
+            elif served and cursor is not None and cursor.plan is plan:
                 cursor.position = made_slot + 1
-        for address in raw:  # freed while this resource ran: as deallocate books a free
+        for address in raw:  # freed while this resource ran (logged by the server)
             block = blocks.pop(address)
             self._live_bytes -= block.nbytes
             self._plans.freed_from(block.plan)  # type: ignore[arg-type]
-            if block.serial == serial:
-                recorder.freed(block.number)
-            elif block.serial == serial - 1 and self._previous is not None:
-                self._carried.add(block.number)
-                self._cut = len(recorder)

@@ -78,6 +78,9 @@ class SegregatedFallback:
         # The addresses freed last, to name a second free of one (a region is unmapped at once)
         self._freed: OrderedDict[int, None] = OrderedDict()
         self._closed = False
+        # A small block came or went since the last trim: only then can an arena be empty
+        # that was not (a learned step's marker trims, and a served step touches no pool).
+        self._touched = False
 
     def allocate(self, nbytes: int, alignment: int) -> int:
         """``nbytes`` bytes aligned to ``alignment`` (the caller checked both); the upstream's
@@ -90,6 +93,7 @@ class SegregatedFallback:
             pool = next(p for limit, p in self._classes if nbytes < limit)
             address = pool.allocate(nbytes, alignment)
             self._owner[address] = pool
+            self._touched = True
         else:
             size = -(-nbytes // granularity) * granularity
             address = self._upstream.allocate(size, alignment)
@@ -102,6 +106,7 @@ class SegregatedFallback:
         size = self._large.pop(address, None)
         if size is None:
             self._owner.pop(address).deallocate(address, nbytes)
+            self._touched = True
         else:
             self._upstream.deallocate(address, size)
         freed = self._freed
@@ -110,7 +115,11 @@ class SegregatedFallback:
             freed.popitem(last=False)
 
     def trim(self) -> int:
-        """Give every empty small arena back to the upstream; return the bytes released."""
+        """Give every empty small arena back to the upstream; return the bytes released
+        (nothing to do when no small block came or went since the last trim)."""
+        if not self._touched:
+            return 0
+        self._touched = False
         return sum(p.trim() for _, p in self._classes)
 
     def close(self) -> None:

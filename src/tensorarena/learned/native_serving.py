@@ -13,14 +13,17 @@ ranges (the plan's :class:`~tensorarena.learned.step_plan.Occupancy` is this ser
 exists, so both sides take and release in one place). Their frees release their ranges there.
 
 Anything else, the first allocation that differs included, is the route's Python call as
-before. The server is *paused* while the plans run (the hooks of their lock) and *left* as
-they are left, told where the step stands (its serial, the recording's length and clock); while
-away it numbers and times what it serves and frees as the plans' recorder would. What it did is
-booked by the plans when next entered: the report, the statistics and the recording a step is
-learned from are the same as without a server, and booking costs a few list operations per
-pause, not a Python call per allocation (only blocks still live get a Python record). A free
-that comes while the plans run is booked by them. A block whose plan was replaced, or whose
-plans were closed, is booked when it is freed, so that an arena goes back with its last block.
+before. The step's log is shared: each step's recorder is a
+:class:`~tensorarena.learned.native_recorder.NativeRecorder`, a log in C++ told to the server as
+the step begins, so the server logs what it serves and frees where it happens (numbered and
+timed as the plans' recorder would) and a step that repeats its plan is compared with it in C++
+at its marker. The server is *paused* while the plans run (the hooks of their lock) and *left*
+as they are left; what else it did is booked by the plans when next entered (a digest:
+counts, the live bytes' change and peak, the frees carried from the last step, a record of
+each block still live), so the report and the statistics are the same as without a server. A
+free that comes while the plans run is logged by the server and booked by them. A block whose
+plan was replaced, or whose plans were closed, is booked when it is freed, so that an arena
+goes back with its last block.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from tensorarena.learned.learned_plans import LearnedPlans
+from tensorarena.learned.native_recorder import NativeRecorder
 from tensorarena.learned.step_plan import Occupancy, StepPlan
 
 __all__ = ["NativeOccupancy", "NativeServing"]
@@ -103,12 +107,12 @@ class _HookedLock:
 class NativeServing:
     """A server of ``plans``' slots on a torch CPU route (module docstring).
 
-    ``shim`` is the compiled shim (:func:`tensorarena.interop.torch_cpu_shim.extension`),
-    ``route`` the route's capsule and ``alignment`` what the route asks of every allocation.
+    ``shim`` is the compiled shim (:func:`tensorarena.interop.torch_cpu_shim.extension`) and
+    ``route`` the route's capsule.
     """
 
-    def __init__(self, plans: LearnedPlans, shim: Any, route: Any, *, alignment: int) -> None:
-        self._plans, self._shim, self._alignment = plans, shim, alignment
+    def __init__(self, plans: LearnedPlans, shim: Any, route: Any) -> None:
+        self._plans, self._shim = plans, shim
         server = weakref.ref(self)  # the route holds the callback: no cycle through C
 
         def book() -> None:
@@ -124,7 +128,8 @@ class NativeServing:
         self._next = 1
         self._closed = False
         self._left = (0, 0)  # live bytes and blocks as the server was left
-        self._lock = plans._serve_natively(lambda lock: _HookedLock(lock, self))
+        self._lock = plans._serve_natively(lambda lock: _HookedLock(lock, self),
+                                           self._new_recorder)
 
     @property
     def served(self) -> int:
@@ -149,7 +154,7 @@ class NativeServing:
         """Pause the server and book what it did since it was left."""
         booked = self._shim.serving_pause(self._capsule)
         if booked is not None:
-            self._plans._book_native(booked, self._tables, self._alignment, *self._left)
+            self._plans._book_native(booked, self._tables, *self._left)
 
     def arm(self) -> None:
         """Leave the server where the plans stand (serving from there if it may); forget
@@ -167,16 +172,21 @@ class NativeServing:
                 shim.serving_retire(capsule, table)
                 self._retired.add(table)
         while True:
-            serial, previous, length, clock, plan, position, live, count = (
-                self._plans._native_state())
+            plan, position, live, count = self._plans._native_state()
             table = 0
             if plan is not None and not self._closed:
                 found = self._ids.get(id(plan))
                 table = self._register(plan) if found is None else found
             self._left = (live, count)
-            if shim.serving_leave(capsule, serial, previous, length, clock, table, position):
+            if shim.serving_leave(capsule, table, position):
                 return
             self.catch_up()  # frees that came while the plans ran: booked here first
+
+    def _new_recorder(self) -> NativeRecorder:
+        """The log of the step that begins (the plans' recorder), shared with the server."""
+        recorder = NativeRecorder(self._shim)
+        self._shim.serving_log(self._capsule, recorder.log)
+        return recorder
 
     def _register(self, plan: StepPlan) -> int:
         table, self._next = self._next, self._next + 1

@@ -59,6 +59,10 @@ class PlanCache:
             self._plans.move_to_end(plan.key)
         return plan
 
+    def latest(self) -> StepPlan | None:
+        """The most recently used plan (what :meth:`choose` picks first), if any."""
+        return next(reversed(self._plans.values()), None)
+
     def take_arena(self, plan: StepPlan) -> None:
         """Give ``plan`` its arena if it has none (the upstream's MemoryError goes on)."""
         if plan.base is None:
@@ -72,7 +76,7 @@ class PlanCache:
         was learned from that step and has not served yet."""
         return (bool(carried) and plan.base is None and not plan.steps_served
                 and not plan.cyclic and previous is not None
-                and plan.signature == previous.signature)
+                and previous.has_signature(plan.signature))
 
     def learn_new(self, recording: StepRecording) -> None:
         """A step no plan matched: learn it if there is room or its pattern recurred."""
@@ -88,13 +92,13 @@ class PlanCache:
     def learn_again(self, plan: StepPlan, step: FinishedStep) -> None:
         """A step ``plan`` served: plan its pattern again if it differed the same way twice
         (a step that repeated the plan is compared, not recorded again)."""
-        signature = step.signature
-        if signature == plan.signature:
+        if step.has_signature(plan.signature):
             plan.candidate = None
-        elif signature == plan.candidate and step.key(self.key_length) == plan.key:
+        elif (plan.candidate is not None and step.has_signature(plan.candidate)
+              and step.key(self.key_length) == plan.key):
             self.learn(step.recording())
         else:
-            plan.candidate = signature
+            plan.candidate = step.signature
 
     def learn(self, recording: StepRecording, *, cyclic: StepRecording | None = None) -> None:
         """Plan ``recording`` (with ``cyclic``'s lifetimes: its rotation) and keep the plan,

@@ -12,9 +12,10 @@ plain data a plan is made from. The window is the whole recording at a step mark
 steps are found without markers, one period of it (``first``/``last`` allocation index and the
 clock at which the window ends).
 
-At a step marker the recorder is frozen into a :class:`FinishedStep`: its signature at once
-(what a step that repeats its plan is compared by, made with no Python call per allocation),
-its :class:`StepRecording` only when a plan is learned from it.
+At a step marker the recorder is frozen into a :class:`FinishedStep`: its signature (what a
+step that repeats its plan is compared by, made with no Python call per allocation, or compared
+in C++ for a native log: :mod:`~tensorarena.learned.native_recorder`), its
+:class:`StepRecording` only when a plan is learned from it.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class Recorder:
     Allocations are numbered from 0 in the order they are made; ``free`` takes that number.
     """
 
-    __slots__ = ("_alignments", "_clock", "_ends", "_sizes", "_starts")
+    __slots__ = ("_alignments", "_clock", "_ended", "_ends", "_sizes", "_starts")
 
     def __init__(self) -> None:
         self._sizes: list[int] = []
@@ -144,6 +145,7 @@ class Recorder:
         self._starts: list[int] = []
         self._ends: list[int | None] = []
         self._clock = 0
+        self._ended = False
 
     def __len__(self) -> int:
         return len(self._sizes)
@@ -163,23 +165,11 @@ class Recorder:
         return len(self._sizes) - 1
 
     def freed(self, index: int) -> None:
-        """Log the free of allocation ``index``."""
-        self._ends[index] = self._clock
-        self._clock += 1
-
-    def book(self, sizes: list[int], alignment: int, starts: list[int], ends: list[int],
-             clock: int) -> None:
-        """Log what was logged elsewhere on this clock (a native server): the next allocations
-        (``sizes``, made at ``starts``), then ``ends`` (flat ``number, tick`` pairs); the clock
-        is ``clock`` after them."""
-        self._sizes += sizes
-        self._alignments += [alignment] * len(sizes)
-        self._starts += starts
-        self._ends += [None] * len(sizes)
-        ended, pairs = self._ends, iter(ends)
-        for number, tick in zip(pairs, pairs, strict=False):  # (an even length: no remainder)
-            ended[number] = tick
-        self._clock = clock
+        """Log the free of allocation ``index`` (nothing once the step ended, :meth:`end`: the
+        block outlived it)."""
+        if not self._ended:
+            self._ends[index] = self._clock
+            self._clock += 1
 
     def signature(self) -> Signature:
         """:meth:`StepRecording.signature` of :meth:`finish` ``()``, without making it (with
@@ -187,9 +177,36 @@ class Recorder:
         ends = self._ends
         return tuple(self._sizes), tuple(compress(count(), map(is_, ends, repeat(None))))
 
+    def matches(self, signature: Signature) -> bool:
+        """True if :meth:`signature` is ``signature``."""
+        return self.signature() == signature
+
+    def same(self, other: Recorder) -> bool:
+        """True if the two recorders have one signature."""
+        return self.signature() == other.signature()
+
     def start_of(self, index: int) -> int:
         """The tick at which allocation ``index`` was made."""
         return self._starts[index]
+
+    def key(self, length: int) -> tuple[int, ...]:
+        """The sizes of the first ``length`` allocations."""
+        return tuple(self._sizes[:length])
+
+    def end(self, *, learned: bool) -> None:
+        """The step ended (``learned``: a plan may be learned from it): a free that comes later
+        (while the marker is at work) is not logged, so that the step's recording and its
+        signature agree that the block outlived it."""
+        self._ended = True
+
+    @classmethod
+    def of_lists(cls, sizes: list[int], alignments: list[int], starts: list[int],
+                 ends: list[int | None], clock: int) -> Recorder:
+        """A recorder holding this log (the lists are taken, not copied)."""
+        recorder = cls()
+        recorder._sizes, recorder._alignments = sizes, alignments
+        recorder._starts, recorder._ends, recorder._clock = starts, ends, clock
+        return recorder
 
     def finish(self, first: int = 0, last: int | None = None,
                until: int | None = None) -> StepRecording:
@@ -210,18 +227,41 @@ class Recorder:
 
 class FinishedStep:
     """A step ended at a marker: its frozen recorder (nothing logs to it any more), its
-    signature, and its recording, made the first time it is asked for."""
+    signature, and its recording, made the first time it is asked for.
 
-    __slots__ = ("_recorder", "_recording", "signature")
+    A step kept in a native log (:class:`~tensorarena.learned.native_recorder.NativeRecorder`)
+    is compared with a signature or another step there, with no Python int per allocation: its
+    :attr:`signature` is made only when asked for (a step that differs from its plan)."""
+
+    __slots__ = ("_native", "_recorder", "_recording", "_signature")
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
         self._recording: StepRecording | None = None
-        #: :meth:`StepRecording.signature` of :meth:`recording`
-        self.signature = recorder.signature()
+        self._native = type(recorder) is not Recorder
+        self._signature = None if self._native else recorder.signature()
 
     def __len__(self) -> int:
         return len(self._recorder)
+
+    @property
+    def signature(self) -> Signature:
+        """:meth:`StepRecording.signature` of :meth:`recording` (made once)."""
+        if self._signature is None:
+            self._signature = self._recorder.signature()
+        return self._signature
+
+    def has_signature(self, signature: Signature) -> bool:
+        """True if this step's signature is ``signature``."""
+        if self._signature is None:
+            return self._recorder.matches(signature)
+        return self._signature == signature
+
+    def same_as(self, other: FinishedStep) -> bool:
+        """True if the two steps have one signature."""
+        if self._native and other._native and self._signature is None:
+            return self._recorder.same(other._recorder)
+        return self.has_signature(other.signature)
 
     def recording(self) -> StepRecording:
         """The whole recording (made once)."""
@@ -231,4 +271,4 @@ class FinishedStep:
 
     def key(self, length: int) -> tuple[int, ...]:
         """:meth:`StepRecording.key` of :meth:`recording`."""
-        return self.signature[0][:length]
+        return self._recorder.key(length)

@@ -36,7 +36,7 @@ from tensorarena.learned import LearnedPlans, LearnedPlansReport
 from tensorarena.learned.native_serving import NativeServing
 from tensorarena.memory.resource import MemoryResource
 from tensorarena.stats import MemoryStatistics
-from tensorarena.torch.route import CPU_ALIGNMENT, Route, Threads
+from tensorarena.torch.route import Route, Threads
 
 __all__ = ["LearnedSteps", "StepScope", "learned"]
 
@@ -103,7 +103,7 @@ class LearnedSteps:
         self._route.install()
         if self._native and self._server is None:
             self._server = NativeServing(self._plans, torch_cpu_shim.extension(),
-                                         self._route.shim_handle, alignment=CPU_ALIGNMENT)
+                                         self._route.shim_handle)
         return self
 
     def step(self, *, failed: bool = False) -> StepScope:

@@ -21,8 +21,8 @@ CPU alignment), under the GIL: one Python call per allocation, a few microsecond
 :class:`~tensorarena.memory.Pool` (``tensorarena bench torch-use`` measures it). Two resources
 are served with no Python call: a :class:`~tensorarena.torch.NativePool` (one arena whose
 bookkeeping lives in C++: the route takes each block there and frees it there, at a fraction of a
-Python call's cost (``bench torch-use``); an allocation its arena has no room for is the one Python call, to its
-``allocate``, which its ``fallback`` serves or refuses) and learned plans
+Python call's cost (``bench torch-use``); an allocation its arena has no room for is the one
+Python call, to its ``allocate``, which its ``fallback`` serves or refuses) and learned plans
 (:func:`tensorarena.torch.learned`, a step that repeats its plan). Where the shim cannot be
 built, no CPU route can be installed (:class:`~tensorarena.errors.ShimUnavailableError`); a
 ``NativePool`` then keeps its books in Python and still serves as a resource. Zero-byte
