@@ -9,6 +9,7 @@ import pytest
 
 from tensorarena.runtime import mkl_buffers
 from tensorarena.runtime.mkl_buffers import MklBuffers, consolidate, held
+from tensorarena.runtime.other_threads import other_threads
 
 torch = pytest.importorskip("torch")
 needs_mkl = pytest.mark.skipif(held() is None, reason="torch's MKL is not reachable")
@@ -25,7 +26,7 @@ def _mm(shape: tuple[int, int, int]) -> None:
 
 @pytest.fixture(autouse=True)
 def _one_thread_fresh_cache() -> object:
-    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    others = [t.name for t in other_threads()]
     if others:  # consolidate() leaves MKL alone while they run (tested below)
         pytest.skip(f"earlier tests left Python threads running: {others}")
     threads = torch.get_num_threads()

@@ -43,6 +43,7 @@ import tensorarena.errors as error_classes
 from tensorarena._optional import load_torch
 from tensorarena.errors import ExportFailedError, ExportProcessError
 from tensorarena.runtime.export_wire import pack, propagate_fakes, unpack
+from tensorarena.runtime.other_threads import is_progress_monitor, other_threads
 
 if TYPE_CHECKING:
     import torch
@@ -68,18 +69,13 @@ def threads_in_the_way() -> list[threading.Thread]:
     """The Python threads other than this one that forbid a fork (one may hold a lock the child
     would need). tqdm's monitor is not among them: it only wakes progress bars, and tqdm
     starts it again with the next bar; FX's interpreter and model downloads start one."""
-    me = threading.current_thread()
-    return [t for t in threading.enumerate() if t is not me and not _is_progress_monitor(t)]
-
-
-def _is_progress_monitor(thread: threading.Thread) -> bool:
-    return type(thread).__name__ == "TMonitor" and type(thread).__module__.startswith("tqdm")
+    return other_threads()
 
 
 def _stop_progress_monitors() -> None:
     """Stop tqdm's monitor threads (``TMonitor.exit`` sets their event and joins them)."""
     for thread in threading.enumerate():
-        if _is_progress_monitor(thread):
+        if is_progress_monitor(thread):
             thread.exit()  # type: ignore[attr-defined]
 
 

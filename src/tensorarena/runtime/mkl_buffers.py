@@ -18,8 +18,9 @@ that expects (a buffer in use, another MKL), it stops: no buffer in use is freed
 has freed MKL allocates again when a call needs it, and the small requests' few bytes may stay
 cached. MKL keeps a cache per thread and ``mkl_serv_mem_stat`` counts them all, so it runs only
 with one intra-op thread (``torch.get_num_threads() == 1``) and while no other Python thread
-runs: with more, the other threads' buffers could not be told from this one's. Results are not
-touched: the buffers are scratch.
+runs (tqdm's progress monitor aside, :mod:`~tensorarena.runtime.other_threads`): with more,
+the other threads' buffers could not be told from this one's. Results are not touched: the
+buffers are scratch.
 Without MKL (another BLAS, another platform) it does nothing and says so (``None``).
 """
 
@@ -27,9 +28,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any
+
+from tensorarena.runtime.other_threads import other_threads
 
 __all__ = ["MklBuffers", "consolidate", "held"]
 
@@ -94,7 +96,7 @@ def consolidate() -> MklBuffers | None:
     before = held()
     if lib is None or before is None or before.buffers <= 1 or torch.get_num_threads() != 1:
         return before
-    if threading.active_count() > 1:  # another thread may be inside MKL (its counts move)
+    if other_threads():  # another thread may be inside MKL (its counts would move)
         return before
     taken = []
     try:
