@@ -136,10 +136,10 @@ def _record_call(execution: Execution, path: str) -> None:
 def _rss_after_delete(baseline: int) -> int | None:
     """Resident above ``baseline`` once the caller dropped the execution and ran
     :func:`tensorarena.empty_cache`: what it leaves in the process for good."""
-    import tensorarena
+    from tensorarena.interop.empty_cache import empty_cache
 
     gc.collect()
-    tensorarena.empty_cache()
+    empty_cache()
     now = process_memory.rss()
     return None if now is None else now - baseline
 

@@ -193,7 +193,7 @@ def unpack(data: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
         example_inputs=tail["example_inputs"], constants=constants,
         verifiers=head["verifiers"])
     ep._guards_code = head["guards"]
-    return ep
+    return ep  # type: ignore[no-any-return]
 
 
 def _with_own(order: list[str], sent: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def propagate_fakes(graph: torch.fx.Graph, values: list[Any], mode: Any) -> None
 
     holder = th.nn.Module()
     holder.graph = graph  # what the interpreter reads of its module
-    propagation = FakeTensorProp(holder, mode)  # type: ignore[arg-type]
+    propagation = FakeTensorProp(holder, mode)
     propagation.env = {}
     propagation.args_iter = iter(values)
     with mode:

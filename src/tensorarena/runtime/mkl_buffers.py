@@ -60,7 +60,7 @@ def _load() -> Any:
     try:
         import torch
 
-        if not torch.backends.mkl.is_available():
+        if not torch.backends.mkl.is_available():  # type: ignore[no-untyped-call]
             return None
         lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
                                        "libtorch_cpu.so"))

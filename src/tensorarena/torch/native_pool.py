@@ -153,7 +153,7 @@ class NativePool:
     @property
     def memory_kind(self) -> MemoryKind:
         """The upstream's kind."""
-        return self._upstream.memory_kind  # type: ignore[no-any-return]
+        return self._upstream.memory_kind
 
     @property
     def upstream(self) -> MemoryResource:
