@@ -61,10 +61,13 @@ def _glibc(libc: Any) -> dict[str, int]:
     return {"heap": info.arena, "mmap": info.hblkhd}
 
 
-def _mkl_held(torch_cpu: Any) -> dict[str, int]:
-    buffers = ctypes.c_int(0)
-    held = torch_cpu.mkl_serv_mem_stat(ctypes.byref(buffers))
-    return {"mkl_bytes": int(held), "mkl_buffers": buffers.value}
+def _mkl_held() -> dict[str, int]:
+    """What MKL holds (:func:`tensorarena.runtime.mkl_buffers.held`)."""
+    from tensorarena.runtime.mkl_buffers import held
+
+    now = held()
+    return {"mkl_bytes": 0 if now is None else now.bytes,
+            "mkl_buffers": 0 if now is None else now.buffers}
 
 
 def gemm_line(line: str) -> str | None:
@@ -110,12 +113,11 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
     torch.set_num_threads(1)
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
-    torch_cpu = _torch_cpu()
     warm_libraries(execution, training=False)
     model, (args, kwargs) = build_model(model_name, size="base", batch=batch, seq=seq)
     model.eval()
     built = build_execution(execution, model, tuple(args), dict(kwargs), training=False)
-    before = {**_glibc(libc), **_mkl_held(torch_cpu)}
+    before = {**_glibc(libc), **_mkl_held()}
 
     def run() -> None:
         for _ in range(calls):
@@ -124,7 +126,7 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
             built.drop()
 
     gemms = mkl_gemms(run)
-    after = {**_glibc(libc), **_mkl_held(torch_cpu)}
+    after = {**_glibc(libc), **_mkl_held()}
     return {"execution": execution, "gemms": gemms, "before": before, "after": after}
 
 
@@ -172,7 +174,7 @@ def replay(gemms: list[str]) -> dict[str, Any]:
             lib.mkl_serv_deallocate(lib.mkl_serv_allocate(held["largest first"]["mkl_bytes"], 128))
         for gemm in order:
             run_gemm(gemm)
-        held[name] = _mkl_held(lib)
+        held[name] = _mkl_held()
     return held
 
 

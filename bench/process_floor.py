@@ -72,18 +72,9 @@ def _status() -> dict[str, int]:
 
 def _mkl_bytes() -> Any:
     """A function that returns the bytes MKL's memory manager holds (0 without MKL)."""
+    from tensorarena.runtime.mkl_buffers import held
 
-    import torch
-
-    try:
-        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
-                                       "libtorch_cpu.so"))
-        stat = lib.mkl_serv_mem_stat
-    except (OSError, AttributeError):
-        return lambda: 0
-    stat.restype = ctypes.c_int64
-    stat.argtypes = [ctypes.POINTER(ctypes.c_int)]
-    return lambda: int(stat(ctypes.byref(ctypes.c_int(0))))
+    return lambda: (now.bytes if (now := held()) is not None else 0)
 
 
 def _heap_resident() -> int:
