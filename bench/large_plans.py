@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 
 from tensorarena.bench.plan import DATA_ENV, IDEALLOC_FILES, data_folder
-from tensorarena.planning import heuristics, planners
+from tensorarena.planning import heuristics, planners, staged_search
 from tensorarena.planning.csv_io import capacity_from_name, read_problem
 from tensorarena.planning.long_lived_first import long_lived_first
 from tensorarena.planning.problem import Plan, Problem
@@ -51,13 +51,13 @@ def _timed(run: Callable[[], Plan], problem: Problem, capacity: int | None = Non
 
 
 def _auto(problem: Problem, time_limit: float, capacity: int | None, *, stage: bool) -> Plan:
-    real = planners._long_lived_first
+    real = staged_search.long_lived_first_planner
     if not stage:
-        planners._long_lived_first = lambda p, o, **kw: kw["initial"]
+        staged_search.long_lived_first_planner = lambda p, o, **kw: kw["initial"]
     try:
         return planners.plan(problem, "auto", time_limit=time_limit, capacity=capacity)
     finally:
-        planners._long_lived_first = real
+        staged_search.long_lived_first_planner = real
 
 
 def _files(args: argparse.Namespace, data: Path) -> list[Path]:

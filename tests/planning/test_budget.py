@@ -13,7 +13,7 @@ import pytest
 from instances import BUDGETED, aligned_instance
 
 from tensorarena.errors import InvalidArgumentError, PlanDoesNotFitError
-from tensorarena.planning import StopReason, exact, plan, planners, solve_exact
+from tensorarena.planning import StopReason, exact, plan, solve_exact, staged_search
 from tensorarena.planning.exact_search import Solver
 from tensorarena.planning.problem import Buffer, Problem
 from tensorarena.planning.validate import validate
@@ -151,7 +151,7 @@ def test_auto_asks_the_exact_search_before_the_sweep_on_a_decision(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[str] = []
-    real_search, real_sweep = planners.solve_exact, planners._long_lived_first
+    real_search, real_sweep = staged_search.solve_exact, staged_search.long_lived_first_planner
 
     def search(*args: Any, **kwargs: Any) -> Any:
         calls.append("exact")
@@ -161,8 +161,8 @@ def test_auto_asks_the_exact_search_before_the_sweep_on_a_decision(
         calls.append("sweep")
         return real_sweep(*args, **kwargs)
 
-    monkeypatch.setattr(planners, "solve_exact", search)
-    monkeypatch.setattr(planners, "_long_lived_first", sweep)
+    monkeypatch.setattr(staged_search, "solve_exact", search)
+    monkeypatch.setattr(staged_search, "long_lived_first_planner", sweep)
     plan(BUDGETED, capacity=37)
     assert calls == ["exact"]  # it fits: nothing more to do
     calls.clear()

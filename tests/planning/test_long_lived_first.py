@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tensorarena.errors import InvalidArgumentError
-from tensorarena.planning import heuristics, planners
+from tensorarena.planning import heuristics, staged_search
 from tensorarena.planning import long_lived_first as llf
 from tensorarena.planning.budget import StopReason
 from tensorarena.planning.exact import ExactResult, solve_exact
@@ -54,7 +54,7 @@ def test_auto_reaches_it_through_its_stage_without_the_search(
         calls.append(solve_exact(problem, **{**kwargs, "node_limit": 0}))
         return calls[-1]
 
-    monkeypatch.setattr(planners, "solve_exact", starved)
+    monkeypatch.setattr(staged_search, "solve_exact", starved)
     problem = stack()
     result = plan(problem, time_limit=5.0)
     validate(problem, result)
@@ -63,8 +63,8 @@ def test_auto_reaches_it_through_its_stage_without_the_search(
     assert calls == []  # at the bound: the search never ran
     # Without the stage (and the peak stack after the search) the starved search keeps the
     # portfolio's 9.
-    monkeypatch.setattr(planners, "_long_lived_first", lambda p, o, **kw: kw["initial"])
-    monkeypatch.setattr(planners, "peak_stack", lambda p, given, **kw: PeakStackResult(
+    monkeypatch.setattr(staged_search, "long_lived_first_planner", lambda p, o, **kw: kw["initial"])
+    monkeypatch.setattr(staged_search, "peak_stack", lambda p, given, **kw: PeakStackResult(
         given, "", 0, 0, StopReason.COMPLETE))
     assert plan(problem, time_limit=5.0).height == 9
 

@@ -23,7 +23,7 @@ from tensorarena.errors import (
     InvalidArgumentError,
     InvalidSizeError,
 )
-from tensorarena.planning import heuristics, planners
+from tensorarena.planning import heuristics, staged_search
 from tensorarena.planning.budget import DEFAULT_WORK_LIMIT, StopReason
 from tensorarena.planning.csv_io import read_problem
 from tensorarena.planning.exact import ExactResult, solve_exact
@@ -69,7 +69,7 @@ def spy_exact(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
         calls.append({"problem": problem, **kwargs, "result": result})
         return result
 
-    monkeypatch.setattr(planners, "solve_exact", spy)
+    monkeypatch.setattr(staged_search, "solve_exact", spy)
     yield calls
 
 
@@ -82,7 +82,7 @@ def no_peak_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
         calls.append({"problem": problem, "plan": plan, **kwargs})
         return PeakStackResult(plan, "", 0, 0, StopReason.COMPLETE)
 
-    monkeypatch.setattr(planners, "peak_stack", unchanged)
+    monkeypatch.setattr(staged_search, "peak_stack", unchanged)
     yield calls
 
 
@@ -96,7 +96,7 @@ def no_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
         calls.append({"problem": problem, **kwargs, "result": result})
         return result
 
-    monkeypatch.setattr(planners, "solve_exact", starved)
+    monkeypatch.setattr(staged_search, "solve_exact", starved)
     yield calls
 
 
@@ -251,7 +251,8 @@ def test_minimize_lowers_a_decision_answer_with_the_time_left(
     spy_exact: Calls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The long-lived-first stage finds 14 on its own; this is about the search's two questions.
-    monkeypatch.setattr(planners, "_long_lived_first", lambda problem, options, **kw: kw["initial"])
+    monkeypatch.setattr(staged_search, "long_lived_first_planner",
+                        lambda problem, options, **kw: kw["initial"])
     problem = above_its_bound()
     assert heuristics.portfolio(problem).height == 15 and lower_bound(problem) == 12
     decided = plan(problem, capacity=14, time_limit=5.0)
@@ -380,7 +381,7 @@ def test_overlapping_pairs_counts_like_brute_force(spans: list[tuple[int, int]])
 def test_auto_skips_an_exact_search_too_big_for_its_time_limit(
     spy_exact: Calls, no_peak_stack: Calls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(planners, "_AUTO_EXACT_PAIRS_PER_SECOND", 1)
+    monkeypatch.setattr(staged_search, "_AUTO_EXACT_PAIRS_PER_SECOND", 1)
     result = plan(tight(), time_limit=2.0)
     assert spy_exact == []
     assert result.height == heuristics.portfolio(tight()).height

@@ -11,14 +11,19 @@ for a pool.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from numbers import Real
 
 from tensorarena.errors import InvalidArgumentError, InvalidProblemError
+from tensorarena.planning.bounds import DEFAULT_GAP
+from tensorarena.planning.budget import DEFAULT_NODE_LIMIT, DEFAULT_WORK_LIMIT
+from tensorarena.planning.exact_params import SolverParams
 from tensorarena.planning.problem import Problem
+from tensorarena.planning.progress import ProgressCallback
 from tensorarena.sizes import Size, parse_size
 
-__all__ = ["check_capacity", "check_gap", "check_int64", "check_node_limit", "check_problem",
-           "check_progress", "check_time_limit"]
+__all__ = ["DEFAULT_TIME_LIMIT", "PlanOptions", "check_capacity", "check_gap", "check_int64",
+           "check_node_limit", "check_problem", "check_progress", "check_time_limit"]
 
 # Offsets and heights are computed in int64 (NumPy); problems whose total bytes or times could
 # overflow it are refused rather than planned with silently wrapped numbers.
@@ -95,3 +100,30 @@ def check_int64(problem: Problem, alignment: int = 1) -> None:
             f"problem {problem.name!r} is too large for the planners: sizes sum to {total} "
             f"bytes (the limit is {INT64_SAFE}), or a time is beyond ±{INT64_SAFE}"
         )
+
+
+#: The outer bound in seconds by default (``auto`` and ``exact``): well above what the default
+#: node budget takes on a loaded machine (250,000 nodes of 200-450 buffers: 17-120 s on a shared
+#: 2-core VM), so that the budget, not the clock, ends the search.
+DEFAULT_TIME_LIMIT = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """What :func:`~tensorarena.planning.plan` passes to a named planner, every value checked."""
+
+    capacity: int | None = None  #: the arena size the plan must fit
+    time_limit: float = DEFAULT_TIME_LIMIT  #: seconds for it all, an outer bound
+    node_limit: int | None = DEFAULT_NODE_LIMIT  #: the exact search's budget (None: none)
+    #: the exact search's budget in work units, nodes weighed by size (None: none)
+    work_limit: int | None = DEFAULT_WORK_LIMIT
+    alignment: int | None = None  #: every offset a multiple of at least this
+    gap: float = DEFAULT_GAP  #: relative gap to the bound that is good enough
+    minimize: bool = False  #: with a capacity, lower the plan after it fits
+    progress: ProgressCallback | None = None  #: where :class:`Progress` reports go
+    params: SolverParams | None = None  #: the exact search's techniques (None: all on)
+
+    @property
+    def decision(self) -> bool:
+        """True when the question is "does it fit the capacity?", not "how low can it go?"."""
+        return self.capacity is not None and not self.minimize
