@@ -23,7 +23,10 @@ block goes back to the allocator or resource that made it, whichever is installe
 compiler, ``ninja`` and torch's headers needed; a few seconds once) into
 ``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources,
 so a changed source (another checkout, a new release) builds its own module instead of loading
-a stale one. Where it cannot be built, :func:`unavailable` says why.
+a stale one. Where it cannot be built, :func:`unavailable` says why. Builds of one folder take
+turns under an ``flock`` that the system releases when its holder dies, however it dies: torch's
+own ``lock`` file, which a build killed halfway (Ctrl-C, a timeout) leaves behind and every later
+process would wait on forever, is cleared under it (:func:`build_once`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,18 @@ import hashlib
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["MODULE", "SOURCES", "extension", "unavailable"]
+try:
+    import fcntl
+except ImportError:  # not POSIX: builds rely on torch's lock file alone
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["MODULE", "SOURCES", "build_once", "extension", "unavailable"]
+
+_T = TypeVar("_T")
 
 _HERE = Path(__file__).parent
 #: The sources of the extension (the header is hashed with them), and the module they build.
@@ -59,6 +70,25 @@ def _digest() -> str:
     return digest.hexdigest()[:16]
 
 
+def build_once(folder: Path, build: Callable[[], _T]) -> _T:
+    """``build()`` while this process alone builds in ``folder`` (an ``flock`` on a file in it).
+
+    torch's ``cpp_extension`` guards a build folder with a ``lock`` file that only the build that
+    made it removes: a build killed halfway leaves it, and every later load of the folder waits
+    for it forever. Every build here holds the ``flock`` first, which the system drops when its
+    holder exits or is killed; so a ``lock`` found while holding it is a dead build's, removed.
+    """
+    if fcntl is None:
+        return build()
+    with open(folder / "build.flock", "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        try:
+            (folder / "lock").unlink(missing_ok=True)
+            return build()
+        finally:
+            fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+
+
 @functools.cache
 def _load() -> tuple[Any, str]:
     """The extension module and ``""``, or ``None`` and why it is unavailable."""
@@ -78,9 +108,9 @@ def _load() -> tuple[Any, str]:
         tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{_digest()}"
         folder = _cache_dir() / tag.replace("+", "_")
         folder.mkdir(parents=True, exist_ok=True)
-        module = cpp_extension.load(name=MODULE, sources=[str(s) for s in SOURCES],
-                                    extra_include_paths=[str(_HERE)], build_directory=str(folder),
-                                    extra_cflags=["-O2"], verbose=False)
+        module = build_once(folder, lambda: cpp_extension.load(
+            name=MODULE, sources=[str(s) for s in SOURCES], extra_include_paths=[str(_HERE)],
+            build_directory=str(folder), extra_cflags=["-O2"], verbose=False))
     except Exception as exc:  # a failed build leaves the program as it is without the shim
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, f"could not build {SOURCES[0].name}: {type(exc).__name__}: {first}"
