@@ -2,7 +2,8 @@
 
 Python cannot replace torch's CPU allocator, so a small C++ extension does: an ``at::Allocator``
 (``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, ``_torch_cpu_serving.cpp``,
-``_torch_cpu_step_log.cpp`` and ``_torch_cpu_native_pool.cpp``, sharing ``_torch_cpu_shim.h``)
+``_torch_cpu_serving_calls.cpp``, ``_torch_cpu_step_log.cpp`` and ``_torch_cpu_native_pool.cpp``,
+sharing ``_torch_cpu_shim.h``, ``_torch_cpu_serving.h``, ``_torch_cpu_step_log.h``)
 that forwards to the allocator it replaced unless asked otherwise. Two users ask, through this
 one module (one compile, one allocator swap):
 
@@ -18,6 +19,8 @@ one module (one compile, one allocator swap):
 
 Every block the shim makes itself carries its deleter, which finds by address who made it: a
 block goes back to the allocator or resource that made it, whichever is installed when it dies.
+A block a route serves natively (a learned plan's slot, a native pool's block) is found in its
+owner's own books, with no GIL and no process-wide table of blocks.
 
 :func:`extension` compiles it on first use with ``torch.utils.cpp_extension.load`` (a C++
 compiler, ``ninja`` and torch's headers needed; a few seconds once) into
@@ -41,9 +44,10 @@ __all__ = ["MODULE", "SOURCES", "extension", "unavailable"]
 _HERE = Path(__file__).parent
 #: The sources of the extension (the header is hashed with them), and the module they build.
 SOURCES = (_HERE / "_torch_cpu_shim.cpp", _HERE / "_torch_cpu_routes.cpp",
-           _HERE / "_torch_cpu_serving.cpp", _HERE / "_torch_cpu_step_log.cpp",
-           _HERE / "_torch_cpu_native_pool.cpp")
-_HEADERS = (_HERE / "_torch_cpu_shim.h", _HERE / "_torch_cpu_step_log.h")
+           _HERE / "_torch_cpu_serving.cpp", _HERE / "_torch_cpu_serving_calls.cpp",
+           _HERE / "_torch_cpu_step_log.cpp", _HERE / "_torch_cpu_native_pool.cpp")
+_HEADERS = (_HERE / "_torch_cpu_shim.h", _HERE / "_torch_cpu_serving.h",
+            _HERE / "_torch_cpu_step_log.h")
 MODULE = "tensorarena_torch_cpu_shim"
 
 
