@@ -87,6 +87,9 @@ struct Pending {
 std::mutex table_lock;
 std::unordered_map<void*, Block> table;  // live blocks of Python resources
 std::atomic<int64_t> native_blocks{0};  // live natively served blocks, every route together
+// Routes alive that carry a server or a native pool: while none does, an allocation takes the
+// GIL at once and reads its route under it (no current_lock), as every Python call needs it.
+std::atomic<long> native_routes{0};
 
 std::mutex current_lock;  // every_thread is replaced, and read with a reference taken, under it
 std::atomic<Route*> every_thread{nullptr};
@@ -109,6 +112,7 @@ void destroy(Route* route) {  // under the GIL, its last reference gone
   Py_XDECREF(route->last_error);
   Serving* serving = route->serving.load();
   NativePool* pool = route->pool.load();
+  native_routes.fetch_sub((serving != nullptr) + (pool != nullptr));
   delete route;
   if (serving != nullptr) serving_release(serving);
   if (pool != nullptr) native_pool_release(pool);
@@ -130,9 +134,16 @@ void release_native(Route* route) {
   PyGILState_Release(gil);
 }
 
-// The route serving this thread, with a reference taken for the caller, or nullptr.
-Route* acquire_current() {
+// The route serving this thread, with a reference taken for the caller, or nullptr (any thread;
+// under the GIL, every_thread's route can be read without current_lock: it changes under the GIL
+// too, and the slot's own reference keeps it alive).
+Route* acquire_current(bool gil) {
   Route* route = this_thread;  // (only this thread changes its own slot)
+  if (route == nullptr && gil) {
+    route = every_thread.load(std::memory_order_acquire);
+    if (route != nullptr) route->refs.fetch_add(1, std::memory_order_relaxed);
+    return route;
+  }
   if (route == nullptr) {
     std::lock_guard<std::mutex> guard(current_lock);
     route = every_thread.load(std::memory_order_relaxed);
@@ -344,6 +355,18 @@ bool free_natively(void* data) {
   return true;
 }
 
+// allocate_in_python with the GIL taken (gil): it is given back before the block or the error.
+c10::DataPtr allocate_holding(Route* route, size_t nbytes, PyGILState_STATE gil) {
+  try {
+    c10::DataPtr block = allocate_in_python(route, nbytes);
+    PyGILState_Release(gil);
+    return block;
+  } catch (...) {
+    PyGILState_Release(gil);
+    throw;
+  }
+}
+
 }  // namespace
 
 bool routing() {
@@ -353,7 +376,16 @@ bool routing() {
 
 c10::DataPtr route_allocate(size_t nbytes) {
   if (interpreter_gone() || in_call != 0) return c10::DataPtr();
-  Route* route = acquire_current();  // a reference: the block's if one is made
+  if (native_routes.load(std::memory_order_acquire) == 0) {  // Python is called: the GIL first
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Route* route = acquire_current(true);
+    if (route == nullptr) {
+      PyGILState_Release(gil);
+      return c10::DataPtr();
+    }
+    return allocate_holding(route, nbytes, gil);
+  }
+  Route* route = acquire_current(false);  // a reference: the block's if one is made
   if (route == nullptr) return c10::DataPtr();
   const c10::Device cpu(c10::DeviceType::CPU);
   if (Serving* serving = route->serving.load(std::memory_order_acquire)) {
@@ -372,15 +404,7 @@ c10::DataPtr route_allocate(size_t nbytes) {
       return c10::DataPtr(data, data, &free_native, cpu);
     }
   }
-  PyGILState_STATE gil = PyGILState_Ensure();
-  try {
-    c10::DataPtr block = allocate_in_python(route, nbytes);
-    PyGILState_Release(gil);
-    return block;
-  } catch (...) {
-    PyGILState_Release(gil);
-    throw;
-  }
+  return allocate_holding(route, nbytes, PyGILState_Ensure());
 }
 
 void free_native(void* data) {
@@ -390,15 +414,19 @@ void free_native(void* data) {
 }
 
 bool route_free(void* data) {
-  if (free_natively(data)) return true;  // (a recorded or raw-allocated block served natively)
   Block block;
   {
     std::lock_guard<std::mutex> guard(table_lock);
     auto found = table.find(data);
-    if (found == table.end()) return false;
-    block = found->second;
-    table.erase(found);
+    if (found == table.end()) {
+      block.route = nullptr;
+    } else {
+      block = found->second;
+      table.erase(found);
+    }
   }
+  // (not a Python resource's: a recorded or raw-allocated block served natively, or none)
+  if (block.route == nullptr) return free_natively(data);
   if (interpreter_gone()) return true;  // leaked: the resource's interpreter is going
   PyGILState_STATE gil = PyGILState_Ensure();
   if (in_call != 0) {
@@ -512,6 +540,7 @@ bool route_attach_pool(PyObject* capsule, NativePool* pool) {
     return false;
   }
   native_pool_hold(pool);
+  native_routes.fetch_add(1);
   route->pool.store(pool, std::memory_order_release);
   return true;
 }
@@ -524,6 +553,7 @@ Route* route_attach_serving(PyObject* capsule, Serving* serving) {
     return nullptr;
   }
   serving_hold(serving);
+  native_routes.fetch_add(1);
   route->serving.store(serving, std::memory_order_release);
   return route;
 }
