@@ -39,7 +39,7 @@
 // count; the every-thread slot is read and counted under current_lock, so a route another
 // thread replaces is not freed under a reader); the last one drops the resource's methods,
 // under the GIL. Its block and byte counters are atomics, changed by any thread.
-#include "_torch_cpu_shim.h"
+#include "_torch_cpu_routes.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/Exceptions.h>
@@ -49,54 +49,18 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace tensorarena_shim {
 
-struct Route {
-  std::atomic<long> refs{1};  // the capsule's, one per slot that holds it, one per live block
-  PyObject* allocate = nullptr;
-  PyObject* deallocate = nullptr;
-  uint64_t alignment = 64;
-  // statistics: counts by any thread; ooms, failures and the last error under the GIL
-  std::atomic<uint64_t> blocks{0}, blocks_peak{0}, blocks_total{0};
-  std::atomic<uint64_t> bytes{0}, bytes_peak{0}, bytes_total{0};
-  uint64_t ooms = 0, free_failures = 0, deferred = 0;
-  PyObject* last_error = nullptr;
-  // learned plans' slots served with no Python call, and a native pool, if any (set once)
-  std::atomic<Serving*> serving{nullptr};
-  std::atomic<NativePool*> pool{nullptr};
-};
-
-namespace {
-
-constexpr const char* kCapsule = "tensorarena.torch_cpu_route";
-
-struct Block {  // a block the route's Python resource gave
-  Route* route;
-  size_t nbytes;
-};
-
-struct Pending {
-  Route* route;
-  void* data;
-  size_t nbytes;
-};
-
 std::mutex table_lock;
-std::unordered_map<void*, Block> table;  // live blocks of Python resources
-std::atomic<int64_t> native_blocks{0};  // live natively served blocks, every route together
-// Routes alive that carry a server or a native pool: while none does, an allocation takes the
-// GIL at once and reads its route under it (no current_lock), as every Python call needs it.
+std::unordered_map<void*, Block> table;
+std::atomic<int64_t> native_blocks{0};
 std::atomic<long> native_routes{0};
-
-std::mutex current_lock;  // every_thread is replaced, and read with a reference taken, under it
+std::mutex current_lock;
 std::atomic<Route*> every_thread{nullptr};
 thread_local Route* this_thread = nullptr;
-std::atomic<bool> gone{false};  // the interpreter is shutting down: no more calls into it
-thread_local int in_call = 0;   // depth of calls into a resource on this thread
-thread_local std::vector<Pending> pending;
+std::atomic<bool> gone{false};
 
 bool interpreter_gone() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -105,6 +69,8 @@ bool interpreter_gone() {
   return gone.load() || !Py_IsInitialized() || _Py_IsFinalizing();
 #endif
 }
+
+namespace {
 
 void destroy(Route* route) {  // under the GIL, its last reference gone
   Py_XDECREF(route->allocate);
@@ -118,9 +84,22 @@ void destroy(Route* route) {  // under the GIL, its last reference gone
   if (pool != nullptr) native_pool_release(pool);
 }
 
+}  // namespace
+
 void release(Route* route) {  // under the GIL
   if (route->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(route);
 }
+
+namespace {
+
+struct Pending {
+  Route* route;
+  void* data;
+  size_t nbytes;
+};
+
+thread_local int in_call = 0;   // depth of calls into a resource on this thread
+thread_local std::vector<Pending> pending;
 
 // Drop a reference with or without the GIL: taken only if it is the last one.
 void release_native(Route* route) {
@@ -450,147 +429,5 @@ void routes_after_fork() {
   table_lock.unlock();
   current_lock.unlock();
 }
-
-namespace {
-
-Route* route_of(PyObject* capsule) {
-  return static_cast<Route*>(PyCapsule_GetPointer(capsule, kCapsule));
-}
-
-void drop_capsule(PyObject* capsule) {
-  Route* route = route_of(capsule);
-  if (route != nullptr) release(route);
-  else PyErr_Clear();
-}
-
-// new_route(allocate, deallocate, alignment) -> capsule
-PyObject* new_route(PyObject*, PyObject* args) {
-  PyObject *allocate, *deallocate;
-  unsigned long long alignment;
-  if (!PyArg_ParseTuple(args, "OOK", &allocate, &deallocate, &alignment)) return nullptr;
-  if (!PyCallable_Check(allocate) || !PyCallable_Check(deallocate) || alignment == 0 ||
-      (alignment & (alignment - 1)) != 0) {
-    PyErr_SetString(PyExc_ValueError, "new_route takes two callables and a power-of-two alignment");
-    return nullptr;
-  }
-  auto* route = new Route();
-  Py_INCREF(allocate);
-  Py_INCREF(deallocate);
-  route->allocate = allocate;
-  route->deallocate = deallocate;
-  route->alignment = alignment;
-  PyObject* capsule = PyCapsule_New(route, kCapsule, drop_capsule);
-  if (capsule == nullptr) release(route);
-  return capsule;
-}
-
-// set_route(capsule or None, every_thread: bool): the route serving every thread, or this one.
-PyObject* set_route(PyObject*, PyObject* args) {
-  PyObject* capsule;
-  int all;
-  if (!PyArg_ParseTuple(args, "Op", &capsule, &all)) return nullptr;
-  Route* route = nullptr;
-  if (capsule != Py_None) {
-    route = route_of(capsule);
-    if (route == nullptr) return nullptr;
-    route->refs.fetch_add(1);
-  }
-  Route* before;
-  if (all) {
-    std::lock_guard<std::mutex> guard(current_lock);
-    before = every_thread.exchange(route, std::memory_order_acq_rel);
-  } else {
-    before = this_thread;
-    this_thread = route;
-  }
-  if (before != nullptr) release(before);
-  Py_RETURN_NONE;
-}
-
-// route_statistics(capsule) -> (blocks, peak, total, bytes, peak, total, ooms, free failures,
-// deferred frees, last error or None)
-PyObject* route_statistics(PyObject*, PyObject* capsule) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return nullptr;
-  PyObject* error = route->last_error != nullptr ? route->last_error : Py_None;
-  unsigned long long counts[6] = {route->blocks.load(), route->blocks_peak.load(),
-                                  route->blocks_total.load(), route->bytes.load(),
-                                  route->bytes_peak.load(), route->bytes_total.load()};
-  return Py_BuildValue("(KKKKKKKKKO)", counts[0], counts[1], counts[2], counts[3], counts[4],
-                       counts[5], static_cast<unsigned long long>(route->ooms),
-                       static_cast<unsigned long long>(route->free_failures),
-                       static_cast<unsigned long long>(route->deferred), error);
-}
-
-PyObject* reset_route_peaks(PyObject*, PyObject* capsule) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return nullptr;
-  route->blocks_peak.store(route->blocks.load());
-  route->bytes_peak.store(route->bytes.load());
-  Py_RETURN_NONE;
-}
-
-}  // namespace
-
-bool route_attach_pool(PyObject* capsule, NativePool* pool) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return false;
-  if (route->pool != nullptr) {
-    PyErr_SetString(PyExc_ValueError, "this route has a native pool already");
-    return false;
-  }
-  native_pool_hold(pool);
-  native_routes.fetch_add(1);
-  route->pool.store(pool, std::memory_order_release);
-  return true;
-}
-
-Route* route_attach_serving(PyObject* capsule, Serving* serving) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return nullptr;
-  if (route->serving != nullptr) {
-    PyErr_SetString(PyExc_ValueError, "this route has a server already");
-    return nullptr;
-  }
-  serving_hold(serving);
-  native_routes.fetch_add(1);
-  route->serving.store(serving, std::memory_order_release);
-  return route;
-}
-
-namespace {
-
-PyObject* routed_blocks(PyObject*, PyObject*) {
-  size_t count;
-  {
-    std::lock_guard<std::mutex> guard(table_lock);
-    count = table.size();
-  }
-  int64_t native = std::max<int64_t>(native_blocks.load(), 0);
-  return PyLong_FromSize_t(count + static_cast<size_t>(native));
-}
-
-// shutdown(): the interpreter is exiting; later frees of routed blocks leak, nothing is routed.
-PyObject* shutdown(PyObject*, PyObject*) {
-  gone.store(true);
-  {
-    std::lock_guard<std::mutex> guard(current_lock);
-    every_thread.store(nullptr);  // its reference is leaked with the blocks
-  }
-  this_thread = nullptr;
-  Py_RETURN_NONE;
-}
-
-}  // namespace
-
-PyMethodDef route_methods[] = {
-    {"new_route", new_route, METH_VARARGS, "A route over allocate/deallocate callables."},
-    {"set_route", set_route, METH_VARARGS,
-     "Set the route of every thread (True) or of this thread (False); None clears it."},
-    {"route_statistics", route_statistics, METH_O, "A route's counters and last error."},
-    {"reset_route_peaks", reset_route_peaks, METH_O, "Set a route's peaks to their current."},
-    {"routed_blocks", routed_blocks, METH_NOARGS, "Live routed blocks, every route together."},
-    {"shutdown", shutdown, METH_NOARGS, "Stop routing and calling into Python (at exit)."},
-    {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace tensorarena_shim

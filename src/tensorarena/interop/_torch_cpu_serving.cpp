@@ -29,9 +29,10 @@
 // Everything here changes under native_lock (_torch_cpu_serving.h), not the GIL: the route takes
 // and frees served blocks with no GIL (a free finds its table by address among the live tables'
 // arenas, a few, then in the table's own live ranges: no per-block table elsewhere), and every
-// call from Python takes the lock for what it reads or changes. Tables are counted: the server holds one reference while the table is
-// registered, each live block one, so a block of a replaced table is freed into the table it
-// came from. The server holds the step's log and the last step's; a block names its log by id.
+// call from Python takes the lock for what it reads or changes. Tables are counted: the server
+// holds one reference while the table is registered, each live block one, so a block of a
+// replaced table is freed into the table it came from. The server holds the step's log and the
+// last step's; a block names its log by id.
 #include "_torch_cpu_serving.h"
 
 #include <cstring>
@@ -68,7 +69,8 @@ void add_table(Serving* serving, ServingTable* table) {
   table->serving = serving;
   for (size_t i = 0; i < table->sizes.size(); ++i) {
     if (table->offsets[i] == kNoSlot) continue;
-    table->extent = std::max(table->extent, table->offsets[i] + std::max<uint64_t>(table->sizes[i], 1));
+    uint64_t end = table->offsets[i] + std::max<uint64_t>(table->sizes[i], 1);
+    table->extent = std::max(table->extent, end);
   }
   serving->tables[table->id] = table;
   arenas.push_back(table);

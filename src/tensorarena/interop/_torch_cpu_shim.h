@@ -1,8 +1,9 @@
 // What the two halves of torch's CPU allocator shim share (tensorarena.interop.torch_cpu_shim).
 //
 // _torch_cpu_shim.cpp: the at::Allocator itself, installing it, the deleter of its own blocks,
-// and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp: routing
-// every allocation to a Python resource while a route is set (tensorarena.torch.use).
+// and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp,
+// _torch_cpu_route_calls.cpp (_torch_cpu_routes.h): routing every allocation to a Python
+// resource while a route is set (tensorarena.torch.use).
 // _torch_cpu_serving.cpp, _torch_cpu_serving_calls.cpp (_torch_cpu_serving.h): a route's learned
 // plans served with no Python call, the step's log kept in C++ (_torch_cpu_step_log.cpp, .h).
 // _torch_cpu_native_pool.cpp: a pool kept in C++, whose blocks a route takes with no Python call.
@@ -30,7 +31,7 @@ void free_block(void* pointer);
 // Python must be called).
 void free_native(void* pointer);
 
-// --- routing (_torch_cpu_routes.cpp) ---------------------------------------------------------
+// --- routing (_torch_cpu_routes.cpp, _torch_cpu_route_calls.cpp) ------------------------------
 
 struct Route;  // a resource's allocate/deallocate, and its native server or pool, if any
 
