@@ -46,6 +46,8 @@ namespace {
 
 constexpr const char* kServingCapsule = "tensorarena.torch_cpu_serving";
 
+constexpr size_t kSpareNodes = 4096;  // a table's freed nodes kept for reuse, at most
+
 // Every live table (registered or kept by a live block), for a free to find its block's arena.
 std::vector<ServingTable*> arenas;
 
@@ -134,7 +136,15 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment) {
   if (!serving->valid || log == nullptr || log->ended) return nullptr;
   LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log->id, position, nbytes,
                   log->sizes.size()};
-  table->live.emplace(offset, range);  // (free: no range starts there)
+  if (table->spare.empty()) {
+    table->live.emplace(offset, range);  // (free: no range starts there)
+  } else {
+    auto node = std::move(table->spare.back());
+    table->spare.pop_back();
+    node.key() = offset;
+    node.mapped() = range;
+    table->live.insert(std::move(node));
+  }
   log->allocated(nbytes, alignment);
   serving->fresh.emplace_back(table, offset);
   ref_table(table);
@@ -182,7 +192,8 @@ bool serving_give(void* data, ServedFree* out) {
     if (found == table->live.end() || !found->second.served) continue;
     Serving* serving = table->serving;
     LiveRange block = found->second;
-    table->live.erase(found);
+    auto node = table->live.extract(found);
+    if (table->spare.size() < kSpareNodes) table->spare.push_back(std::move(node));
     serving->freed++;
     log_free(serving, block);
     if (!serving->valid) {

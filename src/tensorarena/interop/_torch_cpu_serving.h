@@ -38,6 +38,8 @@ struct ServingTable {
   std::vector<uint64_t> sizes;
   std::vector<uint64_t> offsets;      // kNoSlot: the allocation outlived its recording
   std::map<uint64_t, LiveRange> live;  // the arena's live blocks, by lo
+  // Nodes of freed served blocks, reused by the next ones (no malloc per block served).
+  std::vector<std::map<uint64_t, LiveRange>::node_type> spare;
   bool retired = false;
 
   bool is_free(uint64_t lo, uint64_t hi) const {
