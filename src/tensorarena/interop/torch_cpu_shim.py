@@ -25,9 +25,9 @@ owner's own books, with no GIL and no process-wide table of blocks.
 
 :func:`extension` compiles it on first use with ``torch.utils.cpp_extension.load`` (a C++
 compiler, ``ninja`` and torch's headers needed; a few seconds once) into
-``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources,
-so a changed source (another checkout, a new release) builds its own module instead of loading
-a stale one. Where it cannot be built, :func:`unavailable` says why.
+``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources
+and their folder (each checkout builds its own), so a changed source (another checkout, a new
+release) builds its own module instead of loading a stale one. Where it cannot be built, :func:`unavailable` says why.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ def _cache_dir() -> Path:
 
 
 def _digest() -> str:
-    digest = hashlib.sha256()
+    # The folder too: cpp_extension's build file names the sources by path, so two checkouts
+    # with the same sources sharing one build folder rebuild it in turn, and one's build lock
+    # vanishes under the other ("could not build ...: FileNotFoundError: .../lock").
+    digest = hashlib.sha256(str(_HERE.resolve()).encode())
     for path in (*SOURCES, *_HEADERS):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
