@@ -27,7 +27,8 @@ owner's own books, with no GIL and no process-wide table of blocks.
 compiler, ``ninja`` and torch's headers needed; a few seconds once) into
 ``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources
 and their folder (each checkout builds its own), so a changed source (another checkout, a new
-release) builds its own module instead of loading a stale one. Where it cannot be built, :func:`unavailable` says why.
+release) builds its own module instead of loading a stale one. Where it cannot be built,
+:func:`unavailable` says why.
 """
 
 from __future__ import annotations
