@@ -255,3 +255,28 @@ def test_threads_allocating_and_freeing_at_once_lose_nothing(pool: Counted) -> N
     assert total >= 1200 and pool.served == total  # every tensor natively
     stats = pool.statistics()
     assert stats.allocations.current == 0 and stats.free_extents == 1
+
+
+def test_blocks_of_two_pools_go_back_each_to_its_own_after_both_routes_went(shim: Any) -> None:
+    # A natively served block finds its pool by address (no table of blocks on the route): two
+    # arenas live at once, the routes gone, the frees interleaved.
+    outer, inner = Counted(size="1MiB"), Counted(size="1MiB")
+    before = routed_blocks()
+    with use(outer) as outer_route:
+        kept_outer = [torch.full((100 + i,), 1.0) for i in range(5)]
+        with use(inner) as inner_route:
+            kept_inner = [torch.full((200 + i,), 2.0) for i in range(5)]
+    assert all(outer.owns(t.data_ptr()) for t in kept_outer)
+    assert all(inner.owns(t.data_ptr()) for t in kept_inner)
+    assert routed_blocks() == before + 10
+    del outer_route, inner_route
+    gc.collect()
+    for a, b in zip(kept_outer, kept_inner, strict=True):
+        assert float(a.sum()) == a.numel() and float(b.sum()) == 2 * b.numel()
+    del a, b
+    for i in (4, 0, 2, 1, 3):
+        kept_outer[i] = kept_inner[4 - i] = None  # type: ignore[call-overload]
+    assert routed_blocks() == before
+    for pool in (outer, inner):
+        stats = pool.statistics()
+        assert stats.allocations.current == 0 and stats.free_extents == 1 and pool.calls == 0

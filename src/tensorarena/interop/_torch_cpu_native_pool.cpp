@@ -9,6 +9,8 @@
 //    (route_attach_pool) and takes each block with native_pool_take and gives it back with
 //    native_pool_give: no Python call. Where the arena has no room, the route makes its one
 //    Python call, to NativePool.allocate (whose fallback, if any, serves it).
+// A route's block is found by its address (native_pool_give: the pools whose arena holds it, a few,
+// then the pool's own live table), so a route keeps no table of its own for them.
 // Every change is under one process-wide mutex (pools_lock), so a free may come from any thread,
 // with or without the GIL; it is held across fork (native_pools_before_fork), so a child finds
 // every pool consistent. Nothing here calls into Python or makes a Python object while holding
@@ -40,7 +42,7 @@ class LiveTable {
   struct Slot {
     uintptr_t key = 0;  // 0: empty (no block lives at address 0)
     uint64_t requested = 0, reserved = 0;
-    bool routed = false;  // a route took it: only the route frees it
+    Route* route = nullptr;  // a route took it: only the route frees it
   };
 
   LiveTable() { slots_.resize(size_t{1} << bits_); }
@@ -116,6 +118,7 @@ struct NativePool {
   uint64_t reserved = 0, reserved_peak = 0, reserved_total = 0;
   uint64_t ooms = 0;    // requests the arena had no room for
   uint64_t served = 0;  // blocks taken by a route, with no Python call
+  size_t listed = 0;    // its place in pools (while its arena may hold a route's block)
 };
 
 namespace {
@@ -124,6 +127,7 @@ constexpr const char* kCapsule = "tensorarena.native_pool";
 constexpr uint64_t kGranule = 64;  // every extent starts and ends on it (torch's CPU alignment)
 
 std::mutex pools_lock;
+std::vector<NativePool*> pools;  // every live pool, for a route's free to find its block's
 
 // Status codes of a free (native_pool_deallocate's result).
 enum Freed : int {
@@ -189,7 +193,7 @@ uintptr_t fit(uintptr_t start, uint64_t length, uint64_t size, uint64_t align) {
 
 // A block's address, or 0 where no extent holds it (refusals counted if count_refusal).
 uintptr_t take_locked(NativePool* pool, uint64_t nbytes, uint64_t alignment, bool count_refusal,
-                      bool routed) {
+                      Route* routed) {
   if (pool->closed) return 0;
   uint64_t align = std::max<uint64_t>(alignment, kGranule);
   if (nbytes > pool->capacity) {
@@ -259,7 +263,7 @@ int give_locked(NativePool* pool, uintptr_t address, bool check, uint64_t nbytes
     }
     return kInterior;  // inside a live block, not its start
   }
-  if (check && found->routed) return kRouted;
+  if (check && found->route != nullptr) return kRouted;
   if (check && found->requested != nbytes) return kSizeMismatch;
   LiveTable::Slot block = *found;
   pool->live.erase(found);
@@ -306,8 +310,13 @@ PyObject* native_pool_new(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   pool->first_fit = first != 0;
   pool->free_at.emplace(base, capacity);
   pool->free_by_size.emplace(capacity, base);
+  {
+    std::lock_guard<std::mutex> guard(pools_lock);
+    pool->listed = pools.size();
+    pools.push_back(pool);
+  }
   PyObject* capsule = PyCapsule_New(pool, kCapsule, drop_capsule);
-  if (capsule == nullptr) delete pool;
+  if (capsule == nullptr) native_pool_release(pool);
   return capsule;
 }
 
@@ -333,7 +342,7 @@ PyObject* native_pool_allocate(PyObject*, PyObject* const* args, Py_ssize_t narg
   uintptr_t at;
   {
     std::lock_guard<std::mutex> guard(pools_lock);
-    at = take_locked(pool, nbytes, alignment, true, false);
+    at = take_locked(pool, nbytes, alignment, true, nullptr);
   }
   if (at == 0) Py_RETURN_NONE;
   return PyLong_FromUnsignedLongLong(at);
@@ -466,23 +475,40 @@ PyObject* native_pool_attach(PyObject*, PyObject* const* args, Py_ssize_t nargs)
 
 }  // namespace
 
-void* native_pool_take(NativePool* pool, size_t nbytes, uint64_t alignment) {
+void* native_pool_take(NativePool* pool, size_t nbytes, uint64_t alignment, Route* route) {
   std::lock_guard<std::mutex> guard(pools_lock);
   // A refusal here is not counted: the route asks the Python side next, which counts it.
-  uintptr_t at = take_locked(pool, nbytes, alignment, false, true);
+  uintptr_t at = take_locked(pool, nbytes, alignment, false, route);
   if (at != 0) pool->served++;
   return reinterpret_cast<void*>(at);
 }
 
-void native_pool_give(NativePool* pool, void* data) {
+bool native_pool_give(void* data, Route** route, size_t* nbytes) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(data);
   std::lock_guard<std::mutex> guard(pools_lock);
-  give_locked(pool, reinterpret_cast<uintptr_t>(data), false, 0);
+  for (NativePool* pool : pools) {  // (a few: a pool per NativePool alive)
+    if (address < pool->base || address - pool->base >= pool->capacity) continue;
+    LiveTable::Slot* found = pool->live.find(address);
+    if (found == nullptr || found->route == nullptr) continue;  // not a route's block here
+    *route = found->route;
+    *nbytes = static_cast<size_t>(found->requested);
+    give_locked(pool, address, false, 0);
+    return true;
+  }
+  return false;
 }
 
 void native_pool_hold(NativePool* pool) { pool->refs.fetch_add(1); }
 
-void native_pool_release(NativePool* pool) {
-  if (pool->refs.fetch_sub(1) == 1) delete pool;
+void native_pool_release(NativePool* pool) {  // never with pools_lock held
+  if (pool->refs.fetch_sub(1) != 1) return;
+  {
+    std::lock_guard<std::mutex> guard(pools_lock);
+    pools.back()->listed = pool->listed;
+    pools[pool->listed] = pools.back();
+    pools.pop_back();
+  }
+  delete pool;
 }
 
 void native_pools_before_fork() { pools_lock.lock(); }

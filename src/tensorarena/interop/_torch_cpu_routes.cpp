@@ -29,61 +29,38 @@
 // torch.profiler(profile_memory=True) see the program's allocations under a route too.
 // A route may carry a native pool (route_attach_pool, tensorarena.torch.NativePool): it takes each
 // block there first, and frees its blocks back there, with no Python call; only an allocation
-// the pool's arena has no room for makes the Python call (to the pool's allocate).
-// A route lives while a Python capsule, a current slot or a live block refers to it; all three
-// counts change under the GIL, and the last one drops the resource's methods.
-#include "_torch_cpu_shim.h"
+// the pool's arena has no room for makes the Python call (to the pool's allocate). A route may
+// carry a server of learned plans (route_attach_serving) likewise.
+// Natively served blocks (a server's or a native pool's) take no GIL and no entry in the table
+// here: their DataPtr's deleter is free_native, which finds the block in its owner's own books by
+// address (the server's arenas, the pools' live tables), each under its own lock; the GIL is
+// taken only where Python must be called (a retired plan's block, the route's last reference).
+// A route lives while a Python capsule, a current slot or a live block refers to it (an atomic
+// count; the every-thread slot is read and counted under current_lock, so a route another
+// thread replaces is not freed under a reader); the last one drops the resource's methods,
+// under the GIL. Its block and byte counters are atomics, changed by any thread.
+#include "_torch_cpu_routes.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/Exceptions.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace tensorarena_shim {
-namespace {
-
-constexpr const char* kCapsule = "tensorarena.torch_cpu_route";
-
-struct Route {
-  long refs = 1;  // under the GIL: the capsule's, one per slot that holds it, one per block
-  PyObject* allocate = nullptr;
-  PyObject* deallocate = nullptr;
-  uint64_t alignment = 64;
-  // statistics, under the GIL
-  uint64_t blocks = 0, blocks_peak = 0, blocks_total = 0;
-  uint64_t bytes = 0, bytes_peak = 0, bytes_total = 0;
-  uint64_t ooms = 0, free_failures = 0, deferred = 0;
-  PyObject* last_error = nullptr;
-  Serving* serving = nullptr;  // learned plans' slots served with no Python call, if any
-  NativePool* pool = nullptr;  // a native pool whose blocks it takes with no Python call, if any
-};
-
-struct Block {
-  Route* route;
-  size_t nbytes;
-  ServingTable* served = nullptr;  // the table of a block its server gave (no Python call)
-  bool pooled = false;             // a block its native pool gave (no Python call)
-};
-
-struct Pending {
-  Route* route;
-  void* data;
-  size_t nbytes;
-};
 
 std::mutex table_lock;
-std::unordered_map<void*, Block> table;  // live routed blocks
-
+std::unordered_map<void*, Block> table;
+std::atomic<int64_t> native_blocks{0};
+std::atomic<long> native_routes{0};
+std::mutex current_lock;
 std::atomic<Route*> every_thread{nullptr};
 thread_local Route* this_thread = nullptr;
-std::atomic<bool> gone{false};  // the interpreter is shutting down: no more calls into it
-thread_local int in_call = 0;   // depth of calls into a resource on this thread
-thread_local std::vector<Pending> pending;
+std::atomic<bool> gone{false};
 
 bool interpreter_gone() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -93,14 +70,96 @@ bool interpreter_gone() {
 #endif
 }
 
-void release(Route* route) {  // under the GIL
-  if (--route->refs != 0) return;
+namespace {
+
+void destroy(Route* route) {  // under the GIL, its last reference gone
   Py_XDECREF(route->allocate);
   Py_XDECREF(route->deallocate);
   Py_XDECREF(route->last_error);
-  if (route->serving != nullptr) serving_release(route->serving);
-  if (route->pool != nullptr) native_pool_release(route->pool);
+  Serving* serving = route->serving.load();
+  NativePool* pool = route->pool.load();
+  native_routes.fetch_sub((serving != nullptr) + (pool != nullptr));
   delete route;
+  if (serving != nullptr) serving_release(serving);
+  if (pool != nullptr) native_pool_release(pool);
+}
+
+}  // namespace
+
+void release(Route* route) {  // under the GIL
+  if (route->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(route);
+}
+
+namespace {
+
+struct Pending {
+  Route* route;
+  void* data;
+  size_t nbytes;
+};
+
+thread_local int in_call = 0;   // depth of calls into a resource on this thread
+thread_local std::vector<Pending> pending;
+
+// Drop a reference with or without the GIL: taken only if it is the last one.
+void release_native(Route* route) {
+  if (route->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (interpreter_gone()) return;  // leaked: the resource's interpreter is going
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *saved_type, *saved_value, *saved_trace;
+  PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
+  destroy(route);
+  PyErr_Restore(saved_type, saved_value, saved_trace);
+  PyGILState_Release(gil);
+}
+
+// The route serving this thread, with a reference taken for the caller, or nullptr (any thread;
+// under the GIL, every_thread's route can be read without current_lock: it changes under the GIL
+// too, and the slot's own reference keeps it alive).
+Route* acquire_current(bool gil) {
+  Route* route = this_thread;  // (only this thread changes its own slot)
+  if (route == nullptr && gil) {
+    route = every_thread.load(std::memory_order_acquire);
+    if (route != nullptr) route->refs.fetch_add(1, std::memory_order_relaxed);
+    return route;
+  }
+  if (route == nullptr) {
+    std::lock_guard<std::mutex> guard(current_lock);
+    route = every_thread.load(std::memory_order_relaxed);
+    if (route != nullptr) route->refs.fetch_add(1, std::memory_order_relaxed);
+    return route;
+  }
+  route->refs.fetch_add(1, std::memory_order_relaxed);
+  return route;
+}
+
+void raise_peak(std::atomic<uint64_t>& peak, uint64_t now) {
+  uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+// Count a block the route handed out (any thread); the block holds a reference to the route.
+void count_in(Route* route, void* data, size_t nbytes) {
+  raise_peak(route->blocks_peak, route->blocks.fetch_add(1, std::memory_order_relaxed) + 1);
+  route->blocks_total.fetch_add(1, std::memory_order_relaxed);
+  uint64_t bytes = route->bytes.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  raise_peak(route->bytes_peak, bytes);
+  route->bytes_total.fetch_add(nbytes, std::memory_order_relaxed);
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, static_cast<int64_t>(nbytes), bytes, bytes,
+                                     c10::Device(c10::DeviceType::CPU));
+  }
+}
+
+// Count a block of the route's freed (any thread); its reference is the caller's to drop.
+void count_out(Route* route, void* data, size_t nbytes) {
+  route->blocks.fetch_sub(1, std::memory_order_relaxed);
+  uint64_t bytes = route->bytes.fetch_sub(nbytes, std::memory_order_relaxed) - nbytes;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(nbytes), bytes, bytes,
+                                     c10::Device(c10::DeviceType::CPU));
+  }
 }
 
 // Keep the exception being raised as the route's last error (under the GIL); clears it. Without
@@ -158,140 +217,15 @@ void give_back(Route* route, void* data, size_t nbytes) {
     if (interrupted) PyErr_SetInterrupt();  // raised again at the program's next bytecode
   }
   Py_XDECREF(result);
-  route->blocks--;
-  route->bytes -= nbytes;
-  if (c10::memoryProfilingEnabled()) {
-    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(nbytes), route->bytes,
-                                     route->bytes, c10::Device(c10::DeviceType::CPU));
-  }
+  count_out(route, data, nbytes);
   in_call--;
   release(route);
   drain();
 }
 
-// Count a block the route handed out (under the GIL): it holds a reference to the route.
-void count_allocated(Route* route, void* data, size_t nbytes) {
-  route->refs++;
-  route->blocks++;
-  route->blocks_total++;
-  if (route->blocks > route->blocks_peak) route->blocks_peak = route->blocks;
-  route->bytes += nbytes;
-  route->bytes_total += nbytes;
-  if (route->bytes > route->bytes_peak) route->bytes_peak = route->bytes;
-  if (c10::memoryProfilingEnabled()) {
-    c10::reportMemoryUsageToProfiler(data, static_cast<int64_t>(nbytes), route->bytes,
-                                     route->bytes, c10::Device(c10::DeviceType::CPU));
-  }
-}
-
-// A slot from the route's server, kept in the table (under the GIL), or nullptr.
-void* serve_natively(Route* route, size_t nbytes) {
-  ServingTable* served = nullptr;
-  void* data = serving_take(route->serving, nbytes, route->alignment, &served);
-  if (data == nullptr) return nullptr;
-  bool kept;
-  {
-    std::lock_guard<std::mutex> guard(table_lock);
-    kept = table.emplace(data, Block{route, nbytes, served}).second;
-  }
-  if (!kept) {  // a live block has that address (never, by the plan): the Python call decides
-    serving_untake(route->serving, served, data);
-    return nullptr;
-  }
-  count_allocated(route, data, nbytes);
-  return data;
-}
-
-// A block the server gave is freed (under the GIL, nothing pending on the thread): its range
-// goes back with no Python call, unless its table was retired: then the Python side books it.
-void free_served(Route* route, const Block& block, void* data) {
-  bool tell = serving_free(route->serving, block.served, data);
-  route->blocks--;
-  route->bytes -= block.nbytes;
-  if (c10::memoryProfilingEnabled()) {
-    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(block.nbytes), route->bytes,
-                                     route->bytes, c10::Device(c10::DeviceType::CPU));
-  }
-  if (tell && in_call == 0) {
-    in_call++;
-    PyObject* result = PyObject_CallNoArgs(serving_sync_callable(route->serving));
-    if (result == nullptr) {
-      route->free_failures++;
-      bool interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
-      keep_error(route);
-      if (interrupted) PyErr_SetInterrupt();
-    }
-    Py_XDECREF(result);
-    in_call--;
-  }
-  release(route);
-  drain();
-}
-
-// A block from the route's native pool, kept in the table (under the GIL), or nullptr.
-void* pool_natively(Route* route, size_t nbytes) {
-  void* data = native_pool_take(route->pool, nbytes, route->alignment);
-  if (data == nullptr) return nullptr;
-  bool kept;
-  {
-    std::lock_guard<std::mutex> guard(table_lock);
-    kept = table.emplace(data, Block{route, nbytes, nullptr, true}).second;
-  }
-  if (!kept) {  // a live routed block has that address: the Python call decides
-    native_pool_give(route->pool, data);
-    return nullptr;
-  }
-  count_allocated(route, data, nbytes);
-  return data;
-}
-
-// A block the native pool gave is freed (under the GIL): back to the pool, no Python call.
-void free_pooled(Route* route, const Block& block, void* data) {
-  native_pool_give(route->pool, data);
-  route->blocks--;
-  route->bytes -= block.nbytes;
-  if (c10::memoryProfilingEnabled()) {
-    c10::reportMemoryUsageToProfiler(data, -static_cast<int64_t>(block.nbytes), route->bytes,
-                                     route->bytes, c10::Device(c10::DeviceType::CPU));
-  }
-  release(route);
-  drain();
-}
-
-Route* current() {
-  Route* route = this_thread;
-  return route != nullptr ? route : every_thread.load(std::memory_order_acquire);
-}
-
-}  // namespace
-
-bool routing() {
-  return in_call == 0 &&
-         (this_thread != nullptr || every_thread.load(std::memory_order_relaxed) != nullptr);
-}
-
-c10::DataPtr route_allocate(size_t nbytes) {
-  if (interpreter_gone()) return c10::DataPtr();
-  PyGILState_STATE gil = PyGILState_Ensure();
-  Route* route = current();  // again under the GIL: routes change only with it held
-  if (route == nullptr || in_call != 0) {
-    PyGILState_Release(gil);
-    return c10::DataPtr();
-  }
-  if (route->serving != nullptr) {
-    void* served = serve_natively(route, nbytes);
-    if (served != nullptr) {
-      PyGILState_Release(gil);
-      return c10::DataPtr(served, served, &free_block, c10::Device(c10::DeviceType::CPU));
-    }
-  }
-  if (route->pool != nullptr) {
-    void* pooled = pool_natively(route, nbytes);
-    if (pooled != nullptr) {
-      PyGILState_Release(gil);
-      return c10::DataPtr(pooled, pooled, &free_block, c10::Device(c10::DeviceType::CPU));
-    }
-  }
+// The Python call to the route's allocate (under the GIL, route a counted reference that
+// becomes the block's): a block, or an error thrown.
+c10::DataPtr allocate_in_python(Route* route, size_t nbytes) {
   PyObject *saved_type, *saved_value, *saved_trace;
   PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
   in_call++;
@@ -321,9 +255,9 @@ c10::DataPtr route_allocate(size_t nbytes) {
       failure = "allocate returned " + std::to_string(address) + ", not an address aligned to " +
                 std::to_string(route->alignment) + " bytes";
       if (address != 0) {
-        route->refs++;  // as a live block's, which give_back drops
-        route->blocks++;
-        route->bytes += nbytes;
+        route->refs.fetch_add(1);  // as a live block's, which give_back drops
+        route->blocks.fetch_add(1);
+        route->bytes.fetch_add(nbytes);
         give_back(route, reinterpret_cast<void*>(address), nbytes);
       }
       address = 0;
@@ -339,22 +273,27 @@ c10::DataPtr route_allocate(size_t nbytes) {
     }
   }
   if (address != 0) {
-    count_allocated(route, reinterpret_cast<void*>(address), nbytes);
+    count_in(route, reinterpret_cast<void*>(address), nbytes);
   } else {
     route->ooms++;
   }
   in_call--;
-  drain();
+  PyObject* error_value = nullptr;
   if (interrupted && route->last_error != nullptr) {
+    error_value = route->last_error;
+    Py_INCREF(error_value);
+  }
+  if (address == 0) release(route);  // (the block's reference, not taken)
+  drain();
+  if (error_value != nullptr) {
     python_error error;  // torch's; carries the KeyboardInterrupt back to Python as it is
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(route->last_error)), route->last_error);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error_value)), error_value);
+    Py_DECREF(error_value);
     error.persist();
     PyErr_Restore(saved_type, saved_value, saved_trace);
-    PyGILState_Release(gil);
     throw error;
   }
   PyErr_Restore(saved_type, saved_value, saved_trace);
-  PyGILState_Release(gil);
   if (address == 0) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "tensorarena.torch.use: the resource could not "
                      "allocate ", nbytes, " bytes (", failure, ")");
@@ -363,28 +302,113 @@ c10::DataPtr route_allocate(size_t nbytes) {
   return c10::DataPtr(data, data, &free_block, c10::Device(c10::DeviceType::CPU));
 }
 
+// Free a block a server or a native pool gave (any thread; the GIL only where Python must be
+// called): false if data is no such block.
+bool free_natively(void* data) {
+  ServedFree served;
+  if (!serving_give(data, &served) && !native_pool_give(data, &served.route, &served.nbytes)) {
+    return false;
+  }
+  native_blocks.fetch_sub(1, std::memory_order_relaxed);
+  count_out(served.route, data, served.nbytes);
+  if (served.sync != nullptr && in_call == 0 && !interpreter_gone()) {
+    // Its table was retired (or its server closed): the Python side books it now.
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *saved_type, *saved_value, *saved_trace;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
+    in_call++;
+    PyObject* result = PyObject_CallNoArgs(served.sync);
+    if (result == nullptr) {
+      served.route->free_failures++;
+      bool interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+      keep_error(served.route);
+      if (interrupted) PyErr_SetInterrupt();
+    }
+    Py_XDECREF(result);
+    in_call--;
+    drain();
+    PyErr_Restore(saved_type, saved_value, saved_trace);
+    PyGILState_Release(gil);
+  }
+  release_native(served.route);
+  return true;
+}
+
+// allocate_in_python with the GIL taken (gil): it is given back before the block or the error.
+c10::DataPtr allocate_holding(Route* route, size_t nbytes, PyGILState_STATE gil) {
+  try {
+    c10::DataPtr block = allocate_in_python(route, nbytes);
+    PyGILState_Release(gil);
+    return block;
+  } catch (...) {
+    PyGILState_Release(gil);
+    throw;
+  }
+}
+
+}  // namespace
+
+bool routing() {
+  return in_call == 0 &&
+         (this_thread != nullptr || every_thread.load(std::memory_order_relaxed) != nullptr);
+}
+
+c10::DataPtr route_allocate(size_t nbytes) {
+  if (interpreter_gone() || in_call != 0) return c10::DataPtr();
+  if (native_routes.load(std::memory_order_acquire) == 0) {  // Python is called: the GIL first
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Route* route = acquire_current(true);
+    if (route == nullptr) {
+      PyGILState_Release(gil);
+      return c10::DataPtr();
+    }
+    return allocate_holding(route, nbytes, gil);
+  }
+  Route* route = acquire_current(false);  // a reference: the block's if one is made
+  if (route == nullptr) return c10::DataPtr();
+  const c10::Device cpu(c10::DeviceType::CPU);
+  if (Serving* serving = route->serving.load(std::memory_order_acquire)) {
+    void* data = serving_take(serving, nbytes, route->alignment);
+    if (data != nullptr) {
+      native_blocks.fetch_add(1, std::memory_order_relaxed);
+      count_in(route, data, nbytes);
+      return c10::DataPtr(data, data, &free_native, cpu);
+    }
+  }
+  if (NativePool* pool = route->pool.load(std::memory_order_acquire)) {
+    void* data = native_pool_take(pool, nbytes, route->alignment, route);
+    if (data != nullptr) {
+      native_blocks.fetch_add(1, std::memory_order_relaxed);
+      count_in(route, data, nbytes);
+      return c10::DataPtr(data, data, &free_native, cpu);
+    }
+  }
+  return allocate_holding(route, nbytes, PyGILState_Ensure());
+}
+
+void free_native(void* data) {
+  // Never found only after shutdown() cleared what it could; leaked rather than handed to an
+  // allocator that did not make it.
+  free_natively(data);
+}
+
 bool route_free(void* data) {
   Block block;
   {
     std::lock_guard<std::mutex> guard(table_lock);
     auto found = table.find(data);
-    if (found == table.end()) return false;
-    block = found->second;
-    table.erase(found);
+    if (found == table.end()) {
+      block.route = nullptr;
+    } else {
+      block = found->second;
+      table.erase(found);
+    }
   }
+  // (not a Python resource's: a recorded or raw-allocated block served natively, or none)
+  if (block.route == nullptr) return free_natively(data);
   if (interpreter_gone()) return true;  // leaked: the resource's interpreter is going
   PyGILState_STATE gil = PyGILState_Ensure();
-  if (block.pooled) {  // back to its native pool, with no Python call
-    PyObject *saved_type, *saved_value, *saved_trace;
-    PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
-    free_pooled(block.route, block, data);
-    PyErr_Restore(saved_type, saved_value, saved_trace);
-  } else if (block.served != nullptr) {  // its range goes back here, with no Python call
-    PyObject *saved_type, *saved_value, *saved_trace;
-    PyErr_Fetch(&saved_type, &saved_value, &saved_trace);
-    free_served(block.route, block, data);
-    PyErr_Restore(saved_type, saved_value, saved_trace);
-  } else if (in_call != 0) {
+  if (in_call != 0) {
     block.route->deferred++;
     pending.push_back(Pending{block.route, data, block.nbytes});
   } else {
@@ -397,129 +421,13 @@ bool route_free(void* data) {
   return true;
 }
 
-void routes_before_fork() { table_lock.lock(); }
-void routes_after_fork() { table_lock.unlock(); }
-
-namespace {
-
-Route* route_of(PyObject* capsule) {
-  return static_cast<Route*>(PyCapsule_GetPointer(capsule, kCapsule));
+void routes_before_fork() {
+  current_lock.lock();
+  table_lock.lock();
 }
-
-void drop_capsule(PyObject* capsule) {
-  Route* route = route_of(capsule);
-  if (route != nullptr) release(route);
-  else PyErr_Clear();
+void routes_after_fork() {
+  table_lock.unlock();
+  current_lock.unlock();
 }
-
-// new_route(allocate, deallocate, alignment) -> capsule
-PyObject* new_route(PyObject*, PyObject* args) {
-  PyObject *allocate, *deallocate;
-  unsigned long long alignment;
-  if (!PyArg_ParseTuple(args, "OOK", &allocate, &deallocate, &alignment)) return nullptr;
-  if (!PyCallable_Check(allocate) || !PyCallable_Check(deallocate) || alignment == 0 ||
-      (alignment & (alignment - 1)) != 0) {
-    PyErr_SetString(PyExc_ValueError, "new_route takes two callables and a power-of-two alignment");
-    return nullptr;
-  }
-  auto* route = new Route();
-  Py_INCREF(allocate);
-  Py_INCREF(deallocate);
-  route->allocate = allocate;
-  route->deallocate = deallocate;
-  route->alignment = alignment;
-  PyObject* capsule = PyCapsule_New(route, kCapsule, drop_capsule);
-  if (capsule == nullptr) release(route);
-  return capsule;
-}
-
-// set_route(capsule or None, every_thread: bool): the route serving every thread, or this one.
-PyObject* set_route(PyObject*, PyObject* args) {
-  PyObject* capsule;
-  int all;
-  if (!PyArg_ParseTuple(args, "Op", &capsule, &all)) return nullptr;
-  Route* route = nullptr;
-  if (capsule != Py_None) {
-    route = route_of(capsule);
-    if (route == nullptr) return nullptr;
-    route->refs++;
-  }
-  Route* before = all ? every_thread.exchange(route, std::memory_order_acq_rel) : this_thread;
-  if (!all) this_thread = route;
-  if (before != nullptr) release(before);
-  Py_RETURN_NONE;
-}
-
-// route_statistics(capsule) -> (blocks, peak, total, bytes, peak, total, ooms, free failures,
-// deferred frees, last error or None)
-PyObject* route_statistics(PyObject*, PyObject* capsule) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return nullptr;
-  PyObject* error = route->last_error != nullptr ? route->last_error : Py_None;
-  return Py_BuildValue("(KKKKKKKKKO)", route->blocks, route->blocks_peak, route->blocks_total,
-                       route->bytes, route->bytes_peak, route->bytes_total, route->ooms,
-                       route->free_failures, route->deferred, error);
-}
-
-PyObject* reset_route_peaks(PyObject*, PyObject* capsule) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return nullptr;
-  route->blocks_peak = route->blocks;
-  route->bytes_peak = route->bytes;
-  Py_RETURN_NONE;
-}
-
-}  // namespace
-
-bool route_attach_pool(PyObject* capsule, NativePool* pool) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return false;
-  if (route->pool != nullptr) {
-    PyErr_SetString(PyExc_ValueError, "this route has a native pool already");
-    return false;
-  }
-  native_pool_hold(pool);
-  route->pool = pool;
-  return true;
-}
-
-bool route_attach_serving(PyObject* capsule, Serving* serving) {
-  Route* route = route_of(capsule);
-  if (route == nullptr) return false;
-  if (route->serving != nullptr) {
-    PyErr_SetString(PyExc_ValueError, "this route has a server already");
-    return false;
-  }
-  serving_hold(serving);
-  route->serving = serving;
-  return true;
-}
-
-namespace {
-
-PyObject* routed_blocks(PyObject*, PyObject*) {
-  std::lock_guard<std::mutex> guard(table_lock);
-  return PyLong_FromSize_t(table.size());
-}
-
-// shutdown(): the interpreter is exiting; later frees of routed blocks leak, nothing is routed.
-PyObject* shutdown(PyObject*, PyObject*) {
-  gone.store(true);
-  every_thread.store(nullptr);  // its reference is leaked with the blocks
-  this_thread = nullptr;
-  Py_RETURN_NONE;
-}
-
-}  // namespace
-
-PyMethodDef route_methods[] = {
-    {"new_route", new_route, METH_VARARGS, "A route over allocate/deallocate callables."},
-    {"set_route", set_route, METH_VARARGS,
-     "Set the route of every thread (True) or of this thread (False); None clears it."},
-    {"route_statistics", route_statistics, METH_O, "A route's counters and last error."},
-    {"reset_route_peaks", reset_route_peaks, METH_O, "Set a route's peaks to their current."},
-    {"routed_blocks", routed_blocks, METH_NOARGS, "Live routed blocks, every route together."},
-    {"shutdown", shutdown, METH_NOARGS, "Stop routing and calling into Python (at exit)."},
-    {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace tensorarena_shim

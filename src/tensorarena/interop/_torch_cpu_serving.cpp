@@ -1,4 +1,5 @@
-// Serving a learned plan's slots with no Python call (tensorarena.learned.native_serving).
+// Serving a learned plan's slots with no Python call (tensorarena.learned.native_serving): the
+// route's side, and the calls that set the server up (the rest: _torch_cpu_serving_calls.cpp).
 //
 // A route whose resource is a LearnedPlans can carry a *server*: the tables of the plans that
 // serve (per step position: size and offset in the plan's arena) and the live byte ranges of
@@ -25,90 +26,30 @@
 // (raw). A free of a block whose table was retired (the plan was replaced or the plans closed)
 // asks the Python side to book it at once (the sync callable): an arena goes back with its
 // last block.
-// Everything here runs under the GIL: the route's allocate and free take it, and so does every
-// call from Python. Tables are counted: the server holds one reference while the table is
-// registered, each live block one, so a block of a replaced table is freed into the table it
-// came from. The server holds the step's log and the last step's; a block names its log by id.
-#include "_torch_cpu_shim.h"
-#include "_torch_cpu_step_log.h"
+// Everything here changes under native_lock (_torch_cpu_serving.h), not the GIL: the route takes
+// and frees served blocks with no GIL (a free finds its table by address among the live tables'
+// arenas, a few, then in the table's own live ranges: no per-block table elsewhere), and every
+// call from Python takes the lock for what it reads or changes. Tables are counted: the server
+// holds one reference while the table is registered, each live block one, so a block of a
+// replaced table is freed into the table it came from. The server holds the step's log and the
+// last step's; a block names its log by id.
+#include "_torch_cpu_serving.h"
 
-#include <algorithm>
-#include <cstdint>
 #include <cstring>
-#include <map>
-#include <unordered_map>
-#include <utility>
-#include <vector>
+#include <mutex>
 
 namespace tensorarena_shim {
 
-// A live range of an arena: [lo, hi), lo its key; served: a block the server gave (the
-// rest of the fields then describe it), else one the Python side took.
-struct LiveRange {
-  uint64_t hi;
-  bool served = false;
-  bool booked = false;     // the Python side has a record of it
-  uint64_t log = 0;  // its step's log's id (not a reference: a kept block pins no log)
-  uint64_t slot = 0, nbytes = 0, number = 0;
-};
-
-struct ServingTable {
-  long refs = 1;
-  uint64_t id = 0;
-  uintptr_t base = 0;
-  std::vector<uint64_t> sizes;
-  std::vector<uint64_t> offsets;      // kNoSlot: the allocation outlived its recording
-  std::map<uint64_t, LiveRange> live;  // the arena's live blocks, by lo
-  bool retired = false;
-
-  bool is_free(uint64_t lo, uint64_t hi) const {
-    hi = std::max(hi, lo + 1);
-    auto after = live.lower_bound(hi);  // the first range starting at or after hi
-    if (after == live.begin()) return true;
-    --after;
-    return after->second.hi <= lo;
-  }
-};
-
-struct Serving {
-  long refs = 1;  // the capsule's; the route holds one more
-  PyObject* sync = nullptr;
-  std::unordered_map<uint64_t, ServingTable*> tables;
-  ServingTable* armed = nullptr;
-  uint64_t position = 0;
-  bool closed = false;
-  uint64_t served = 0, freed = 0;  // here, ever
-  // The step in progress's log and the one before (counted; nullptr: none yet).
-  StepLog* log = nullptr;
-  StepLog* previous = nullptr;
-  // While valid (left by the Python side, not paused since): served here, the table and slot
-  // of the last of them, live bytes and blocks (change, and highest change), bytes served.
-  bool valid = false;
-  uint64_t made = 0, made_table = 0, made_slot = 0;
-  int64_t live = 0, live_peak = 0, count = 0, count_peak = 0;
-  uint64_t total = 0;
-  // Since the last pause: booked blocks freed while valid (address), carried frees (number)
-  // and the cut after the last of them (the step's length then), and booked blocks freed while
-  // not valid (address), for the Python side to book.
-  std::vector<uint64_t> dropped, carried, raw;
-  // Blocks served since the last pause (table, offset; those still live are unbooked).
-  std::vector<std::pair<ServingTable*, uint64_t>> fresh;
-  uint64_t cut = 0;
-  bool cut_set = false;
-};
+std::mutex native_lock;
 
 namespace {
 
 constexpr const char* kServingCapsule = "tensorarena.torch_cpu_serving";
-constexpr uint64_t kNoSlot = ~uint64_t{0};
 
-void unref_table(ServingTable* table) {
-  if (--table->refs == 0) delete table;
-}
+constexpr size_t kSpareNodes = 4096;  // a table's freed nodes kept for reuse, at most
 
-Serving* serving_of(PyObject* capsule) {
-  return static_cast<Serving*>(PyCapsule_GetPointer(capsule, kServingCapsule));
-}
+// Every live table (registered or kept by a live block), for a free to find its block's arena.
+std::vector<ServingTable*> arenas;
 
 void drop_serving_capsule(PyObject* capsule) {
   Serving* serving = serving_of(capsule);
@@ -116,55 +57,72 @@ void drop_serving_capsule(PyObject* capsule) {
   else PyErr_Clear();
 }
 
-ServingTable* table_of(Serving* serving, PyObject* id_object) {
-  unsigned long long id = PyLong_AsUnsignedLongLong(id_object);
-  if (id == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-  auto found = serving->tables.find(id);
-  if (found == serving->tables.end()) {
-    PyErr_Format(PyExc_KeyError, "no serving table %llu", id);
-    return nullptr;
-  }
-  return found->second;
+}  // namespace
+
+void ref_table(ServingTable* table) { table->refs++; }
+
+void unref_table(ServingTable* table) {
+  if (--table->refs != 0) return;
+  arenas.erase(std::find(arenas.begin(), arenas.end(), table));
+  delete table;
 }
 
-bool unsigned_args(PyObject* const* args, Py_ssize_t from, Py_ssize_t nargs, uint64_t* out) {
-  for (Py_ssize_t i = from; i < nargs; ++i) {
-    out[i - from] = PyLong_AsUnsignedLongLong(args[i]);
-    if (out[i - from] == static_cast<uint64_t>(-1) && PyErr_Occurred()) return false;
+void add_table(Serving* serving, ServingTable* table) {
+  table->serving = serving;
+  for (size_t i = 0; i < table->sizes.size(); ++i) {
+    if (table->offsets[i] == kNoSlot) continue;
+    uint64_t end = table->offsets[i] + std::max<uint64_t>(table->sizes[i], 1);
+    table->extent = std::max(table->extent, end);
   }
-  return true;
+  serving->tables[table->id] = table;
+  arenas.push_back(table);
 }
 
-// The server and table of (capsule, id, ...) calls with nargs arguments.
-bool parse(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, Serving** serving,
-           ServingTable** table) {
+Serving* serving_of(PyObject* capsule) {
+  return static_cast<Serving*>(PyCapsule_GetPointer(capsule, kServingCapsule));
+}
+
+bool serving_args(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, Serving** serving,
+                  uint64_t* words) {
   if (nargs != want) {
     PyErr_Format(PyExc_TypeError, "takes %zd arguments, got %zd", want, nargs);
     return false;
   }
   *serving = serving_of(args[0]);
   if (*serving == nullptr) return false;
-  if (table != nullptr) {
-    *table = table_of(*serving, args[1]);
-    if (*table == nullptr) return false;
+  for (Py_ssize_t i = 1; words != nullptr && i < nargs; ++i) {
+    words[i - 1] = PyLong_AsUnsignedLongLong(args[i]);
+    if (words[i - 1] == static_cast<uint64_t>(-1) && PyErr_Occurred()) return false;
   }
   return true;
 }
 
-}  // namespace
+ServingTable* find_table(Serving* serving, uint64_t id) {
+  auto found = serving->tables.find(id);
+  return found == serving->tables.end() ? nullptr : found->second;
+}
+
+PyObject* no_table(uint64_t id) {
+  PyErr_Format(PyExc_KeyError, "no serving table %llu", static_cast<unsigned long long>(id));
+  return nullptr;
+}
 
 void serving_hold(Serving* serving) { serving->refs++; }
 
 void serving_release(Serving* serving) {  // under the GIL
   if (--serving->refs != 0) return;
-  for (auto& entry : serving->tables) unref_table(entry.second);
-  step_log_release(serving->log);
-  step_log_release(serving->previous);
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    for (auto& entry : serving->tables) unref_table(entry.second);
+    step_log_release(serving->log);
+    step_log_release(serving->previous);
+  }
   Py_XDECREF(serving->sync);
   delete serving;
 }
 
-void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingTable** out) {
+void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment) {
+  std::lock_guard<std::mutex> guard(native_lock);
   ServingTable* table = serving->armed;
   if (table == nullptr || serving->closed) return nullptr;
   uint64_t position = serving->position;
@@ -178,10 +136,18 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   if (!serving->valid || log == nullptr || log->ended) return nullptr;
   LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log->id, position, nbytes,
                   log->sizes.size()};
-  table->live.emplace(offset, range);  // (free: no range starts there)
+  if (table->spare.empty()) {
+    table->live.emplace(offset, range);  // (free: no range starts there)
+  } else {
+    auto node = std::move(table->spare.back());
+    table->spare.pop_back();
+    node.key() = offset;
+    node.mapped() = range;
+    table->live.insert(std::move(node));
+  }
   log->allocated(nbytes, alignment);
   serving->fresh.emplace_back(table, offset);
-  table->refs++;
+  ref_table(table);
   serving->position = position + 1;
   serving->served++;
   serving->made++;
@@ -192,24 +158,7 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment, ServingT
   serving->live_peak = std::max(serving->live_peak, serving->live);
   serving->count++;
   serving->count_peak = std::max(serving->count_peak, serving->count);
-  *out = table;
   return reinterpret_cast<void*>(address);
-}
-
-void serving_untake(Serving* serving, ServingTable* table, void* data) {
-  auto found = table->live.find(reinterpret_cast<uintptr_t>(data) - table->base);
-  uint64_t nbytes = found->second.nbytes;
-  table->live.erase(found);
-  serving->fresh.pop_back();
-  serving->log->unallocate();  // (the log serving_take just logged into)
-  serving->position--;
-  serving->served--;
-  serving->made--;
-  serving->made_slot--;  // (made_table stays: a pause's allocations all come from one table)
-  serving->total -= nbytes;
-  serving->live -= static_cast<int64_t>(nbytes);
-  serving->count--;
-  unref_table(table);
 }
 
 namespace {
@@ -234,13 +183,18 @@ void log_free(Serving* serving, const LiveRange& block) {
 
 }  // namespace
 
-bool serving_free(Serving* serving, ServingTable* table, void* data) {
+bool serving_give(void* data, ServedFree* out) {
   uintptr_t address = reinterpret_cast<uintptr_t>(data);
-  serving->freed++;
-  auto found = table->live.find(address - table->base);
-  if (found != table->live.end() && found->second.served) {
+  std::lock_guard<std::mutex> guard(native_lock);
+  for (ServingTable* table : arenas) {  // (a few: the plans' tables, and retired ones kept)
+    if (address < table->base || address - table->base >= table->extent) continue;
+    auto found = table->live.find(address - table->base);
+    if (found == table->live.end() || !found->second.served) continue;
+    Serving* serving = table->serving;
     LiveRange block = found->second;
-    table->live.erase(found);
+    auto node = table->live.extract(found);
+    if (table->spare.size() < kSpareNodes) table->spare.push_back(std::move(node));
+    serving->freed++;
     log_free(serving, block);
     if (!serving->valid) {
       serving->raw.push_back(address);  // booked (every live block is at a pause)
@@ -249,13 +203,17 @@ bool serving_free(Serving* serving, ServingTable* table, void* data) {
       serving->live -= static_cast<int64_t>(block.nbytes);
       serving->count--;
     }
+    out->route = serving->route;
+    out->nbytes = static_cast<size_t>(block.nbytes);
+    out->sync = table->retired || serving->closed ? serving->sync : nullptr;
+    unref_table(table);
+    return true;
   }
-  bool tell = table->retired || serving->closed;
-  unref_table(table);
-  return tell;
+  return false;
 }
 
-PyObject* serving_sync_callable(Serving* serving) { return serving->sync; }
+void servings_before_fork() { native_lock.lock(); }
+void servings_after_fork() { native_lock.unlock(); }
 
 namespace {
 
@@ -268,10 +226,12 @@ PyObject* serving_attach(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   auto* serving = new Serving();
   Py_INCREF(args[1]);
   serving->sync = args[1];
-  if (!route_attach_serving(args[0], serving)) {  // sets the error; takes no reference then
+  Route* route = route_attach_serving(args[0], serving);
+  if (route == nullptr) {  // sets the error; takes no reference then
     serving_release(serving);
     return nullptr;
   }
+  serving->route = route;  // (before any table: nothing is served before one is armed)
   PyObject* capsule = PyCapsule_New(serving, kServingCapsule, drop_serving_capsule);
   if (capsule == nullptr) serving_release(serving);
   return capsule;
@@ -280,9 +240,12 @@ PyObject* serving_attach(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // serving_table(server, id, sizes, offsets, base): register a plan's table (uint64 arrays).
 PyObject* serving_table(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Serving* serving;
-  if (!parse(args, nargs, 5, &serving, nullptr)) return nullptr;
-  uint64_t numbers[2];
-  if (!unsigned_args(args, 1, 2, numbers)) return nullptr;
+  uint64_t id;
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError, "takes 5 arguments, got %zd", nargs);
+    return nullptr;
+  }
+  if (!serving_args(args, 2, 2, &serving, &id)) return nullptr;
   unsigned long long base = PyLong_AsUnsignedLongLong(args[4]);
   if (base == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
   Py_buffer sizes, offsets;
@@ -291,63 +254,89 @@ PyObject* serving_table(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyBuffer_Release(&sizes);
     return nullptr;
   }
-  PyObject* result = nullptr;
+  const char* refusal = nullptr;
   if (sizes.len != offsets.len || sizes.len % 8 != 0) {
-    PyErr_SetString(PyExc_ValueError, "sizes and offsets must be uint64 arrays of one length");
-  } else if (serving->tables.count(numbers[0]) != 0) {
-    PyErr_SetString(PyExc_ValueError, "a serving table with this id exists");
+    refusal = "sizes and offsets must be uint64 arrays of one length";
   } else {
     auto* table = new ServingTable();
     size_t count = static_cast<size_t>(sizes.len / 8);
-    table->id = numbers[0];
+    table->id = id;
     table->base = static_cast<uintptr_t>(base);
     table->sizes.resize(count);
     table->offsets.resize(count);
     std::memcpy(table->sizes.data(), sizes.buf, count * 8);
     std::memcpy(table->offsets.data(), offsets.buf, count * 8);
-    serving->tables[table->id] = table;
-    Py_INCREF(Py_None);
-    result = Py_None;
+    std::lock_guard<std::mutex> guard(native_lock);
+    if (serving->tables.count(id) != 0) {
+      refusal = "a serving table with this id exists";
+      delete table;
+    } else {
+      add_table(serving, table);
+    }
   }
   PyBuffer_Release(&sizes);
   PyBuffer_Release(&offsets);
-  return result;
+  if (refusal != nullptr) {
+    PyErr_SetString(PyExc_ValueError, refusal);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
 }
 
 // serving_retire(server, id): never serve from the table again; frees of its blocks are booked
 // at once. serving_drop(server, id): forget it (its blocks, if any, keep it until they die).
-PyObject* serving_retire(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* retire_or_drop(PyObject* const* args, Py_ssize_t nargs, bool drop) {
   Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 2, &serving, &table)) return nullptr;
-  table->retired = true;
-  if (serving->armed == table) serving->armed = nullptr;
+  uint64_t id;
+  if (!serving_args(args, nargs, 2, &serving, &id)) return nullptr;
+  bool found;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    ServingTable* table = find_table(serving, id);
+    found = table != nullptr;
+    if (found) {
+      table->retired = true;
+      if (serving->armed == table) serving->armed = nullptr;
+      if (drop) {
+        serving->tables.erase(table->id);
+        unref_table(table);
+      }
+    }
+  }
+  if (!found) return no_table(id);
   Py_RETURN_NONE;
 }
 
+PyObject* serving_retire(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return retire_or_drop(args, nargs, false);
+}
+
 PyObject* serving_drop(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 2, &serving, &table)) return nullptr;
-  table->retired = true;
-  if (serving->armed == table) serving->armed = nullptr;
-  serving->tables.erase(table->id);
-  unref_table(table);
-  Py_RETURN_NONE;
+  return retire_or_drop(args, nargs, true);
 }
 
 // serving_log(server, log): the step that begins logs into log (a step_log_new capsule); the
 // one before it becomes the last step (whose blocks' frees carry, if it ended learned from).
 PyObject* serving_log(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Serving* serving;
-  if (!parse(args, nargs, 2, &serving, nullptr)) return nullptr;
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "takes 2 arguments, got %zd", nargs);
+    return nullptr;
+  }
+  if (!serving_args(args, 1, 1, &serving, nullptr)) return nullptr;
   StepLog* log = step_log_of(args[1]);
   if (log == nullptr) return nullptr;
-  if (log == serving->log) Py_RETURN_NONE;
-  step_log_hold(log);
-  step_log_release(serving->previous);
-  serving->previous = serving->log;
-  serving->log = log;
+  StepLog* gone = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    if (log != serving->log) {
+      step_log_hold(log);
+      gone = serving->previous;
+      serving->previous = serving->log;
+      serving->log = log;
+    }
+  }
+  step_log_release(gone);
   Py_RETURN_NONE;
 }
 
@@ -356,163 +345,31 @@ PyObject* serving_log(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // are logged: book them, then leave.
 PyObject* serving_leave(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Serving* serving;
-  if (!parse(args, nargs, 3, &serving, nullptr)) return nullptr;
   uint64_t values[2];
-  if (!unsigned_args(args, 1, 3, values)) return nullptr;
-  ServingTable* table = nullptr;
-  if (values[0] != 0) {
-    table = table_of(serving, args[1]);
-    if (table == nullptr) return nullptr;
-    if (table->retired || serving->closed) {
-      PyErr_SetString(PyExc_ValueError, "cannot arm a retired table or a closed server");
-      return nullptr;
+  if (!serving_args(args, nargs, 3, &serving, values)) return nullptr;
+  int outcome;  // 1 left, 0 frees to book first, -1 no table, -2 retired or closed
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    ServingTable* table = values[0] != 0 ? find_table(serving, values[0]) : nullptr;
+    if (values[0] != 0 && table == nullptr) {
+      outcome = -1;
+    } else if (table != nullptr && (table->retired || serving->closed)) {
+      outcome = -2;
+    } else if (!serving->raw.empty()) {
+      outcome = 0;
+    } else {
+      serving->armed = serving->log != nullptr && !serving->log->ended ? table : nullptr;
+      serving->position = values[1];
+      serving->valid = true;
+      outcome = 1;
     }
   }
-  if (!serving->raw.empty()) Py_RETURN_FALSE;
-  serving->armed = serving->log != nullptr && !serving->log->ended ? table : nullptr;
-  serving->position = values[1];
-  serving->valid = true;
-  Py_RETURN_TRUE;
-}
-
-PyObject* list_of(const std::vector<uint64_t>& words) {
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(words.size()));
-  if (list == nullptr) return nullptr;
-  for (size_t i = 0; i < words.size(); ++i) {
-    PyObject* item = PyLong_FromUnsignedLongLong(words[i]);
-    if (item == nullptr) {
-      Py_DECREF(list);
-      return nullptr;
-    }
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
-  }
-  return list;
-}
-
-// serving_pause(server) -> None if there is nothing to book, else (served, table and slot of
-// the last served, dropped, carried, cut or -1, live change, highest, blocks change, highest,
-// bytes served, unbooked, raw): what happened since the last pause that the Python side books
-// (what it logged is in the step's log already); unbooked: the live blocks with no Python
-// record (address, table, slot, nbytes, number; booked from now on). Stops serving until the
-// next leave. On an error (no memory), nothing changed.
-PyObject* serving_pause(PyObject*, PyObject* capsule) {
-  Serving* serving = serving_of(capsule);
-  if (serving == nullptr) return nullptr;
-  serving->armed = nullptr;
-  serving->valid = false;
-  std::vector<uint64_t> unbooked;
-  std::vector<LiveRange*> listed;
-  for (const auto& [table, offset] : serving->fresh) {
-    auto found = table->live.find(offset);
-    if (found == table->live.end() || !found->second.served || found->second.booked) continue;
-    LiveRange& block = found->second;
-    block.booked = true;  // (a range twice in fresh: listed once)
-    listed.push_back(&block);
-    unbooked.insert(unbooked.end(), {static_cast<uint64_t>(table->base + offset), table->id,
-                                     block.slot, block.nbytes, block.number});
-  }
-  if (serving->made == 0 && serving->dropped.empty() && serving->carried.empty() &&
-      serving->raw.empty() && serving->live == 0 && serving->count == 0 && unbooked.empty()) {
-    serving->fresh.clear();
-    Py_RETURN_NONE;
-  }
-  PyObject* lists[4] = {list_of(serving->dropped), list_of(serving->carried), list_of(unbooked),
-                        list_of(serving->raw)};
-  PyObject* result = nullptr;
-  if (lists[0] != nullptr && lists[1] != nullptr && lists[2] != nullptr && lists[3] != nullptr) {
-    result = Py_BuildValue(
-        "(KKKOOLLLLLKOO)", static_cast<unsigned long long>(serving->made),
-        static_cast<unsigned long long>(serving->made_table),
-        static_cast<unsigned long long>(serving->made_slot), lists[0], lists[1],
-        serving->cut_set ? static_cast<long long>(serving->cut) : -1LL,
-        static_cast<long long>(serving->live), static_cast<long long>(serving->live_peak),
-        static_cast<long long>(serving->count), static_cast<long long>(serving->count_peak),
-        static_cast<unsigned long long>(serving->total), lists[2], lists[3]);
-  }
-  for (PyObject* list : lists) Py_XDECREF(list);  // ("O" took its own references)
-  if (result == nullptr) {  // nothing changed: the blocks listed are unbooked again
-    for (LiveRange* block : listed) block->booked = false;
+  if (outcome == -1) return no_table(values[0]);
+  if (outcome == -2) {
+    PyErr_SetString(PyExc_ValueError, "cannot arm a retired table or a closed server");
     return nullptr;
   }
-  serving->fresh.clear();
-  serving->made = 0;
-  serving->dropped.clear();
-  serving->carried.clear();
-  serving->raw.clear();
-  serving->cut_set = false;
-  serving->live = serving->live_peak = serving->count = serving->count_peak = 0;
-  serving->total = 0;
-  return result;
-}
-
-// serving_close(server): serve nothing more; frees of blocks served here are booked at once.
-PyObject* serving_close(PyObject*, PyObject* capsule) {
-  Serving* serving = serving_of(capsule);
-  if (serving == nullptr) return nullptr;
-  serving->closed = true;
-  serving->armed = nullptr;
-  Py_RETURN_NONE;
-}
-
-// serving_counts(server) -> (served here, freed here), ever.
-PyObject* serving_counts(PyObject*, PyObject* capsule) {
-  Serving* serving = serving_of(capsule);
-  if (serving == nullptr) return nullptr;
-  return Py_BuildValue("(KK)", static_cast<unsigned long long>(serving->served),
-                       static_cast<unsigned long long>(serving->freed));
-}
-
-// The arena's live ranges, for the Python side's Occupancy while a server exists.
-PyObject* occupancy_is_free(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 4, &serving, &table)) return nullptr;
-  uint64_t range[2];
-  if (!unsigned_args(args, 2, 4, range)) return nullptr;
-  return PyBool_FromLong(table->is_free(range[0], range[1]));
-}
-
-PyObject* occupancy_take(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 4, &serving, &table)) return nullptr;
-  uint64_t range[2];
-  if (!unsigned_args(args, 2, 4, range)) return nullptr;
-  if (!table->is_free(range[0], range[1])) {
-    PyErr_SetString(PyExc_ValueError, "the range overlaps a live block");
-    return nullptr;
-  }
-  table->live.emplace(range[0], LiveRange{std::max(range[1], range[0] + 1)});
-  Py_RETURN_NONE;
-}
-
-PyObject* occupancy_release(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 3, &serving, &table)) return nullptr;
-  uint64_t lo;
-  if (!unsigned_args(args, 2, 3, &lo)) return nullptr;
-  table->live.erase(lo);
-  Py_RETURN_NONE;
-}
-
-PyObject* occupancy_ranges(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  Serving* serving;
-  ServingTable* table;
-  if (!parse(args, nargs, 2, &serving, &table)) return nullptr;
-  PyObject* out = PyList_New(0);
-  if (out == nullptr) return nullptr;
-  for (const auto& range : table->live) {
-    PyObject* item = Py_BuildValue("(KK)", static_cast<unsigned long long>(range.first),
-                                   static_cast<unsigned long long>(range.second.hi));
-    if (item == nullptr || PyList_Append(out, item) != 0) {
-      Py_XDECREF(item);
-      Py_DECREF(out);
-      return nullptr;
-    }
-    Py_DECREF(item);
-  }
-  return out;
+  return PyBool_FromLong(outcome);
 }
 
 PyCFunction fast(PyObject* (*function)(PyObject*, PyObject* const*, Py_ssize_t)) {

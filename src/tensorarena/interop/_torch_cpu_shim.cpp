@@ -125,11 +125,13 @@ c10::DataPtr forward(size_t nbytes) {
 void lock_before_fork() {
   outstanding_lock.lock();
   routes_before_fork();
+  servings_before_fork();
   native_pools_before_fork();
 }
 
 void unlock_after_fork() {
   native_pools_after_fork();
+  servings_after_fork();
   routes_after_fork();
   outstanding_lock.unlock();
 }
@@ -184,7 +186,8 @@ struct KernelArenaAllocator final : public c10::Allocator {
       c10::DeleterFnPtr raw = previous->raw_deleter();
       c10::DeleterFnPtr deleter = inner.get_deleter();
       if (inner.get_context() == data &&
-          ((raw != nullptr && deleter == raw) || deleter == &free_block)) {
+          ((raw != nullptr && deleter == raw) || deleter == &free_block ||
+           deleter == &free_native)) {
         // Keep context == data: raw_allocate (used by some kernels) insists on it.
         inner.release_context();
         std::lock_guard<std::mutex> guard(outstanding_lock);

@@ -104,7 +104,12 @@ PyObject* step_log_allocated(PyObject*, PyObject* const* args, Py_ssize_t nargs)
   if (log == nullptr || !unsigned_of(args[1], &nbytes) || !unsigned_of(args[2], &alignment)) {
     return nullptr;
   }
-  return PyLong_FromUnsignedLongLong(log->allocated(nbytes, alignment));
+  uint64_t number;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    number = log->allocated(nbytes, alignment);
+  }
+  return PyLong_FromUnsignedLongLong(number);
 }
 
 // step_log_freed(log, number): allocation number is freed now (nothing, once the log ended).
@@ -113,23 +118,40 @@ PyObject* step_log_freed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   StepLog* log = step_log_of(args[0]);
   uint64_t number;
   if (log == nullptr || !unsigned_of(args[1], &number)) return nullptr;
-  if (number >= log->sizes.size() || log->ends[number] != StepLog::kLive) {
+  bool live;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    live = number < log->sizes.size() && log->ends[number] == StepLog::kLive;
+    if (live) log->freed(number);
+  }
+  if (!live) {
     PyErr_Format(PyExc_IndexError, "allocation %llu is not live in this log",
                  static_cast<unsigned long long>(number));
     return nullptr;
   }
-  log->freed(number);
   Py_RETURN_NONE;
 }
 
 PyObject* step_log_length(PyObject*, PyObject* capsule) {
   StepLog* log = step_log_of(capsule);
-  return log == nullptr ? nullptr : PyLong_FromSize_t(log->sizes.size());
+  if (log == nullptr) return nullptr;
+  size_t length;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    length = log->sizes.size();
+  }
+  return PyLong_FromSize_t(length);
 }
 
 PyObject* step_log_clock(PyObject*, PyObject* capsule) {
   StepLog* log = step_log_of(capsule);
-  return log == nullptr ? nullptr : PyLong_FromUnsignedLongLong(log->clock);
+  if (log == nullptr) return nullptr;
+  uint64_t clock;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    clock = log->clock;
+  }
+  return PyLong_FromUnsignedLongLong(clock);
 }
 
 // step_log_end(log, learned): the step ended (learned from, or not): no more serving into it, no
@@ -140,6 +162,7 @@ PyObject* step_log_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (log == nullptr) return nullptr;
   int learned = PyObject_IsTrue(args[1]);
   if (learned < 0) return nullptr;
+  std::lock_guard<std::mutex> guard(native_lock);
   log->ended = true;
   log->learned = learned != 0;
   Py_RETURN_NONE;
@@ -149,8 +172,16 @@ PyObject* step_log_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* step_log_lists(PyObject*, PyObject* capsule) {
   StepLog* log = step_log_of(capsule);
   if (log == nullptr) return nullptr;
-  PyObject* lists[4] = {ints_of(log->sizes, false), ints_of(log->alignments, false),
-                        ints_of(log->starts, false), ints_of(log->ends, true)};
+  std::vector<uint64_t> words[4];
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    words[0] = log->sizes;
+    words[1] = log->alignments;
+    words[2] = log->starts;
+    words[3] = log->ends;
+  }
+  PyObject* lists[4] = {ints_of(words[0], false), ints_of(words[1], false),
+                        ints_of(words[2], false), ints_of(words[3], true)};
   if (lists[0] == nullptr || lists[1] == nullptr || lists[2] == nullptr || lists[3] == nullptr) {
     for (PyObject* list : lists) Py_XDECREF(list);
     return nullptr;
@@ -164,11 +195,17 @@ PyObject* step_log_key(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   StepLog* log = step_log_of(args[0]);
   uint64_t length;
   if (log == nullptr || !unsigned_of(args[1], &length)) return nullptr;
-  size_t count = std::min<size_t>(length, log->sizes.size());
+  std::vector<uint64_t> sizes;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    size_t count = std::min<size_t>(length, log->sizes.size());
+    sizes.assign(log->sizes.begin(), log->sizes.begin() + static_cast<std::ptrdiff_t>(count));
+  }
+  size_t count = sizes.size();
   PyObject* key = PyTuple_New(static_cast<Py_ssize_t>(count));
   if (key == nullptr) return nullptr;
   for (size_t i = 0; i < count; ++i) {
-    PyObject* item = PyLong_FromUnsignedLongLong(log->sizes[i]);
+    PyObject* item = PyLong_FromUnsignedLongLong(sizes[i]);
     if (item == nullptr) {
       Py_DECREF(key);
       return nullptr;
@@ -186,15 +223,19 @@ PyObject* step_log_matches(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (log == nullptr) return nullptr;
   Py_ssize_t length = PyObject_Length(args[1]);
   if (length < 0) return nullptr;
-  if (static_cast<size_t>(length) != log->sizes.size()) Py_RETURN_FALSE;
-  int same = same_ints(args[1], log->sizes, [](size_t) { return true; });
-  if (same == 1) {
-    std::vector<uint64_t> positions;
-    for (size_t i = 0; i < log->ends.size(); ++i) {
-      if (log->ends[i] == StepLog::kLive) positions.push_back(i);
+  std::vector<uint64_t> sizes, positions;
+  {
+    std::lock_guard<std::mutex> guard(native_lock);
+    if (static_cast<size_t>(length) == log->sizes.size()) {
+      sizes = log->sizes;
+      for (size_t i = 0; i < log->ends.size(); ++i) {
+        if (log->ends[i] == StepLog::kLive) positions.push_back(i);
+      }
     }
-    same = same_ints(args[2], positions, [](size_t) { return true; });
   }
+  if (static_cast<size_t>(length) != sizes.size()) Py_RETURN_FALSE;
+  int same = same_ints(args[1], sizes, [](size_t) { return true; });
+  if (same == 1) same = same_ints(args[2], positions, [](size_t) { return true; });
   if (same < 0) return nullptr;
   return PyBool_FromLong(same);
 }
@@ -205,6 +246,7 @@ PyObject* step_log_same(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   StepLog* a = step_log_of(args[0]);
   StepLog* b = a == nullptr ? nullptr : step_log_of(args[1]);
   if (b == nullptr) return nullptr;
+  std::lock_guard<std::mutex> guard(native_lock);
   bool same = a->sizes == b->sizes;
   for (size_t i = 0; same && i < a->ends.size(); ++i) {
     same = (a->ends[i] == StepLog::kLive) == (b->ends[i] == StepLog::kLive);

@@ -8,19 +8,24 @@
 // [start, end), tensorarena.learned.recording). kLive: not freed (yet). A log is *ended* when its
 // step ends: nothing is served into it and no free is logged there any more (a block freed
 // later outlived the step; in the next step, its free is carried if the step was learned from).
-// Everything here runs under the GIL.
+// A log changes, and is read, under native_lock: the route's server logs into it with no GIL.
 #pragma once
 
 #include <Python.h>
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 namespace tensorarena_shim {
 
+// The lock of every server of learned plans and every step log (_torch_cpu_serving.h).
+extern std::mutex native_lock;
+
 struct StepLog {
   static constexpr uint64_t kLive = ~uint64_t{0};
   long refs = 1;        // the capsule's, and the server's while it is the step's or the last
+                        // (changed under the GIL)
   uint64_t id = 0;      // unique in the process (from 1), what a served block names its log by
   bool ended = false;   // its step ended: no more serving into it, no more frees logged
   bool learned = false; // ended by a marker that learned from it (its frees next step carry)

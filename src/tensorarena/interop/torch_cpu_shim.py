@@ -1,8 +1,10 @@
 """Torch's CPU allocator shim: the one compiled extension behind every CPU allocation hook.
 
 Python cannot replace torch's CPU allocator, so a small C++ extension does: an ``at::Allocator``
-(``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, ``_torch_cpu_serving.cpp``,
-``_torch_cpu_step_log.cpp`` and ``_torch_cpu_native_pool.cpp``, sharing ``_torch_cpu_shim.h``)
+(``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, ``_torch_cpu_route_calls.cpp``,
+``_torch_cpu_serving.cpp``, ``_torch_cpu_serving_calls.cpp``, ``_torch_cpu_step_log.cpp`` and
+``_torch_cpu_native_pool.cpp``, sharing ``_torch_cpu_shim.h`` and the ``_torch_cpu_routes.h``,
+``_torch_cpu_serving.h``, ``_torch_cpu_step_log.h`` of their parts)
 that forwards to the allocator it replaced unless asked otherwise. Two users ask, through this
 one module (one compile, one allocator swap):
 
@@ -18,15 +20,18 @@ one module (one compile, one allocator swap):
 
 Every block the shim makes itself carries its deleter, which finds by address who made it: a
 block goes back to the allocator or resource that made it, whichever is installed when it dies.
+A block a route serves natively (a learned plan's slot, a native pool's block) is found in its
+owner's own books, with no GIL and no process-wide table of blocks.
 
 :func:`extension` compiles it on first use with ``torch.utils.cpp_extension.load`` (a C++
 compiler, ``ninja`` and torch's headers needed; a few seconds once) into
-``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources,
-so a changed source (another checkout, a new release) builds its own module instead of loading
-a stale one. Where it cannot be built, :func:`unavailable` says why. Builds of one folder take
-turns under an ``flock`` that the system releases when its holder dies, however it dies: torch's
-own ``lock`` file, which a build killed halfway (Ctrl-C, a timeout) leaves behind and every later
-process would wait on forever, is cleared under it (:func:`build_once`).
+``~/.cache/tensorarena/torch_cpu_shim/<torch>-<python>-<digest>``: the digest is of the sources
+and their folder (each checkout builds its own), so a changed source (another checkout, a new
+release) builds its own module instead of loading a stale one. Where it cannot be built,
+:func:`unavailable` says why. Builds of one folder take turns under an ``flock`` that the system
+releases when its holder dies, however it dies: torch's own ``lock`` file, which a build killed
+halfway (Ctrl-C, a timeout) leaves behind and every later process would wait on forever, is
+cleared under it (:func:`build_once`).
 """
 
 from __future__ import annotations
@@ -52,9 +57,11 @@ _T = TypeVar("_T")
 _HERE = Path(__file__).parent
 #: The sources of the extension (the header is hashed with them), and the module they build.
 SOURCES = (_HERE / "_torch_cpu_shim.cpp", _HERE / "_torch_cpu_routes.cpp",
-           _HERE / "_torch_cpu_serving.cpp", _HERE / "_torch_cpu_step_log.cpp",
+           _HERE / "_torch_cpu_route_calls.cpp", _HERE / "_torch_cpu_serving.cpp",
+           _HERE / "_torch_cpu_serving_calls.cpp", _HERE / "_torch_cpu_step_log.cpp",
            _HERE / "_torch_cpu_native_pool.cpp")
-_HEADERS = (_HERE / "_torch_cpu_shim.h", _HERE / "_torch_cpu_step_log.h")
+_HEADERS = (_HERE / "_torch_cpu_shim.h", _HERE / "_torch_cpu_routes.h",
+            _HERE / "_torch_cpu_serving.h", _HERE / "_torch_cpu_step_log.h")
 MODULE = "tensorarena_torch_cpu_shim"
 
 
@@ -64,7 +71,10 @@ def _cache_dir() -> Path:
 
 
 def _digest() -> str:
-    digest = hashlib.sha256()
+    # The folder too: cpp_extension's build file names the sources by path, so two checkouts
+    # with the same sources sharing one build folder rebuild it in turn, and one's build lock
+    # vanishes under the other ("could not build ...: FileNotFoundError: .../lock").
+    digest = hashlib.sha256(str(_HERE.resolve()).encode())
     for path in (*SOURCES, *_HEADERS):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

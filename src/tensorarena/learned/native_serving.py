@@ -11,6 +11,8 @@ itself while each has its recorded size, its slot an offset, and its bytes overl
 range: the never-alias rule of :mod:`~tensorarena.learned.step_plan`, checked against the same
 ranges (the plan's :class:`~tensorarena.learned.step_plan.Occupancy` is this server's while it
 exists, so both sides take and release in one place). Their frees release their ranges there.
+The route takes and frees these blocks with no GIL: the server's state is under a lock of its
+own (``native_lock``), which every call from here takes too, so concurrent threads are safe.
 
 Anything else, the first allocation that differs included, is the route's Python call as
 before. The step's log is shared: each step's recorder is a

@@ -23,7 +23,10 @@ are served with no Python call: a :class:`~tensorarena.torch.NativePool` (one ar
 bookkeeping lives in C++: the route takes each block there and frees it there, at a fraction of a
 Python call's cost (``bench torch-use``); an allocation its arena has no room for is the one
 Python call, to its ``allocate``, which its ``fallback`` serves or refuses) and learned plans
-(:func:`tensorarena.torch.learned`, a step that repeats its plan). Where the shim cannot be
+(:func:`tensorarena.torch.learned`, a step that repeats its plan); their blocks are taken and
+freed with no GIL either (each owner's books under its own lock, the block found by its address:
+no process-wide table of blocks), so torch's intra-op and autograd threads never wait for Python
+there; the GIL is taken only for a Python call. Where the shim cannot be
 built, no CPU route can be installed (:class:`~tensorarena.errors.ShimUnavailableError`); a
 ``NativePool`` then keeps its books in Python and still serves as a resource. Zero-byte
 allocations stay torch's (they hold no memory). ``threads="all"``
