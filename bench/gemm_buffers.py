@@ -62,8 +62,8 @@ def _glibc(libc: Any) -> dict[str, int]:
 
 
 def _mkl_held() -> dict[str, int]:
-    """What MKL holds (:func:`tensorarena.runtime.mkl_buffers.held`)."""
-    from tensorarena.runtime.mkl_buffers import held
+    """What MKL holds (:func:`tensorarena.interop.mkl_buffers.held`)."""
+    from tensorarena.interop.mkl_buffers import held
 
     now = held()
     return {"mkl_bytes": 0 if now is None else now.bytes,

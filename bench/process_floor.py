@@ -72,7 +72,7 @@ def _status() -> dict[str, int]:
 
 def _mkl_bytes() -> Any:
     """A function that returns the bytes MKL's memory manager holds (0 without MKL)."""
-    from tensorarena.runtime.mkl_buffers import held
+    from tensorarena.interop.mkl_buffers import held
 
     return lambda: (now.bytes if (now := held()) is not None else 0)
 

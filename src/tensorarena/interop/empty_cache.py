@@ -13,9 +13,16 @@ means by it:
 
 * garbage is collected first, so blocks held only by unreachable objects (reference cycles,
   such as generated code that refers to itself) come back before the pools are trimmed;
+* MKL's cached GEMM packing buffers go back (:func:`~tensorarena.interop.mkl_buffers.release`,
+  MKL's ``mkl_free_buffers``; a few MiB, kept for the process otherwise, by eager calls and
+  planned ones alike), only where torch is imported, runs one intra-op thread and no other
+  Python thread runs (tqdm's progress monitor aside): with more, another thread could be inside
+  MKL. A buffer in use is never freed; the next GEMM allocates what it needs again;
 * on Linux with glibc, the C heap is trimmed last (``malloc_trim(0)``): torch's CPU tensors and
   every C extension's small allocations live there, and glibc keeps freed pages of its heap
   resident until told otherwise.
+
+Like the C heap's trim, MKL's release is the process's, whichever ``resource`` is given.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import gc
 
 from tensorarena.interop.default import default_resource
+from tensorarena.interop.mkl_buffers import release as release_mkl_buffers
 from tensorarena.memory import libc
 from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
 
@@ -31,9 +39,9 @@ __all__ = ["empty_cache", "trim_c_heap", "trim_pools"]
 
 def empty_cache(resource: MemoryResource | None = None) -> int:
     """Give back every cached block and empty arena of ``resource`` (default: the default
-    resource) and the C heap's free pages; return the bytes the pools gave back (module
-    docstring). Raises :class:`~tensorarena.errors.InvalidResourceError` for an object that
-    is not a resource."""
+    resource), MKL's free GEMM buffers and the C heap's free pages; return the bytes the pools
+    gave back (module docstring). Raises :class:`~tensorarena.errors.InvalidResourceError`
+    for an object that is not a resource."""
     stack = _stack(resource)
     gc.collect()
     for layer in stack:
@@ -41,6 +49,7 @@ def empty_cache(resource: MemoryResource | None = None) -> int:
         if callable(flush_all):
             flush_all()
     released = _trim(stack)
+    release_mkl_buffers()
     trim_c_heap()
     return released
 

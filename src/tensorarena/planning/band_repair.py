@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tensorarena.errors import InvalidPlanError, InvalidProblemError
-from tensorarena.planning.bounds import aligned_lower_bound, good_enough
+from tensorarena.planning.bounds import aligned_lower_bound, distinct, good_enough
 from tensorarena.planning.budget import StopReason
 from tensorarena.planning.exact import solve_exact
 from tensorarena.planning.heuristics import PlacementArrays, place, size_order
@@ -191,7 +191,7 @@ def _targets(state: _State, offsets: Int64Array, goal: int) -> list[int]:
     """The heights to bring the plan under, in order: ``goal`` (good enough), then just below
     each of the :data:`MAX_LEVELS` highest tops above it, from the top down (freeing the fewest
     buffers first)."""
-    tops = np.unique((offsets + state.size)[(state.size > 0)])
+    tops = distinct((offsets + state.size)[(state.size > 0)])
     levels = [int(t) - 1 for t in tops[::-1][:MAX_LEVELS] if t - 1 > goal]
     return [goal, *levels]
 
@@ -217,7 +217,7 @@ def _cut(state: _State, offsets: Int64Array) -> Int64Array | None:
     """The plan with the largest hole at the peak tick cut out as a band, or None."""
     size, start, end = state.size, state.start, state.end
     used = size > 0
-    ticks = np.unique(start[used])
+    ticks = distinct(start[used])
     if not len(ticks):
         return None
     born = np.zeros(len(ticks) + 1, np.int64)
@@ -274,7 +274,7 @@ def _lower(state: _State, offsets: Int64Array, target: int, seconds: float,
     rest = np.flatnonzero((size > 0) & (tops <= target) & (start < t1) & (end > t0))
     inner = np.concatenate(([t0], start[(start > t0) & (start < t1)],
                             end[(end > t0) & (end < t1)]))
-    ticks = np.unique(inner)
+    ticks = distinct(inner)
     if len(ticks) > MAX_TICKS:
         return out
     out.work += len(ticks) * max(1, len(rest))  # the holes: each tick reads the span's stack

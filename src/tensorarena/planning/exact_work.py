@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorarena.planning.bounds import distinct
 from tensorarena.planning.exact_node import MEMBERS_LIMIT
 from tensorarena.planning.exact_sections import Sections
 from tensorarena.planning.problem import Problem
@@ -53,7 +54,7 @@ def problem_node_work(problem: Problem) -> int:
         return 1
     starts = np.fromiter((b.start for b in live), np.int64, len(live))
     ends = np.fromiter((b.end for b in live), np.int64, len(live))
-    times = np.unique(np.concatenate((starts, ends)))
+    times = distinct(np.concatenate((starts, ends)))  # np.unique imports numpy.ma
     pairs = int((np.searchsorted(times, ends) - np.searchsorted(times, starts)).sum())
     weight = 1 if pairs <= MEMBERS_LIMIT else SCATTERED_WEIGHT
     return max(1, len(live) + weight * pairs)

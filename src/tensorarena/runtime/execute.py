@@ -4,7 +4,7 @@
 (:func:`~tensorarena.runtime.shape_plans.specialization_for`) and runs its code
 (:func:`run_code`): at a shape's first call with the kernel arena, the recording call
 (:mod:`~tensorarena.runtime.kernel_recording`); after a shape's first call, MKL's GEMM
-buffers are made one (:mod:`~tensorarena.runtime.mkl_buffers`, the ``mkl_buffers`` option).
+buffers are made one (:mod:`~tensorarena.interop.mkl_buffers`, the ``mkl_buffers`` option).
 :func:`annotated_call` makes one call whose
 nodes are profiler ranges, for the allocator trace and the memory recording. This is the top of
 the stages: it imports them, none of them imports it.
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tensorarena.interop.mkl_buffers import consolidate
 from tensorarena.runtime.kernel_recording import record_kernels
 from tensorarena.runtime.kernel_state import KernelState
-from tensorarena.runtime.mkl_buffers import consolidate
 from tensorarena.runtime.output_placement import call_memory
 from tensorarena.runtime.shape_code import (
     generate_code,

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import tensorarena.errors as error_classes
 from tensorarena._optional import load_torch
 from tensorarena.errors import ExportFailedError, ExportProcessError
+from tensorarena.interop.other_threads import is_progress_monitor, other_threads
 from tensorarena.runtime.export_wire import pack, propagate_fakes, unpack
-from tensorarena.runtime.other_threads import is_progress_monitor, other_threads
 
 if TYPE_CHECKING:
     import torch

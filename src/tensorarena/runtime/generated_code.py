@@ -15,6 +15,7 @@ or a read of bytes never written, changes the results instead of passing unnotic
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     from tensorarena.runtime.lowering import Lowering
 
-__all__ = ["POISON_BYTE", "Generated", "generate"]
+__all__ = ["POISON_BYTE", "Generated", "generate", "packed"]
 
 POISON_BYTE = 0xFF
 
@@ -44,10 +45,17 @@ class Generated:
     may be a wrapper defined elsewhere, whose globals are its module's)."""
 
     run: Callable[[list[Any]], Any]
-    source: str
+    #: the source, compressed (:func:`packed`): read :attr:`source`; kept for debugging only,
+    #: it was the largest single object a built program held (GPT-2 124M: 44 KiB)
+    packed_source: bytes
     slots: dict[str, torch.Tensor]
     failed: dict[str, str]
     namespace: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """The generated source (made again from its compressed copy)."""
+        return zlib.decompress(self.packed_source).decode() if self.packed_source else ""
 
     def release(self) -> None:
         """Drop the code's references to its memory now: the generated function is in its own
@@ -57,6 +65,11 @@ class Generated:
         self.namespace.clear()
         self.slots.clear()
         self.run = _released
+
+
+def packed(source: str) -> bytes:
+    """``source`` compressed, as :class:`Generated` keeps it (``b""`` for none)."""
+    return zlib.compress(source.encode(), 6) if source else b""
 
 
 def _released(inputs: list[Any]) -> Any:
@@ -151,7 +164,7 @@ def generate(
     namespace = dict(writer.globals)
     exec(compile(source, f"<tensorarena planned {gp.name or 'program'}>", "exec"), namespace)
     run = namespace["run"] if kernel is None else kernel.installed(namespace["run"])
-    return Generated(run, source, slots, failed, namespace)
+    return Generated(run, packed(source), slots, failed, namespace)
 
 
 def _arm_around(writer: SourceWriter, at: int, kernel: KernelHooks, node: str,

@@ -22,6 +22,7 @@ from tensorarena.runtime.reordering import with_graph
 from tensorarena.runtime.run_graph import ProblemOf
 from tensorarena.runtime.shapes import ranges_of
 from tensorarena.runtime.signature import ExportedSignature, FlatSignature, Signature
+from tensorarena.runtime.torch_residue import caches_as_they_were
 
 if TYPE_CHECKING:
     import torch
@@ -72,7 +73,8 @@ class _Unlifted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._module is None:
-            self._module = self._ep.module()
+            with caches_as_they_were():  # FX would keep its modules' sources for the process
+                self._module = self._ep.module()
         return self._module(*args, **kwargs)
 
 

@@ -171,7 +171,7 @@ class ProgramOptions:
         or with ``max_shapes`` the program runs without it and its report says why;
     ``mkl_buffers``
         after the first call of each shape, leave MKL's memory manager with one GEMM packing
-        buffer, its largest, where it kept several (:mod:`~tensorarena.runtime.mkl_buffers`:
+        buffer, its largest, where it kept several (:mod:`~tensorarena.interop.mkl_buffers`:
         it keeps them for the process, one per size that outgrew the ones before, and the
         largest serves every call; outputs are the same). Default on; nothing without MKL or
         with more than one intra-op thread (MKL keeps a cache per thread).

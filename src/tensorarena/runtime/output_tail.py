@@ -239,7 +239,7 @@ def with_tail(make_code: Callable[[tuple[int, torch.Tensor] | None], Generated],
     # The tail's slots move between calls: the layout checks see the persistent ones.
     moving = {id(tensor) for tensor, *_ in tail.views}
     slots = {k: t for k, t in code.slots.items() if id(t) not in moving}
-    return Generated(tail.run, code.source, slots, code.failed, code.namespace)
+    return Generated(tail.run, code.packed_source, slots, code.failed, code.namespace)
 
 
 class _TailRun:

@@ -31,6 +31,7 @@ from tensorarena.runtime.options import ProgramOptions, check_example, workspace
 from tensorarena.runtime.output_placement import OutputPlacement
 from tensorarena.runtime.report import ExecutionReport, latest_report
 from tensorarena.runtime.signature import Signature
+from tensorarena.runtime.torch_residue import caches_as_they_were
 from tensorarena.runtime.variants import Variants, exported_again
 from tensorarena.runtime.verification import verify_call
 from tensorarena.runtime.workspace import Workspace
@@ -136,9 +137,10 @@ class PlannedProgram:
         what it imports and caches does not stay in this one
         (:mod:`~tensorarena.runtime.export_process`)."""
         check_example(args, kwargs)
-        ep = graph_sources.export_module(model, args, kwargs or {},
-                                         dynamic_shapes=dynamic_shapes, strict=strict,
-                                         isolated=isolate_export)
+        with caches_as_they_were():  # what the export leaves in torch's caches
+            ep = graph_sources.export_module(model, args, kwargs or {},
+                                             dynamic_shapes=dynamic_shapes, strict=strict,
+                                             isolated=isolate_export)
         options.setdefault("name", type(model).__name__)
         program = cls.from_exported(ep, **options)
         layout = program._signature.layout
@@ -164,8 +166,9 @@ class PlannedProgram:
 
     @classmethod
     def _from(cls, source: graph_sources.GraphSource, options: dict[str, Any]) -> PlannedProgram:
-        program = cls(source.gm, source.problem_of, source.signature,
-                      **{**source.options, **options})
+        with caches_as_they_were():  # what planning leaves in torch's caches
+            program = cls(source.gm, source.problem_of, source.signature,
+                          **{**source.options, **options})
         give_back_planning(program.compiler)
         return program
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorarena.planning.problem import Problem, lower_bound
 from tensorarena.runtime.inplace import hints
+from tensorarena.runtime.torch_residue import forget_source
 
 if TYPE_CHECKING:
     import torch
@@ -91,5 +92,6 @@ def with_graph(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.Grap
     import torch.fx
 
     module = torch.fx.GraphModule(gm, graph)
+    forget_source(module)  # FX would keep its source for the process (runtime.torch_residue)
     # Parameters and buffers by identity, so the front end tells parameters from constants.
     return module

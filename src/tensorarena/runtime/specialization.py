@@ -52,7 +52,7 @@ class Specialization:
 
 #: The code of a specialization that has none of its own (outputs="arena": each held arena has
 #: its code; the maximum shapes' plan, which never runs).
-NOT_GENERATED = Generated(run=lambda inputs: None, source="", slots={}, failed={})
+NOT_GENERATED = Generated(run=lambda inputs: None, packed_source=b"", slots={}, failed={})
 
 
 def release_code(current: Specialization) -> None:

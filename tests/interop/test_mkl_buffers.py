@@ -1,15 +1,17 @@
-"""MKL's packing buffers made one (:mod:`tensorarena.runtime.mkl_buffers`): on this torch's
+"""MKL's packing buffers made one (:mod:`tensorarena.interop.mkl_buffers`): on this torch's
 MKL, against its own counts."""
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 
 import pytest
 
-from tensorarena.runtime import mkl_buffers
-from tensorarena.runtime.mkl_buffers import MklBuffers, consolidate, held
-from tensorarena.runtime.other_threads import other_threads
+from tensorarena.interop import mkl_buffers
+from tensorarena.interop.mkl_buffers import MklBuffers, consolidate, held
+from tensorarena.interop.other_threads import other_threads
 
 torch = pytest.importorskip("torch")
 needs_mkl = pytest.mark.skipif(held() is None, reason="torch's MKL is not reachable")
@@ -158,3 +160,74 @@ def test_while_another_python_thread_runs_it_leaves_them() -> None:
         release.set()
         other.join()
     assert consolidate() is not None and held() != before  # alone again: it consolidates
+
+
+@needs_mkl
+def test_release_gives_every_free_buffer_back_and_the_next_gemm_takes_one_again() -> None:
+    _mm(SMALL)
+    _mm(LARGE)
+    assert held() is not None and held().buffers == 2
+    assert mkl_buffers.release() == MklBuffers(0, 0)
+    _mm(LARGE)
+    assert held() is not None and held().buffers == 1
+
+
+@needs_mkl
+def test_release_never_frees_a_buffer_in_use() -> None:
+    _mm(SMALL)
+    _mm(LARGE)
+    lib = mkl_buffers._service()
+    in_use = lib.mkl_serv_allocate(1, mkl_buffers.ALIGNMENT)  # takes the smaller free buffer
+    try:
+        after = mkl_buffers.release()
+        assert after is not None and after.buffers == 1 and after.bytes > 0  # the one in use
+        ctypes.memset(in_use, 7, 1)  # still the caller's
+    finally:
+        lib.mkl_serv_deallocate(in_use)
+    assert mkl_buffers.release() == MklBuffers(0, 0)
+
+
+@needs_mkl
+def test_release_leaves_them_with_two_intra_op_threads_or_another_python_thread() -> None:
+    _mm(SMALL)
+    _mm(LARGE)
+    before = held()
+    torch.set_num_threads(2)  # the fixture sets it back
+    assert mkl_buffers.release() == before
+    torch.set_num_threads(1)
+    done = threading.Event()
+    other = threading.Thread(target=done.wait)
+    other.start()
+    try:
+        assert mkl_buffers.release() == before
+    finally:
+        done.set()
+        other.join()
+    assert mkl_buffers.release() == MklBuffers(0, 0)
+
+
+def test_release_says_none_without_mkl_or_before_torch_is_imported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch")
+    assert mkl_buffers.release() is None  # and torch was not imported for it
+    assert "torch" not in sys.modules
+    monkeypatch.undo()
+    monkeypatch.setattr(mkl_buffers, "_SERVICE", [None])
+    assert mkl_buffers.release() is None
+
+
+@needs_mkl
+def test_empty_cache_gives_back_what_a_deleted_program_and_eager_left_in_mkl() -> None:
+    import tensorarena as ta
+    from tensorarena.runtime import PlannedProgram
+
+    model = _TwoProjections().eval()
+    x = torch.randn(SMALL[0], SMALL[1])
+    program = PlannedProgram.from_module(model, (x,), isolate_export=False)
+    outputs = program(x)
+    with torch.no_grad():
+        model(x)
+    assert held() is not None and held().bytes > 0
+    del program, outputs
+    ta.empty_cache()
+    assert held() == MklBuffers(0, 0)

@@ -1,4 +1,4 @@
-"""Which other Python threads count (runtime.other_threads): any but tqdm's progress monitor."""
+"""Which other Python threads count (interop.other_threads): any but tqdm's progress monitor."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tensorarena.runtime.other_threads import is_progress_monitor, other_threads
+from tensorarena.interop.other_threads import is_progress_monitor, other_threads
 
 
 def test_a_plain_thread_counts_until_it_ends() -> None:
