@@ -32,6 +32,7 @@ from tensorarena.runtime.shape_code import arenas_for, generate_code, regenerate
 from tensorarena.runtime.specialization import (
     NOT_GENERATED,
     Specialization,
+    code_to_come,
     inside_plan,
     planned_problem,
     reserve,
@@ -57,8 +58,9 @@ def specialization_for(compiler: Compiler, bindings: dict[Any, int]) -> Speciali
             compiler.cache.popitem(last=False)
     else:
         compiler.cache.move_to_end(key)
-        if current.arenas is None and current.generation != compiler.workspace.generation:
-            regenerate(compiler, current)
+        if (current.arenas is None and current.generation != compiler.workspace.generation
+                and current.kernel_note.state is not KernelState.TO_RECORD):
+            regenerate(compiler, current)  # (a shape to record runs the recording's code)
     compiler.last = current
     return current
 
@@ -77,10 +79,17 @@ def build(compiler: Compiler, bindings: dict[Any, int]) -> Specialization:
     else:
         reserve(compiler.workspace, persistent_bytes(compiler, plan, graph.outputs),
                 compiler.cache.values())
-        current = Specialization(
-            bindings, graph, lowering, plan, note,
-            generate_code(compiler, graph, lowering, plan, poison=compiler.poison),
-            compiler.workspace.generation, 0.0)
+        if compiler.kernel_note.state is KernelState.TO_RECORD:
+            # Its first call runs code of its own (the recording's) and plans again: code made
+            # here would never run, and compiling it left the C heap's peak resident beside the
+            # recording call's arena (Llama 125M 1x256: 23 MiB). Stale: made at a next call.
+            current = Specialization(bindings, graph, lowering, plan, note, code_to_come(),
+                                     -1, 0.0)
+        else:
+            current = Specialization(
+                bindings, graph, lowering, plan, note,
+                generate_code(compiler, graph, lowering, plan, poison=compiler.poison),
+                compiler.workspace.generation, 0.0)
     current.kernel_note = compiler.kernel_note
     current.seconds = time.perf_counter() - start
     return current
