@@ -74,7 +74,7 @@ def counting(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
     monkeypatch.setattr(shape_code, "trim_pools", logged("trim pools", trim_pools))
 
 
-@pytest.mark.parametrize("outputs", ["handover", "fresh"])  # "arena": a held block's code too
+@pytest.mark.parametrize("outputs", ["handover", "fresh", "arena"])
 def test_the_first_call_compiles_the_recording_code_only_and_outputs_stay_exact(
         shim: Any, monkeypatch: pytest.MonkeyPatch, outputs: str) -> None:
     program, model, x = block(outputs=outputs)

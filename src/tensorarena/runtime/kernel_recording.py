@@ -29,7 +29,7 @@ from tensorarena.runtime.mkl_buffers import consolidate, held
 from tensorarena.runtime.output_placement import call_memory, persistent_bytes, plan_buffers
 from tensorarena.runtime.shape_code import arenas_for, generate_code
 from tensorarena.runtime.shape_plans import specialization_for
-from tensorarena.runtime.specialization import release_code, reserve
+from tensorarena.runtime.specialization import code_to_come, release_code, reserve
 
 if TYPE_CHECKING:
     from tensorarena.runtime.compiler import Compiler
@@ -52,7 +52,8 @@ def record_kernels(compiler: Compiler, current: Specialization, inputs: list[Any
     if compiler.mkl_buffers and compiler.device == CPU:
         hooks = one_gemm_buffer(hooks)
     if current.arenas is not None:
-        memory, current.generated = current.arenas.take()
+        memory = current.arenas.take_block()  # no code of its own: the recording's runs
+        current.generated = code_to_come()  # where the out variants that fail are noted
     else:
         release_code(current)  # its slots' bytes (a handed-over tail's) serve this code
         memory = compiler.workspace.memory
