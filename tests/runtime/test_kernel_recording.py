@@ -1,9 +1,9 @@
 """A shape's first call with the kernel arena: record, plan again (runtime/kernel_recording.py).
 
-What the first call keeps resident beside the arena: code is compiled once for it (the
-recording's), the C heap that compiling left is given back before the call runs, MKL keeps one
-GEMM buffer through the call, and the call after it gives the released tail back before it
-compiles the new code. Outputs stay bit-identical with eager's throughout.
+What the first call keeps resident beside the arena: the C heap that compiling left is given
+back before the call runs, MKL keeps one GEMM buffer through the call, and the call after it
+gives the released tail back before it compiles the new code; with ``outputs="arena"`` no code
+is compiled for the recording's block. Outputs stay bit-identical with eager's throughout.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def counting(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
 
 
 @pytest.mark.parametrize("outputs", ["handover", "fresh", "arena"])
-def test_the_first_call_compiles_the_recording_code_only_and_outputs_stay_exact(
+def test_the_first_call_records_and_the_replanned_code_is_made_once_outputs_exact(
         shim: Any, monkeypatch: pytest.MonkeyPatch, outputs: str) -> None:
     program, model, x = block(outputs=outputs)
     events: list[str] = []
@@ -84,12 +84,14 @@ def test_the_first_call_compiles_the_recording_code_only_and_outputs_stay_exact(
         expected = model(x)
     first = program(x)
     assert torch.equal(first, expected)
-    # One code for the first call: the recording's (none made at planning that never runs).
-    assert events.count("generate") == 1
+    made = events.count("generate")
+    # outputs="arena": the recording call takes a bare block, no code compiled for it (the
+    # workspace's shapes get theirs when planned, see shape_plans.build).
+    assert made == (1 if outputs == "arena" else 2)
     assert program.compiler.last.kernel_note.state is KernelState.ON  # type: ignore[union-attr]
     for _ in range(3):
         assert torch.equal(program(x), expected)
-    assert events.count("generate") == 2  # the re-planned code, made once, at the next call
+    assert events.count("generate") == made + 1  # the re-planned code, made once, at call 2
 
 
 def test_without_the_kernel_arena_the_code_is_made_when_the_shape_is_planned(
@@ -109,7 +111,7 @@ def test_a_shape_seen_first_by_verify_is_recorded_at_its_first_call(
     program, model, x = block()
     with torch.no_grad():
         expected = model(x)
-    program.verify(x)  # plans the shape (its code to come), runs code of its own
+    program.verify(x)  # plans the shape, runs code of its own
     current = program.compiler.last
     assert current is not None and current.kernel_note.state is KernelState.TO_RECORD
     events: list[str] = []
@@ -139,7 +141,8 @@ def test_the_c_heap_goes_back_after_the_recording_code_is_compiled_and_before_it
 
     monkeypatch.setattr(kernel_recording, "generate_code", made)
     program(x)
-    assert events[:3] == ["generate", "trim heap", "run"]
+    ran = events.index("run")
+    assert events[ran - 2:ran + 1] == ["generate", "trim heap", "run"]
 
 
 def test_the_call_after_the_recording_gives_the_released_tail_back_before_compiling(

@@ -60,9 +60,9 @@ def _not_made(inputs: list[Any]) -> Any:
 
 
 def code_to_come() -> Generated:
-    """A placeholder for the code of a shape whose first call runs the recording's code
-    (:mod:`~tensorarena.runtime.kernel_recording`): made anew at its next call. Its own object,
-    not :data:`NOT_GENERATED`, since the recording notes the out variants that failed in it."""
+    """A placeholder for the code of a shape with ``outputs="arena"`` while its first call runs
+    the recording's code (:mod:`~tensorarena.runtime.kernel_recording`). Its own object, not
+    :data:`NOT_GENERATED`, since the recording notes the out variants that failed in it."""
     return Generated(run=_not_made, source="", slots={}, failed={})
 
 
