@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 import pytest
 from _resources import CountingMemory
@@ -169,3 +170,36 @@ def test_an_idle_block_goes_back_to_the_system_not_only_to_the_pool() -> None:
     # the idle block went back, and its arena (one of its own) with it
     assert pool.statistics().reserved_bytes.current < two
     assert pool.statistics().allocations.current == 1
+
+
+def test_a_block_taken_without_code_gets_its_code_when_a_call_takes_it() -> None:
+    from tensorarena.runtime.generated_code import Generated
+    from tensorarena.runtime.held_arenas import HeldArenas
+
+    made: list[tuple[str, int]] = []
+
+    def code_maker(name: str) -> Callable[[torch.Tensor], Generated]:
+        def make_code(memory: torch.Tensor) -> Generated:
+            made.append((name, memory.data_ptr()))
+            slot = memory[:16].view(torch.float32)  # the code's own reference to the block
+            return Generated(lambda inputs: slot, "", {"slot": slot}, {})
+        return make_code
+
+    arenas = HeldArenas(code_maker("first"), 64, None, "cpu")
+    recorded = arenas.take_block()  # the recording's block: no code compiled for it
+    address = recorded.data_ptr()
+    kept = torch.ops.aten.alias.default(recorded)  # the recorded call's output, kept
+    del recorded
+    assert made == [] and arenas.blocks == 1 and arenas.held == 1
+    # A remake (the plan with kernels' allocations) passes over it: nothing compiled yet.
+    assert arenas.remake(code_maker("second"), 64) and made == []
+    del kept
+    assert arenas.held == 0
+    memory, code = arenas.take()  # the same block, its code made now, with the new maker
+    assert memory.data_ptr() == address and made == [("second", address)]
+    out = torch.ops.aten.alias.default(code.run([]))  # a caller's tensor over it counts
+    assert arenas.held == 1
+    del out
+    assert arenas.held == 0  # its own use count took the new code's references in
+    assert arenas.take()[0].data_ptr() == address and len(made) == 1  # made once
+    arenas.release()

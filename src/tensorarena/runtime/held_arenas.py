@@ -53,14 +53,25 @@ def storage_uses(memory: torch.Tensor) -> int:
 @dataclass
 class _Arena:
     memory: torch.Tensor
-    code: Generated
+    code: Generated | None  # None: made when a call takes the block (:meth:`HeldArenas.take`)
     own_uses: int  # the storage's use count with no caller's tensor over it
 
 
 def _release(arena: _Arena) -> None:
     """Drop the code's references to the block now: the generated function is in its own
     globals (a cycle only the garbage collector would break), and they hold the slots."""
-    arena.code.release()
+    if arena.code is not None:
+        arena.code.release()
+
+
+def _with_code(arena: _Arena, make_code: Callable[[torch.Tensor], Generated]) -> Generated:
+    """``arena``'s code, made now if it has none; its own use count moves by the new code's
+    references (no caller's tensor holds the block: it was just taken)."""
+    if arena.code is None:
+        before = storage_uses(arena.memory)
+        arena.code = make_code(arena.memory)
+        arena.own_uses += storage_uses(arena.memory) - before
+    return arena.code
 
 
 class HeldArenas:
@@ -86,6 +97,17 @@ class HeldArenas:
     def take(self) -> tuple[torch.Tensor, Generated]:
         """A block no caller's tensor holds and the code over it; idle blocks beyond it are
         released (their bytes go back to the resource)."""
+        taken = self._take()
+        return taken.memory, _with_code(taken, self._make_code)
+
+    def take_block(self) -> torch.Tensor:
+        """A block no caller's tensor holds, as :meth:`take`, for a call that runs code of
+        its own over it (a shape's recording call, :mod:`~tensorarena.runtime.kernel_recording`):
+        a block made now gets no code (made when a later call takes it), so that none is
+        compiled that never runs."""
+        return self._take(code=False).memory
+
+    def _take(self, *, code: bool = True) -> _Arena:
         taken: _Arena | None = None
         held: list[_Arena] = []
         idle: list[_Arena] = []
@@ -97,7 +119,7 @@ class HeldArenas:
             else:
                 idle.append(arena)
         if taken is None:
-            taken = self._new()
+            taken = self._new(code=code)
         self._arenas = [taken, *held]
         if idle:
             for arena in idle:
@@ -108,13 +130,16 @@ class HeldArenas:
                 # back rather than keep it resident (a training step whose caller kept one
                 # step's gradients through the next held two arenas from then on).
                 trim_pools(self._resource)
-        return taken.memory, taken.code
+        return taken
 
-    def _new(self) -> _Arena:
+    def _new(self, *, code: bool = True) -> _Arena:
         memory = block(self._nbytes, self._resource, device=self._device)
-        code = self._make_code(memory)
+        arena = _Arena(memory, None, storage_uses(memory))
+        del memory
         self.made += 1
-        return _Arena(memory, code, storage_uses(memory))
+        if code:
+            _with_code(arena, self._make_code)
+        return arena
 
     def remake(self, make_code: Callable[[torch.Tensor], Generated], nbytes: int) -> bool:
         """Generate every block's code anew with ``make_code`` (the same buffers at new offsets:
@@ -125,6 +150,8 @@ class HeldArenas:
         if nbytes > self._nbytes:
             return False
         for arena in self._arenas:
+            if arena.code is None:  # made when a call takes it, with the new make_code
+                continue
             before = storage_uses(arena.memory)
             _release(arena)
             arena.code = make_code(arena.memory)

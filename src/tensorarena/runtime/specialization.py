@@ -22,8 +22,8 @@ from tensorarena.runtime.kernel_state import KERNEL_OFF, KernelNote
 from tensorarena.runtime.lowering import Lowering
 from tensorarena.runtime.workspace import Workspace
 
-__all__ = ["NOT_GENERATED", "Specialization", "inside_plan", "planned_problem", "release_code",
-           "reserve"]
+__all__ = ["NOT_GENERATED", "Specialization", "code_to_come", "inside_plan", "planned_problem",
+           "release_code", "reserve"]
 
 
 @dataclass
@@ -53,6 +53,17 @@ class Specialization:
 #: The code of a specialization that has none of its own (outputs="arena": each held arena has
 #: its code; the maximum shapes' plan, which never runs).
 NOT_GENERATED = Generated(run=lambda inputs: None, packed_source=b"", slots={}, failed={})
+
+
+def _not_made(inputs: list[Any]) -> Any:
+    raise RuntimeError("internal error: tensorarena ran a shape's code before it was made")
+
+
+def code_to_come() -> Generated:
+    """A placeholder for the code of a shape with ``outputs="arena"`` while its first call runs
+    the recording's code (:mod:`~tensorarena.runtime.kernel_recording`). Its own object, not
+    :data:`NOT_GENERATED`, since the recording notes the out variants that failed in it."""
+    return Generated(run=_not_made, source="", slots={}, failed={})
 
 
 def release_code(current: Specialization) -> None:
