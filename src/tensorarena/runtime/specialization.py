@@ -63,7 +63,7 @@ def code_to_come() -> Generated:
     """A placeholder for the code of a shape with ``outputs="arena"`` while its first call runs
     the recording's code (:mod:`~tensorarena.runtime.kernel_recording`). Its own object, not
     :data:`NOT_GENERATED`, since the recording notes the out variants that failed in it."""
-    return Generated(run=_not_made, source="", slots={}, failed={})
+    return Generated(run=_not_made, packed_source=b"", slots={}, failed={})
 
 
 def release_code(current: Specialization) -> None:
