@@ -280,3 +280,37 @@ def test_isolate_export_takes_a_bool_or_none(wrong: Any) -> None:
 
     with pytest.raises(InvalidArgumentError, match="isolate_export"):
         PlannedProgram.from_module(Block().eval(), (torch.randn(4, 8),), isolate_export=wrong)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_program_from_the_child_reads_back_again_the_same(dynamic: bool) -> None:
+    """What a program that gave up the exported graph reads for ``verify``: the same nodes
+    and names over the model's own tensors, in either form the child sends."""
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    shapes = ({0: torch.export.Dim("batch", min=2, max=64)},) if dynamic else None
+    ep = _isolated(model, x, dynamic_shapes=shapes)
+    reload = export_process.reloader(ep)
+    assert reload is not None
+    again = reload()
+    assert again is not ep and again.graph is not ep.graph
+    assert [n.name for n in again.graph.nodes] == [n.name for n in ep.graph.nodes]
+    assert all(again.state_dict[k] is v for k, v in ep.state_dict.items())
+    assert torch.equal(again.module()(x), model(x))
+
+
+def test_a_program_exported_here_has_nothing_to_read_back() -> None:
+    ep = export_module(Block().eval(), (torch.randn(4, 8),), {}, isolated=False, strict=False,
+                       dynamic_shapes=None)
+    assert export_process.reloader(ep) is None
+
+
+def test_a_dynamic_program_from_the_child_verifies_at_new_shapes() -> None:
+    model = Block().eval()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    program = PlannedProgram.from_module(model, (torch.randn(4, 8),), isolate_export=True,
+                                         dynamic_shapes=({0: batch},))
+    assert program.compiler.given is None
+    for n in (2, 33):
+        x = torch.randn(n, 8)
+        assert torch.equal(program.verify(x), model(x))

@@ -54,8 +54,9 @@ def _cycle(model: torch.nn.Module, x: torch.Tensor, **options: Any) -> list[weak
     for _ in range(2):
         out = program(x)
     program.verify(x)
+    given = program.compiler.given
     refs = [weakref.ref(o) for o in (program, program.compiler, program.compiler.gm,
-                                     program.compiler.given[0], program.compiler.run)]
+                                     program.compiler.run, *(given[:1] if given else ()))]
     del program, out
     ta.empty_cache()
     return refs
@@ -135,3 +136,37 @@ def test_forget_source_leaves_anything_else_alone(other: Any) -> None:
     sources = dict(_loader.eval_cache)
     forget_source(other)
     assert dict(_loader.eval_cache) == sources
+
+
+def _graph_modules() -> list[Any]:
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, torch.fx.GraphModule)]
+
+
+@pytest.mark.parametrize("reorder", [False, "always", True])
+def test_a_built_program_keeps_one_graph(reorder: Any) -> None:
+    """The exported program's graph goes once the program is built (``reorder=True``: once its
+    first recorded call has chosen the order); ``verify`` reads the export back from what the
+    child sent, and the outputs are those of the program that kept both."""
+    _child_export()
+    model, x = _Stack().eval(), torch.randn(8, 32)
+    before = _graph_modules()  # held, so that no new module reuses an id
+    known = {id(g) for g in before}
+    program = PlannedProgram.from_module(model, (x,), reorder=reorder, isolate_export=True)
+    new = [g for g in _graph_modules() if id(g) not in known]
+    if reorder is True:  # the traced order's graph stays for the first call's choice
+        assert len(new) == 2 and program.compiler.given is not None
+        del new  # it holds the traced order's module
+        first = program(x)
+        new = [g for g in _graph_modules() if id(g) not in known]
+        assert program.compiler.given is None
+    else:
+        first = program(x)
+        assert program.compiler.given is None
+    assert new == [program.compiler.gm]
+    assert len(program.compiler.gm.graph.nodes) > 12 * 4
+    again = program(x)
+    verified = program.verify(x)
+    assert torch.equal(first, again) and torch.equal(verified, again)
+    torch.testing.assert_close(again, model(x))
+    del before

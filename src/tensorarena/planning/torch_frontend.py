@@ -68,6 +68,7 @@ __all__ = [
     "data_dependent_errors",
     "default_loss",
     "element_names",
+    "exported_problems",
     "problem_from_exported",
     "problem_from_fx",
     "trace_training",
@@ -108,6 +109,16 @@ def problem_from_exported(
     (``s0``, a sympy symbol) its value. ``graph`` walks a rewritten copy of ``ep.graph`` (same
     placeholders, same signature) instead of the program's own.
     """
+    return exported_problems(ep, alignment=alignment, name=name)(
+        ep.graph if graph is None else graph, bindings)
+
+
+def exported_problems(
+    ep: torch.export.ExportedProgram, *, alignment: int = 64, name: str = ""
+) -> Callable[[torch.fx.Graph, Bindings | None], GraphProblem]:
+    """:func:`problem_from_exported` of ``ep`` as a function of (a rewritten copy of) its graph
+    and the size symbols' values, holding what it reads of ``ep`` (the inputs' kinds, the tied
+    weights) and not ``ep`` itself: a program keeps this, and not the exported program's graph."""
     load_torch()
     from torch.export.graph_signature import InputKind
 
@@ -135,19 +146,16 @@ def problem_from_exported(
             tied_to = first_of.setdefault(key, spec.arg.name)
             if tied_to != spec.arg.name:
                 tied[spec.arg.name] = tied_to
+    del tensors, first_of
 
     def kind_of(node: torch.fx.Node) -> str:
         return by_name.get(node.name, "input")
 
-    return _walk(
-        ep.graph if graph is None else graph,
-        kind_of,
-        lambda node: None,
-        tied=tied,
-        alignment=alignment,
-        name=name,
-        bindings=bindings,
-    )
+    def problem(graph: torch.fx.Graph, bindings: Bindings | None) -> GraphProblem:
+        return _walk(graph, kind_of, lambda node: None, tied=tied, alignment=alignment,
+                     name=name, bindings=bindings)
+
+    return problem
 
 
 def problem_from_fx(

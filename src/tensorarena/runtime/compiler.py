@@ -63,8 +63,11 @@ class Compiler:
         self.mkl_buffers = options.mkl_buffers  #: consolidate MKL's buffers after a first call
         self.max_plans = options.max_plans
         self.signature = signature
-        #: the graph as given (traced order) and its problem: orders are made from it
-        self.given: tuple[torch.fx.GraphModule, ProblemOf] = (gm, problem_of)
+        #: the graph as given (traced order) and its problem, while ``reorder=True``'s first
+        #: recorded call may still make orders from it; ``None`` once none will (the program
+        #: then holds one graph: the one it runs)
+        self.given: tuple[torch.fx.GraphModule, ProblemOf] | None = (
+            (gm, problem_of) if options.reorder is True else None)
         #: the shapes planned, by the values of their key symbols (least recently used first)
         self.cache: OrderedDict[tuple[int, ...], Specialization] = OrderedDict()
         #: with ``max_shapes``: the plan for the maximum shapes (made at the first call)

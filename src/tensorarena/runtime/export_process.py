@@ -35,8 +35,10 @@ import struct
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import tensorarena.errors as error_classes
@@ -48,11 +50,22 @@ from tensorarena.runtime.export_wire import pack, propagate_fakes, unpack
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["can_export_in_child", "export_in_child", "threads_in_the_way"]
+__all__ = ["can_export_in_child", "export_in_child", "reloader", "threads_in_the_way"]
 
 _OK, _FAILED, _UNSAVED = b"O", b"F", b"U"
 _WIRED, _SAVED = b"W", b"S"  # the two forms of a program sent
 _LENGTH = struct.Struct("<Q")
+
+#: How to read each program sent by a child back again (by the program read, weakly): what a
+#: program that gave up the exported program's graph reads to make ``verify``'s reference.
+_RELOADS: weakref.WeakKeyDictionary[Any, Callable[[], torch.export.ExportedProgram]] = (
+    weakref.WeakKeyDictionary())
+
+
+def reloader(ep: torch.export.ExportedProgram) -> Callable[[], torch.export.ExportedProgram] | None:
+    """A function that reads ``ep`` back anew from what the child sent (the same graph, node
+    names and metadata, over the same tensors), or ``None`` for a program exported here."""
+    return _RELOADS.get(ep)
 
 
 def can_export_in_child() -> bool:
@@ -247,9 +260,16 @@ def _how_it_ended(status: int) -> str:
 
 
 def _load(payload: bytes, model: torch.nn.Module) -> torch.export.ExportedProgram:
-    """The program the child sent, with the model's own tensors where it sent none."""
-    th = load_torch()
+    """The program the child sent, with the model's own tensors where it sent none (and how to
+    read it back again: :func:`reloader`)."""
     own = _named_tensors(model)
+    ep = _read(payload, own)
+    _RELOADS[ep] = partial(_read, payload, own)
+    return ep
+
+
+def _read(payload: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
+    th = load_torch()
     if payload[:1] == _WIRED:
         return unpack(payload[1:], own)
     (length,) = _LENGTH.unpack_from(payload, 1)

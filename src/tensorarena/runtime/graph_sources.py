@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorarena._optional import load_torch
 from tensorarena.errors import InvalidArgumentError
+from tensorarena.runtime.export_process import reloader
 from tensorarena.runtime.exporting import check_sizes_follow_shapes, export_module
 from tensorarena.runtime.reordering import with_graph
 from tensorarena.runtime.run_graph import ProblemOf
@@ -45,7 +46,7 @@ class GraphSource:
 
 def from_exported(ep: torch.export.ExportedProgram, name: str) -> GraphSource:
     """The source of an ``ExportedProgram`` (called as ``ep.module()`` is)."""
-    from tensorarena.planning.torch_frontend import problem_from_exported
+    from tensorarena.planning.torch_frontend import exported_problems
 
     if not isinstance(ep, load_torch().export.ExportedProgram):
         raise InvalidArgumentError(
@@ -55,8 +56,10 @@ def from_exported(ep: torch.export.ExportedProgram, name: str) -> GraphSource:
     name = name or "exported"
     check_sizes_follow_shapes(ep.graph, name)
 
+    problems = exported_problems(ep, name=name)  # holds what it reads of ep, not ep
+
     def problem_of(graph: torch.fx.Graph, bindings: Mapping[Any, int]) -> GraphProblem:
-        return problem_from_exported(ep, name=name, bindings=bindings or None, graph=graph)
+        return problems(graph, bindings or None)
 
     return GraphSource(ep.graph_module, problem_of, ExportedSignature(ep),
                        {"name": name, "reference": _Unlifted(ep), "ranges": ranges_of(ep)})
@@ -65,16 +68,21 @@ def from_exported(ep: torch.export.ExportedProgram, name: str) -> GraphSource:
 class _Unlifted:
     """``ep.module()``, made at its first call (``verify``'s reference): the unlifted copy of
     the graph costs megabytes that a program which is never verified does not need (Llama
-    125M: its export's nodes and code again)."""
+    125M: its export's nodes and code again). A program exported in a child process holds
+    not ``ep`` but what the child sent, and reads ``ep`` back from it then: the program keeps
+    one graph, the one it runs (the exported program's graph and fake values are 4 MiB of
+    objects for Llama 125M, ``bench/RESULTS.md``)."""
 
     def __init__(self, ep: torch.export.ExportedProgram) -> None:
-        self._ep = ep
+        self._reload = reloader(ep)
+        self._ep = ep if self._reload is None else None
         self._module: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._module is None:
             with caches_as_they_were():  # FX would keep its modules' sources for the process
-                self._module = self._ep.module()
+                ep = self._ep if self._reload is None else self._reload()
+                self._module = ep.module()
         return self._module(*args, **kwargs)
 
 

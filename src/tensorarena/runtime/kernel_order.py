@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorarena.planning.problem import Buffer, lower_bound
 from tensorarena.runtime.kernel_arena import KERNEL_TAG, KernelRecording, temporaries
-from tensorarena.runtime.run_graph import RunGraph, prepare
+from tensorarena.runtime.run_graph import ProblemOf, RunGraph, prepare
 from tensorarena.runtime.shape_plans import classify_nodes
 from tensorarena.runtime.specialization import planned_problem
 
@@ -86,11 +86,12 @@ def choose_order(compiler: Compiler, current: Specialization,
                  recording: KernelRecording, in_slots: Mapping[str, str]) -> bool:
     """Compare the orders (module docstring) for ``current``'s shape and make ``program`` run
     the lowest; return whether it now runs another order than the one ``current`` ran."""
+    given, compiler.given = compiler.given, None  # chosen once: only the running graph stays
     scratch = scratch_by_node(recording, in_slots)
-    if not scratch:
+    if not scratch or given is None:
         return False  # nothing recorded changes the orders' peaks: the choice made stands
     started = time.perf_counter()
-    given_gm, given_problem_of = compiler.given
+    given_gm, given_problem_of = given
     runs: dict[str, RunGraph] = {"running": compiler.run}
 
     def run_of(order: Iterable[str]) -> RunGraph:
@@ -105,7 +106,8 @@ def choose_order(compiler: Compiler, current: Specialization,
         runs["traced"] = prepare(given_gm, given_problem_of, inplace=compiler.inplace)
     elif compiler.schedule is not None:
         runs["reorder"] = run_of(compiler.schedule.order)
-    ops, searched = _searched(compiler, current.bindings, scratch)
+    ops, searched = _searched(compiler, (given_gm, given_problem_of), current.bindings,
+                              scratch)
     known = {_given_order(run, given_gm) for run in runs.values()}
     added = 0
     for method, order in searched:
@@ -138,7 +140,7 @@ def _given_order(run: RunGraph, given_gm: Any) -> tuple[str, ...]:
     return tuple(name for name in run.order if name in names)
 
 
-def _searched(compiler: Compiler, bindings: Mapping[Any, int],
+def _searched(compiler: Compiler, given: tuple[Any, ProblemOf], bindings: Mapping[Any, int],
               scratch: Mapping[str, int]) -> tuple[OpGraph, list[tuple[str, tuple[str, ...]]]]:
     """The given graph's :class:`OpGraph` and the orders of a search over it whose cost counts
     every node's scratch (method, node names), lowest peak first."""
@@ -147,7 +149,7 @@ def _searched(compiler: Compiler, bindings: Mapping[Any, int],
     from tensorarena.runtime.inplace import hints
     from tensorarena.runtime.reordering import REORDER_TIME_LIMIT
 
-    given_gm, given_problem_of = compiler.given
+    given_gm, given_problem_of = given
     graph = given_gm.graph
     ops = op_graph_from_fx(graph, given_problem_of(graph, bindings or hints(graph)))
     names = set(ops.names)
