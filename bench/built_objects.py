@@ -29,18 +29,14 @@ def main() -> int:
 
     import torch
 
-    from tensorarena.bench.exec_executions import build_execution, warm_libraries
-    from tensorarena.planning.models import build_model
+    from tensorarena.bench.exec_executions import build_execution, measured_model
 
-    torch.set_num_threads(1)
-    warm_libraries("planned", training=False)
-    model, (args, kwargs) = build_model(options.model, size="base", batch=options.batch,
-                                        seq=options.seq)
-    model.eval()
+    model, args, kwargs = measured_model("planned", options.model, batch=options.batch,
+                                         seq=options.seq)
     gc.collect()
     tracemalloc.start(1)
     before = tracemalloc.take_snapshot()
-    built = build_execution("planned", model, tuple(args), dict(kwargs), training=False)
+    built = build_execution("planned", model, args, kwargs, training=False)
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()

@@ -115,23 +115,18 @@ def _sample(libc: Any, mkl: Any) -> dict[str, int]:
 
 def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -> dict[str, Any]:
     """One execution's stages, in this process (the child's side)."""
-    import torch
 
     import tensorarena
     from tensorarena.bench import process_memory
-    from tensorarena.bench.exec_executions import build_execution, warm_libraries
-    from tensorarena.planning.models import build_model
+    from tensorarena.bench.exec_executions import build_execution, measured_model
 
-    torch.set_num_threads(1)
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
     mkl = _mkl_bytes()
-    warm_libraries(execution, training=False)
-    model, (args, kwargs) = build_model(model_name, size="base", batch=batch, seq=seq)
-    model.eval()
+    model, args, kwargs = measured_model(execution, model_name, batch=batch, seq=seq)
     stages: list[dict[str, Any]] = [{"stage": "baseline", **_sample(libc, mkl)}]
     started = time.perf_counter()
-    built = build_execution(execution, model, tuple(args), dict(kwargs), training=False)
+    built = build_execution(execution, model, args, kwargs, training=False)
     seconds = time.perf_counter() - started
     stages.append({"stage": "built", **_sample(libc, mkl)})
     for k in range(calls):

@@ -36,14 +36,10 @@ def main() -> int:
     import torch
 
     import tensorarena
-    from tensorarena.bench.exec_executions import build_execution, warm_libraries
-    from tensorarena.planning.models import build_model
+    from tensorarena.bench.exec_executions import build_execution, measured_model
 
-    torch.set_num_threads(1)
-    warm_libraries("planned", training=False)
-    model, (args, kwargs) = build_model(options.model, size="base", batch=options.batch,
-                                        seq=options.seq)
-    model.eval()
+    model, args, kwargs = measured_model("planned", options.model, batch=options.batch,
+                                         seq=options.seq)
     print(f"{options.model} {options.batch}x{options.seq} (base size), one thread, Python "
           f"{sys.version.split()[0]}, torch {torch.__version__}")
     gc.collect()
@@ -51,7 +47,7 @@ def main() -> int:
     own = [tracemalloc.Filter(False, tracemalloc.__file__)]  # the snapshots' own memory
     for cycle in range(1, options.cycles + 1):
         before = tracemalloc.take_snapshot().filter_traces(own)
-        built = build_execution("planned", model, tuple(args), dict(kwargs), training=False)
+        built = build_execution("planned", model, args, kwargs, training=False)
         for _ in range(options.calls):
             out = built.call()
             del out

@@ -30,7 +30,7 @@ from typing import Any
 from tensorarena.errors import InvalidArgumentError
 
 __all__ = ["EXECUTIONS", "Execution", "build_execution", "leaves", "max_abs_err",
-           "warm_libraries"]
+           "measured_model", "warm_libraries"]
 
 EXECUTIONS: tuple[str, ...] = ("eager", "planned", "compiled", "exported")
 
@@ -150,3 +150,19 @@ def warm_libraries(name: str, *, training: bool, options: dict[str, Any] | None 
     for _ in range(2):
         execution.call()
         execution.drop()
+
+
+def measured_model(execution: str, model: str, *, batch: int, seq: int
+                   ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """``(model, args, kwargs)`` at full size for inference, set up as the memory scripts of
+    ``bench/`` measure it: one torch thread, ``execution``'s libraries warmed first
+    (:func:`warm_libraries`), random weights, the model in eval mode."""
+    import torch
+
+    from tensorarena.planning.models import build_model
+
+    torch.set_num_threads(1)
+    warm_libraries(execution, training=False)
+    built, (args, kwargs) = build_model(model, size="base", batch=batch, seq=seq)
+    built.eval()
+    return built, tuple(args), dict(kwargs)
