@@ -130,20 +130,22 @@ void* serving_take(Serving* serving, size_t nbytes, uint64_t alignment) {
   uint64_t offset = table->offsets[position];
   if (offset == kNoSlot || table->base == 0) return nullptr;
   uintptr_t address = table->base + static_cast<uintptr_t>(offset);
-  if (address % alignment != 0 || !table->is_free(offset, offset + nbytes)) return nullptr;
+  std::map<uint64_t, LiveRange>::const_iterator after;
+  if (address % alignment != 0 || !table->free_at(offset, offset + nbytes, &after)) return nullptr;
   StepLog* log = serving->log;
   // (armed implies valid and a log: a pause clears both, and a log ends under the Python side)
   if (!serving->valid || log == nullptr || log->ended) return nullptr;
   LiveRange range{offset + std::max<uint64_t>(nbytes, 1), true, false, log->id, position, nbytes,
                   log->sizes.size()};
+  // (free: no range starts there; it goes right before after, one search in all)
   if (table->spare.empty()) {
-    table->live.emplace(offset, range);  // (free: no range starts there)
+    table->live.emplace_hint(after, offset, range);
   } else {
     auto node = std::move(table->spare.back());
     table->spare.pop_back();
     node.key() = offset;
     node.mapped() = range;
-    table->live.insert(std::move(node));
+    table->live.insert(after, std::move(node));
   }
   log->allocated(nbytes, alignment);
   serving->fresh.emplace_back(table, offset);
@@ -330,6 +332,9 @@ PyObject* serving_log(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   {
     std::lock_guard<std::mutex> guard(native_lock);
     if (log != serving->log) {
+      // Room for as many allocations as the last step's (a step repeats): each one logged is
+      // then a plain store, with no regrowth (and its copies and page faults) mid-step.
+      if (serving->log != nullptr) log->reserve(serving->log->sizes.size() + 64);
       step_log_hold(log);
       gone = serving->previous;
       serving->previous = serving->log;

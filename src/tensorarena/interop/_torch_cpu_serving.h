@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -43,11 +44,17 @@ struct ServingTable {
   bool retired = false;
 
   bool is_free(uint64_t lo, uint64_t hi) const {
+    std::map<uint64_t, LiveRange>::const_iterator after;
+    return free_at(lo, hi, &after);
+  }
+  // Whether no live range overlaps [lo, hi); *after: the first range starting at or after hi,
+  // where a range at lo goes (the hint that makes its insertion amortized constant).
+  bool free_at(uint64_t lo, uint64_t hi, std::map<uint64_t, LiveRange>::const_iterator* after)
+      const {
     hi = std::max(hi, lo + 1);
-    auto after = live.lower_bound(hi);  // the first range starting at or after hi
-    if (after == live.begin()) return true;
-    --after;
-    return after->second.hi <= lo;
+    *after = live.lower_bound(hi);
+    if (*after == live.begin()) return true;
+    return std::prev(*after)->second.hi <= lo;
   }
 };
 

@@ -94,6 +94,8 @@ PyObject* serving_pause(PyObject*, PyObject* capsule) {
     if (serving->made == 0 && serving->dropped.empty() && serving->carried.empty() &&
         serving->raw.empty() && serving->live == 0 && serving->count == 0 &&
         taken.unbooked.empty()) {
+      taken.fresh.clear();  // (its room kept for the next blocks)
+      serving->fresh.swap(taken.fresh);
       Py_RETURN_NONE;  // (no object made: None is immortal)
     }
     taken.made = serving->made;
@@ -130,6 +132,10 @@ PyObject* serving_pause(PyObject*, PyObject* capsule) {
   for (PyObject* list : lists) Py_XDECREF(list);  // ("O" took its own references)
   std::lock_guard<std::mutex> guard(native_lock);
   if (result == nullptr) put_back(serving, taken);  // nothing changed: what was taken goes back
+  if (serving->fresh.empty() && serving->fresh.capacity() < taken.fresh.capacity()) {
+    taken.fresh.clear();  // its room serves the next blocks (no regrowth per pause)
+    serving->fresh.swap(taken.fresh);
+  }
   for (const auto& listed : taken.listed) unref_table(listed.first);
   return result;
 }

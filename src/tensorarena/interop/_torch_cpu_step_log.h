@@ -39,6 +39,16 @@ struct StepLog {
     ends.push_back(kLive);
     return sizes.size() - 1;
   }
+  // Room for count allocations in all (no memory: left as it is; appends grow as before).
+  void reserve(size_t count) noexcept {
+    try {
+      sizes.reserve(count);
+      alignments.reserve(count);
+      starts.reserve(count);
+      ends.reserve(count);
+    } catch (...) {
+    }
+  }
   void unallocate() {  // undo the last allocated()
     sizes.pop_back();
     alignments.pop_back();
