@@ -11,9 +11,10 @@ from graph_checks import check_consistent
 torch = pytest.importorskip("torch")
 
 
-from tensorarena.errors import InvalidProblemError  # noqa: E402
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError  # noqa: E402
 from tensorarena.planning.graph_problem import GraphProblem  # noqa: E402
 from tensorarena.planning.torch_frontend import (  # noqa: E402
+    exported_problems,
     problem_from_exported,
     problem_from_fx,
     trace_training,
@@ -359,3 +360,11 @@ def test_importing_the_front_ends_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("not_exported", [None, 3, "model.pt2", torch.nn.Linear(2, 2)])
+def test_something_not_exported_is_refused_by_name(not_exported: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"expected a torch\.export\.ExportedProgram"):
+        exported_problems(not_exported)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"expected a torch\.export\.ExportedProgram"):
+        problem_from_exported(not_exported)  # type: ignore[arg-type]

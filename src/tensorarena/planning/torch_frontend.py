@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from tensorarena._optional import load_torch
-from tensorarena.errors import InvalidProblemError
+from tensorarena.errors import InvalidArgumentError, InvalidProblemError
 from tensorarena.planning.graph_problem import GraphProblem, Liveness
 from tensorarena.planning.torch_graph import (
     MISSING,
@@ -119,7 +119,10 @@ def exported_problems(
     """:func:`problem_from_exported` of ``ep`` as a function of (a rewritten copy of) its graph
     and the size symbols' values, holding what it reads of ``ep`` (the inputs' kinds, the tied
     weights) and not ``ep`` itself: a program keeps this, and not the exported program's graph."""
-    load_torch()
+    th = load_torch()
+    if not isinstance(ep, th.export.ExportedProgram):
+        raise InvalidArgumentError(
+            f"expected a torch.export.ExportedProgram, got {type(ep).__name__} {ep!r:.60}")
     from torch.export.graph_signature import InputKind
 
     kinds = {
