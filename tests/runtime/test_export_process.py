@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _export_models import Block  # noqa: E402
+
 from tensorarena.errors import (  # noqa: E402
     DataDependentError,
     ExportFailedError,
@@ -32,17 +34,6 @@ def _no_thread_in_the_way() -> None:
     if export_process.threads_in_the_way():
         names = [t.name for t in export_process.threads_in_the_way()]
         pytest.skip(f"threads left running by earlier tests forbid a fork: {names}")
-
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 8)
-        self.norm = torch.nn.BatchNorm1d(8)
-        self.register_buffer("scale", torch.full((8,), 0.5), persistent=False)
-
-    def forward(self, x: Any) -> Any:
-        return torch.relu(self.norm(self.linear(x))) * self.scale + torch.tensor(1.0)
 
 
 class Branchy(torch.nn.Module):

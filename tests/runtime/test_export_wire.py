@@ -11,18 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _export_models import Block  # noqa: E402
+
 from tensorarena.runtime.export_wire import pack, unpack  # noqa: E402
-
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 8)
-        self.norm = torch.nn.BatchNorm1d(8)
-        self.register_buffer("scale", torch.full((8,), 0.5), persistent=False)
-
-    def forward(self, x: Any) -> Any:
-        return torch.relu(self.norm(self.linear(x))) * self.scale + torch.tensor(1.0)
 
 
 class Tied(torch.nn.Module):
