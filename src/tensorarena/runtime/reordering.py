@@ -89,9 +89,20 @@ def arena_bound(graph: GraphProblem, *, with_outputs: bool) -> int:
 
 def with_graph(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
     """A module running ``graph`` over ``gm``'s parameters, buffers and submodules."""
-    import torch.fx
-
-    module = torch.fx.GraphModule(gm, graph)
+    module = _graph_module_class()(gm, graph)
     forget_source(module)  # FX would keep its source for the process (runtime.torch_residue)
     # Parameters and buffers by identity, so the front end tells parameters from constants.
     return module
+
+
+def _graph_module_class() -> type[torch.fx.GraphModule]:
+    """FX's lazy module where this torch has it: it writes and compiles the module's Python
+    source only when something reads it or calls the module, which a program never does on its
+    way (it runs code of its own); Llama 125M's source and code were 0.65 MiB the program held."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # a torch without it: the module writes its source now
+        import torch.fx
+
+        return torch.fx.GraphModule
+    return _LazyGraphModule
