@@ -20,7 +20,11 @@ resident memory above the baseline at each stage (built, after each call, after 
   3.10+), a count: a few live objects keep a whole arena resident;
 * ``peak``: the most resident during each call (``VmHWM`` reset before it); the last call's is
   the steady one (``tensorarena bench exec`` measures calls after a planning call and a warm-up);
-* the build's wall time (for ``planned``: the export in its child and the read-back).
+* the build's wall time (for ``planned``: the export in its child and the read-back);
+* with ``--rebuilds 1`` (the default), the same model is then built, called and deleted once
+  more: where the second ``del`` leaves the process beside where the first one did tells what a
+  program leaves behind from what the process's first build pays once (imports, torch's
+  operator tables, the interpreter arenas they keep, code pages).
 
 The last lines put the two side by side: the planned call's peak over eager's, and the *floor*:
 the planned arena plus what eager's own call keeps resident for the kernels (the ``malloc``
@@ -113,8 +117,11 @@ def _sample(libc: Any, mkl: Any) -> dict[str, int]:
             "mkl": mkl(), "heap_rss": _heap_resident(), "arenas": _python_arenas()}
 
 
-def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -> dict[str, Any]:
-    """One execution's stages, in this process (the child's side)."""
+def measure(execution: str, model_name: str, batch: int, seq: int, calls: int,
+            rebuilds: int = 1) -> dict[str, Any]:
+    """One execution's stages, in this process (the child's side): built, its calls, deleted;
+    then, ``rebuilds`` times, the same again (what a process's first build pays once, such as
+    imports and the interpreter's arenas, is then paid already)."""
 
     import tensorarena
     from tensorarena.bench import process_memory
@@ -125,29 +132,31 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int) -
     mkl = _mkl_bytes()
     model, args, kwargs = measured_model(execution, model_name, batch=batch, seq=seq)
     stages: list[dict[str, Any]] = [{"stage": "baseline", **_sample(libc, mkl)}]
-    started = time.perf_counter()
-    built = build_execution(execution, model, args, kwargs, training=False)
-    seconds = time.perf_counter() - started
-    stages.append({"stage": "built", **_sample(libc, mkl)})
-    for k in range(calls):
-        process_memory.reset_peak()
-        out = built.call()
-        peak = process_memory.peak_rss() or 0
-        del out
-        built.drop()
-        stages.append({"stage": f"call {k + 1}", **_sample(libc, mkl), "peak": peak})
-    arena = built.arena_bytes
-    del built
-    gc.collect()
-    tensorarena.empty_cache()
-    stages.append({"stage": "del + empty_cache", **_sample(libc, mkl)})
+    seconds, arena = 0.0, 0
+    for label in ("", " again")[:1 + rebuilds]:
+        started = time.perf_counter()
+        built = build_execution(execution, model, args, kwargs, training=False)
+        seconds = seconds or time.perf_counter() - started
+        stages.append({"stage": f"built{label}", **_sample(libc, mkl)})
+        for k in range(calls):
+            process_memory.reset_peak()
+            out = built.call()
+            peak = process_memory.peak_rss() or 0
+            del out
+            built.drop()
+            stages.append({"stage": f"call {k + 1}{label}", **_sample(libc, mkl), "peak": peak})
+        arena = built.arena_bytes
+        del built
+        gc.collect()
+        tensorarena.empty_cache()
+        stages.append({"stage": f"del + empty_cache{label}", **_sample(libc, mkl)})
     return {"execution": execution, "arena": arena, "stages": stages, "build_seconds": seconds}
 
 
 def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", execution, "--model", options.model,
                "--batch", str(options.batch), "--seq", str(options.seq),
-               "--calls", str(options.calls)]
+               "--calls", str(options.calls), "--rebuilds", str(options.rebuilds)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{execution} failed:\n{done.stderr[-3000:]}")
@@ -174,15 +183,26 @@ def _print(result: dict[str, Any]) -> None:
 def _peak(result: dict[str, Any], *, first: bool = False) -> int:
     """The peak of the first call (which plans what was left) or of the last (steady)."""
     base = result["stages"][0]["VmRSS"]
-    calls = [row["peak"] for row in result["stages"] if "peak" in row]
+    calls = [row["peak"] for row in _first_cycle(result) if "peak" in row]
     return (calls[0] if first else calls[-1]) - base
+
+
+def _first_cycle(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stages of the first program, from the baseline to its last call."""
+    stages = result["stages"]
+    return stages[:next(i for i, row in enumerate(stages) if row["stage"] == "del + empty_cache")]
+
+
+def _first_del(result: dict[str, Any]) -> int:
+    """The resident bytes after the first program was deleted (``empty_cache()`` called)."""
+    return next(row["VmRSS"] for row in result["stages"] if row["stage"] == "del + empty_cache")
 
 
 def kept_by_kernels(result: dict[str, Any]) -> int:
     """What eager's last call left resident for the kernels: the ``malloc`` blocks still
     allocated (glibc mmap blocks and bytes in use in its heap: MKL's buffers are in one or the
     other, module docstring) and code pages."""
-    base, last = result["stages"][0], result["stages"][-2]
+    base, last = result["stages"][0], _first_cycle(result)[-1]
     return sum(last[key] - base[key] for key in ("mmap", "in_use", "RssFile"))
 
 
@@ -192,11 +212,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--rebuilds", type=int, choices=(0, 1), default=1,
+                        help="build, call and delete the program once more (default 1)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         print(json.dumps(measure(options.child, options.model, options.batch, options.seq,
-                                 options.calls)))
+                                 options.calls, options.rebuilds)))
         return 0
     if not (sys.platform == "linux" and platform.libc_ver()[0] == "glibc"):
         print("skipped: this script reads /proc/self/status and glibc's mallinfo2 (Linux, glibc)")
@@ -216,10 +238,13 @@ def main() -> int:
     print(f"floor = planned arena {planned['arena'] / MIB:.1f} MiB + what eager's kernels keep "
           f"resident {kept_by_kernels(eager) / MIB:.1f} MiB = {floor / MIB:.1f} MiB: "
           f"floor/eager {floor / eager_peak:.2f}")
-    after = [result["stages"][-1]["VmRSS"] - result["stages"][0]["VmRSS"]
-             for result in (eager, planned)]
+    after = [_first_del(result) - result["stages"][0]["VmRSS"] for result in (eager, planned)]
     print(f"after del + empty_cache: eager {after[0] / MIB:.1f} MiB, planned "
           f"{after[1] / MIB:.1f} MiB (planned - eager {(after[1] - after[0]) / MIB:+.1f} MiB)")
+    if options.rebuilds:
+        again = [result["stages"][-1]["VmRSS"] - _first_del(result) for result in (eager, planned)]
+        print(f"a second build, its calls, del + empty_cache: from where the first del left "
+              f"it, eager {again[0] / MIB:+.1f} MiB, planned {again[1] / MIB:+.1f} MiB")
     return 0
 
 
