@@ -1,10 +1,10 @@
 // A route's server of learned plans' slots (_torch_cpu_serving.cpp: what the route calls, with
-// no GIL; _torch_cpu_serving_calls.cpp: what the Python side calls, under the GIL), and what the
-// two share: the server, its tables, and native_lock (_torch_cpu_step_log.h), under which all of
-// it changes. Nothing holding native_lock calls into Python or makes a Python object that a
-// collection could run from (a tuple, a list, an exception): a collection may free a served
-// block on this very thread, or run Python code that lets another thread take the GIL while it
-// waits for the lock.
+// no GIL; _torch_cpu_serving_setup.cpp and _torch_cpu_serving_calls.cpp: what the Python side
+// calls, under the GIL), and what they share: the server, its tables, and native_lock
+// (_torch_cpu_step_log.h), under which all of it changes. Nothing holding native_lock calls into
+// Python or makes a Python object that a collection could run from (a tuple, a list, an
+// exception): a collection may free a served block on this very thread, or run Python code that
+// lets another thread take the GIL while it waits for the lock.
 #pragma once
 
 #include "_torch_cpu_shim.h"
@@ -94,17 +94,20 @@ void unref_table(ServingTable* table);
 // Register a new table of the server's (native_lock held): its arena becomes findable.
 void add_table(Serving* serving, ServingTable* table);
 
-// The server of a capsule (nullptr with an error set).
+// The server of a capsule (nullptr with an error set); this and the two below:
+// _torch_cpu_serving_setup.cpp.
 Serving* serving_of(PyObject* capsule);
 // (server, unsigned ints...) arguments of a call taking want of them (first: the server's
 // capsule; the rest go to words); false with an error set.
 bool serving_args(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, Serving** serving,
                   uint64_t* words);
-// The server's table id (native_lock held), or nullptr; and the error to set then (no lock).
+// The server's table id (native_lock held), or nullptr (_torch_cpu_serving.cpp); and the error
+// to set then (no lock).
 ServingTable* find_table(Serving* serving, uint64_t id);
 PyObject* no_table(uint64_t id);
 
-// The module functions of _torch_cpu_serving_calls.cpp.
+// The module functions of _torch_cpu_serving_calls.cpp (listed in serving_methods,
+// _torch_cpu_serving_setup.cpp).
 PyObject* serving_pause(PyObject*, PyObject* capsule);
 PyObject* serving_close(PyObject*, PyObject* capsule);
 PyObject* serving_counts(PyObject*, PyObject* capsule);

@@ -4,9 +4,11 @@
 // and the planned executor's kernel scripts (arm/disarm/record). _torch_cpu_routes.cpp,
 // _torch_cpu_route_calls.cpp (_torch_cpu_routes.h): routing every allocation to a Python
 // resource while a route is set (tensorarena.torch.use).
-// _torch_cpu_serving.cpp, _torch_cpu_serving_calls.cpp (_torch_cpu_serving.h): a route's learned
-// plans served with no Python call, the step's log kept in C++ (_torch_cpu_step_log.cpp, .h).
-// _torch_cpu_native_pool.cpp: a pool kept in C++, whose blocks a route takes with no Python call.
+// _torch_cpu_serving.cpp, _torch_cpu_serving_setup.cpp, _torch_cpu_serving_calls.cpp
+// (_torch_cpu_serving.h): a route's learned plans served with no Python call, the step's log
+// kept in C++ (_torch_cpu_step_log.cpp, .h).
+// _torch_cpu_native_pool.cpp, _torch_cpu_native_pool_calls.cpp (_torch_cpu_native_pool.h): a pool
+// kept in C++, whose blocks a route takes with no Python call.
 // One extension module serves them all, so a program pays one compile and one allocator swap.
 #pragma once
 
@@ -74,7 +76,7 @@ void servings_before_fork();
 void servings_after_fork();
 extern PyMethodDef serving_methods[];
 
-// --- a native pool's blocks with no Python call (_torch_cpu_native_pool.cpp; thread-safe) ---
+// --- a native pool's blocks with no Python call (_torch_cpu_native_pool*.cpp; thread-safe) --
 
 struct NativePool;  // one arena's bookkeeping (tensorarena.torch.NativePool)
 

@@ -68,7 +68,7 @@ inline void step_log_release(StepLog* log) {
 // The log of a capsule (nullptr with an error set).
 StepLog* step_log_of(PyObject* capsule);
 
-// The module functions (listed in serving_methods, _torch_cpu_serving.cpp).
+// The module functions (listed in serving_methods, _torch_cpu_serving_setup.cpp).
 PyObject* step_log_new(PyObject*, PyObject*);
 PyObject* step_log_allocated(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* step_log_freed(PyObject*, PyObject* const* args, Py_ssize_t nargs);

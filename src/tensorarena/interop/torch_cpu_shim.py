@@ -2,9 +2,11 @@
 
 Python cannot replace torch's CPU allocator, so a small C++ extension does: an ``at::Allocator``
 (``_torch_cpu_shim.cpp`` with ``_torch_cpu_routes.cpp``, ``_torch_cpu_route_calls.cpp``,
-``_torch_cpu_serving.cpp``, ``_torch_cpu_serving_calls.cpp``, ``_torch_cpu_step_log.cpp`` and
-``_torch_cpu_native_pool.cpp``, sharing ``_torch_cpu_shim.h`` and the ``_torch_cpu_routes.h``,
-``_torch_cpu_serving.h``, ``_torch_cpu_step_log.h`` of their parts)
+``_torch_cpu_serving.cpp``, ``_torch_cpu_serving_setup.cpp``, ``_torch_cpu_serving_calls.cpp``,
+``_torch_cpu_step_log.cpp``, ``_torch_cpu_native_pool.cpp`` and
+``_torch_cpu_native_pool_calls.cpp``, sharing ``_torch_cpu_shim.h`` and the
+``_torch_cpu_routes.h``, ``_torch_cpu_serving.h``, ``_torch_cpu_step_log.h``,
+``_torch_cpu_native_pool.h`` of their parts)
 that forwards to the allocator it replaced unless asked otherwise. Two users ask, through this
 one module (one compile, one allocator swap):
 
@@ -58,10 +60,12 @@ _HERE = Path(__file__).parent
 #: The sources of the extension (the header is hashed with them), and the module they build.
 SOURCES = (_HERE / "_torch_cpu_shim.cpp", _HERE / "_torch_cpu_routes.cpp",
            _HERE / "_torch_cpu_route_calls.cpp", _HERE / "_torch_cpu_serving.cpp",
-           _HERE / "_torch_cpu_serving_calls.cpp", _HERE / "_torch_cpu_step_log.cpp",
-           _HERE / "_torch_cpu_native_pool.cpp")
+           _HERE / "_torch_cpu_serving_setup.cpp", _HERE / "_torch_cpu_serving_calls.cpp",
+           _HERE / "_torch_cpu_step_log.cpp",
+           _HERE / "_torch_cpu_native_pool.cpp", _HERE / "_torch_cpu_native_pool_calls.cpp")
 _HEADERS = (_HERE / "_torch_cpu_shim.h", _HERE / "_torch_cpu_routes.h",
-            _HERE / "_torch_cpu_serving.h", _HERE / "_torch_cpu_step_log.h")
+            _HERE / "_torch_cpu_serving.h", _HERE / "_torch_cpu_step_log.h",
+            _HERE / "_torch_cpu_native_pool.h")
 MODULE = "tensorarena_torch_cpu_shim"
 
 

@@ -1,9 +1,10 @@
 """Tensor metadata and op schemas of ``torch.fx`` nodes: the toolkit of planning and runtime.
 
-The questions :mod:`~tensorarena.planning.torch_frontend` asks of each node: how many bytes does
-its value span, which storage is it in, and, where the metadata has no storages, which argument
-does the op's schema say it aliases. The runtime asks the same of the graphs it runs (a node's
-value, its layout, the size symbols it depends on). torch is never imported at module level.
+The questions the torch front end's graph walk (:mod:`~tensorarena.planning.torch_walk`) asks of
+each node: how many bytes does its value span, which storage is it in, and, where the metadata
+has no storages, which argument does the op's schema say it aliases. The runtime asks the same of
+the graphs it runs (a node's value, its layout, the size symbols it depends on). torch is never
+imported at module level.
 """
 
 from __future__ import annotations
