@@ -116,9 +116,9 @@ def test_a_training_step_planned_on_the_gpu_equals_eager() -> None:
     assert step.program.device == "cuda:0"
     loss, grads = step(ids)
     model.zero_grad(set_to_none=True)
-    from tensorarena.planning.torch_frontend import _default_loss
+    from tensorarena.planning.torch_frontend import default_loss
 
-    expected = _default_loss(model(ids))
+    expected = default_loss(model(ids))
     expected.backward()
     torch.testing.assert_close(loss, expected.detach())
     torch.testing.assert_close(grads, {n: p.grad for n, p in model.named_parameters()})
