@@ -11,7 +11,7 @@ for sizes that depend on the inputs' values before it is planned.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,15 +74,14 @@ class _Unlifted:
     objects for Llama 125M, ``bench/RESULTS.md``)."""
 
     def __init__(self, ep: torch.export.ExportedProgram) -> None:
-        self._reload = reloader(ep)
-        self._ep = ep if self._reload is None else None
+        #: reads the export back from what the child sent, or returns ``ep`` (exported here)
+        self._load: Callable[[], torch.export.ExportedProgram] = reloader(ep) or (lambda: ep)
         self._module: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._module is None:
             with caches_as_they_were():  # FX would keep its modules' sources for the process
-                ep = self._ep if self._reload is None else self._reload()
-                self._module = ep.module()
+                self._module = self._load().module()
         return self._module(*args, **kwargs)
 
 
