@@ -59,3 +59,144 @@ def test_a_failed_growth_leaves_the_workspace_empty_and_the_old_block_to_its_hol
     assert workspace.nbytes == 0 and workspace.generation == 2  # code over the old block is stale
     assert int(block.sum()) == 3000  # a tensor over the old block keeps it
     assert workspace.reserve(1000).numel() == 1000 and workspace.generation == 3
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+linux_only = pytest.mark.skipif(not __import__("sys").platform.startswith("linux"),
+                                reason="madvise and /proc/self: Linux")
+
+
+@linux_only
+def test_an_idle_block_gives_its_pages_back_and_keeps_its_address() -> None:
+    from tensorarena.memory import HostMemory, Pool
+
+    pool = Pool(HostMemory(), initial_size=0)
+    workspace = Workspace(pool)
+    block = workspace.reserve(32 * 2**20)
+    block.fill_(3)
+    before, address = _resident_mib(), block.data_ptr()
+    assert workspace.release_idle_pages() == 32 * 2**20  # whole granules: every page
+    assert before - _resident_mib() > 28
+    assert workspace.memory.data_ptr() == address and workspace.generation == 1
+    assert not workspace.memory.any()  # its pages come back zeroed at the next touch
+    assert pool.statistics().reserved_bytes.current == 32 * 2**20  # still the pool's block
+
+
+@linux_only
+def test_a_workspace_in_use_keeps_its_pages() -> None:
+    import threading
+
+    workspace = Workspace()
+    workspace.reserve(4096).fill_(5)
+    with workspace.use():  # this thread's call
+        assert workspace.release_idle_pages() == 0
+    entered, leave = threading.Event(), threading.Event()
+
+    def call() -> None:
+        with workspace.use():
+            entered.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        assert workspace.release_idle_pages() == 0  # another thread's call
+    finally:
+        leave.set()
+        thread.join()
+    assert (workspace.memory == 5).all()
+
+
+def test_an_empty_workspace_releases_nothing() -> None:
+    assert Workspace().release_idle_pages() == 0
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+        self.out = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(torch.nn.functional.gelu(self.up(x))) + x
+        return self.out(torch.tanh(y)) * y
+
+
+def whole_pages(block: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``block`` on pages it has to itself (what goes back: a block of a pool
+    may share its first and last pages with others)."""
+    from tensorarena.memory.idle_pages import PAGE
+
+    address = block.data_ptr()
+    start = -(-address // PAGE) * PAGE - address
+    end = (address + block.numel()) // PAGE * PAGE - address
+    assert end - start >= PAGE  # the test means something
+    return block[start:end]
+
+
+def arena_blocks(program: object) -> list[torch.Tensor]:
+    """The blocks of ``outputs="arena"`` the program's one shape keeps."""
+    current = next(iter(program.compiler.cache.values()))  # type: ignore[attr-defined]
+    return [arena.memory for arena in current.arenas._arenas]
+
+
+@linux_only
+@pytest.mark.parametrize("outputs", ["handover", "fresh", "arena"])
+def test_a_program_runs_the_same_after_its_idle_pages_went_back(outputs: str) -> None:
+    import tensorarena as ta
+    from tensorarena.runtime import PlannedProgram
+
+    torch.manual_seed(0)
+    model = _Residual().eval()
+    x = torch.randn(32, 64)
+    program = PlannedProgram.from_module(model, (x,), outputs=outputs)
+    program(x)  # the first call records kernels' allocations and plans again
+    first = program(x)
+    kept = first.clone()
+    held = program.workspace.memory if outputs != "arena" else arena_blocks(program)[0]
+    assert held.any()  # the call's intermediates are still there
+    ta.empty_cache()
+    assert torch.equal(first, kept)  # what the caller holds keeps its bytes
+    if outputs != "arena":
+        assert not whole_pages(held).any()
+    else:  # the block ``first`` holds keeps its bytes; an idle one gives them back
+        assert whole_pages(held).any()
+        del first
+        ta.empty_cache()
+        assert not whole_pages(held).any()
+    third = program(x)
+    assert torch.equal(third, kept)
+    if outputs == "handover":  # the tail the caller dropped goes back too
+        tail = next(iter(program.compiler.cache.values())).generated.run.__self__  # type: ignore[attr-defined]
+        held = tail.current
+        assert tail.idle_blocks() == []  # ``third`` holds it
+        ta.empty_cache()
+        assert torch.equal(third, kept)
+        del third
+        assert whole_pages(held).any()
+        ta.empty_cache()
+        assert held is tail.current and not whole_pages(held).any()
+        assert torch.equal(program(x), kept)
+
+
+@linux_only
+def test_empty_cache_gives_back_the_workspaces_over_the_resource_it_empties() -> None:
+    import tensorarena as ta
+    from tensorarena.memory import HostMemory, Pool
+
+    mine, other = Pool(HostMemory(), initial_size=0), Pool(HostMemory(), initial_size=0)
+    workspace, default = Workspace(mine), Workspace()
+    block, elsewhere = workspace.reserve(2 * 2**20), default.reserve(2 * 2**20)
+    block.fill_(9)
+    elsewhere.fill_(9)
+    ta.empty_cache(other)
+    assert (block == 9).all() and (elsewhere == 9).all()
+    ta.empty_cache(ta.Limiting(mine, "1GiB"))  # mine is in its stack
+    assert not whole_pages(block).any() and (elsewhere == 9).all()
+    ta.empty_cache()  # the default resource's
+    assert not whole_pages(elsewhere).any()

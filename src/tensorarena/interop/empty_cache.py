@@ -18,6 +18,12 @@ means by it:
   planned ones alike), only where torch is imported, runs one intra-op thread and no other
   Python thread runs (tqdm's progress monitor aside): with more, another thread could be inside
   MKL. A buffer in use is never freed; the next GEMM allocates what it needs again;
+* the idle memory of planned programs goes back page by page: a program keeps its arena between
+  calls (its code is generated over those addresses), but nothing in it is read before the next
+  call writes it, so the pages of every workspace no call is using (and of a handed-over tail
+  the caller no longer holds) are given back (:mod:`~tensorarena.memory.idle_pages`) while the
+  addresses stay reserved; the next call faults them in again, zeroed. Those bytes stay counted
+  as the pool's (the block is still allocated) and are not in the returned total;
 * on Linux with glibc, the C heap is trimmed last (``malloc_trim(0)``): torch's CPU tensors and
   every C extension's small allocations live there, and glibc keeps freed pages of its heap
   resident until told otherwise.
@@ -28,13 +34,34 @@ Like the C heap's trim, MKL's release is the process's, whichever ``resource`` i
 from __future__ import annotations
 
 import gc
+import weakref
+from typing import Protocol
 
 from tensorarena.interop.default import default_resource
 from tensorarena.interop.mkl_buffers import release as release_mkl_buffers
 from tensorarena.memory import libc
 from tensorarena.memory.resource import MemoryResource, check_resource, resource_stack
 
-__all__ = ["empty_cache", "trim_c_heap", "trim_pools"]
+__all__ = ["IdleMemory", "empty_cache", "hold_idle_memory", "trim_c_heap", "trim_pools"]
+
+
+class IdleMemory(Protocol):
+    """Memory reserved for later use that :func:`empty_cache` may hand back page by page."""
+
+    #: where its blocks come from (``None``: the default resource)
+    resource: MemoryResource | None
+
+    def release_idle_pages(self) -> int:
+        """Give back the pages of the blocks nothing uses now; return the bytes."""
+
+
+_IDLE: weakref.WeakSet[IdleMemory] = weakref.WeakSet()
+
+
+def hold_idle_memory(holder: IdleMemory) -> None:
+    """Have :func:`empty_cache` call ``holder.release_idle_pages()`` while ``holder`` lives,
+    when its resource is in the stack being emptied (a planned program's workspace)."""
+    _IDLE.add(holder)
 
 
 def empty_cache(resource: MemoryResource | None = None) -> int:
@@ -44,6 +71,7 @@ def empty_cache(resource: MemoryResource | None = None) -> int:
     for an object that is not a resource."""
     stack = _stack(resource)
     gc.collect()
+    _release_idle(stack)
     for layer in stack:
         flush_all = getattr(layer, "flush_all", None)
         if callable(flush_all):
@@ -68,6 +96,15 @@ def trim_pools(resource: MemoryResource | None = None) -> int:
     a planned program calls when it replaced its arena by a larger one, so that the old one,
     now empty, is not kept beside it."""
     return _trim(_stack(resource))
+
+
+def _release_idle(stack: list[object]) -> int:
+    """Have every held :class:`IdleMemory` whose resource is in ``stack`` give its idle pages
+    back; return the bytes."""
+    default = default_resource()
+    ids = {id(layer) for layer in stack}
+    return sum(holder.release_idle_pages() for holder in list(_IDLE)
+               if id(holder.resource if holder.resource is not None else default) in ids)
 
 
 def _stack(resource: MemoryResource | None) -> list[object]:

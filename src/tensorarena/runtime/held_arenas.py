@@ -167,6 +167,11 @@ class HeldArenas:
             _release(arena)
         self._arenas = []
 
+    def idle_blocks(self) -> list[torch.Tensor]:
+        """The blocks no caller's tensor holds now (their pages may go back between calls:
+        :meth:`~tensorarena.runtime.workspace.Workspace.keep_idle`)."""
+        return [a.memory for a in self._arenas if storage_uses(a.memory) <= a.own_uses]
+
     @property
     def held(self) -> int:
         """Blocks that tensors of the caller's hold now."""

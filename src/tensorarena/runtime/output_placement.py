@@ -68,7 +68,8 @@ def placed_code(compiler: Compiler, make: Callable[[tuple[int, torch.Tensor] | N
         return make(None)
     start = tail_start(plan, outputs)
     return with_tail(make, start, plan.height - start, compiler.workspace.resource,
-                     compiler.device, arena, kernel_patches(kernel, start))
+                     compiler.device, arena, kernel_patches(kernel, start),
+                     keep_idle=compiler.workspace.keep_idle)
 
 
 def call_memory(compiler: Compiler, current: Specialization) -> torch.Tensor:

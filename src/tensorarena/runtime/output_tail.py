@@ -222,13 +222,16 @@ def kernel_patches(kernel: KernelHooks | None, start: int) -> list[Patch]:
 
 def with_tail(make_code: Callable[[tuple[int, torch.Tensor] | None], Generated], start: int,
               nbytes: int, resource: MemoryResource | None, device: str,
-              persistent: torch.Tensor, patches: Sequence[Patch] = ()) -> Generated:
+              persistent: torch.Tensor, patches: Sequence[Patch] = (),
+              keep_idle: Callable[[Any], None] | None = None) -> Generated:
     """The code ``make_code(tail)`` generates over a first tail, run with a tail no caller holds
     at every call (module docstring). ``start``: where the tail starts in the plan;
     ``nbytes``: its size (0: no tail, the code as generated); ``persistent``: the arena held
     across calls, which no output may view (one that did would be copied out: the plan puts
     every output in the tail, so this is a guard, never the path taken); ``patches``: the
-    kernel allocations served in the tail (:func:`kernel_patches`)."""
+    kernel allocations served in the tail (:func:`kernel_patches`); ``keep_idle``: called with
+    the tail's state, whose ``idle_blocks()`` is the tail when no caller holds it
+    (:meth:`~tensorarena.runtime.workspace.Workspace.keep_idle`)."""
     if nbytes == 0:
         return make_code(None)
     first = block(nbytes, resource, device=device)
@@ -236,6 +239,8 @@ def with_tail(make_code: Callable[[tuple[int, torch.Tensor] | None], Generated],
     tail = _TailRun(first, code, nbytes, resource, device, persistent, patches)
     del first
     tail.settle()
+    if keep_idle is not None:
+        keep_idle(tail)
     # The tail's slots move between calls: the layout checks see the persistent ones.
     moving = {id(tensor) for tensor, *_ in tail.views}
     slots = {k: t for k, t in code.slots.items() if id(t) not in moving}
@@ -277,6 +282,10 @@ class _TailRun:
                 "tensors, the block and its storage only: a view the code cannot move"
             )
         self.own = storage_uses(self.current)
+
+    def idle_blocks(self) -> list[torch.Tensor]:
+        """The current tail, if no caller holds it (or a view of it)."""
+        return [self.current] if storage_uses(self.current) <= self.own else []
 
     def _take(self) -> None:
         """A new tail for the code: the caller holds the last one."""

@@ -72,8 +72,10 @@ def arenas_for(compiler: Compiler, current: Specialization) -> HeldArenas:
         return generate_code(compiler, current.graph, current.lowering, current.plan,
                              poison=compiler.poison, memory=memory, kernel=serving(current))
 
-    return HeldArenas(make_code, current.plan.height, compiler.workspace.resource,
-                      compiler.device)
+    arenas = HeldArenas(make_code, current.plan.height, compiler.workspace.resource,
+                        compiler.device)
+    compiler.workspace.keep_idle(arenas)  # empty_cache() gives the idle ones' pages back
+    return arenas
 
 
 def regenerate(compiler: Compiler, current: Specialization) -> None:

@@ -16,18 +16,26 @@ it would otherwise deadlock or overwrite the outer call's intermediates.
 Growing replaces the block by a larger one and bumps :attr:`Workspace.generation`; programs
 rebuild their slots when they see a new generation. The old block goes back to its resource when
 the last slot over it is dropped.
+
+Between calls nothing in the block is read before a call writes it again, so its pages, and those
+of the blocks its programs keep for outputs that no caller holds now (:meth:`keep_idle`), can go
+back to the system while the block keeps its addresses: :meth:`release_idle_pages`, which
+``tensorarena.empty_cache()`` calls for every workspace no call is using. The next call faults
+the pages in again (zeroed), at about the cost of touching fresh memory.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from tensorarena.errors import ConcurrentUseError, InvalidArgumentError
-from tensorarena.interop.empty_cache import trim_pools
+from tensorarena.interop.empty_cache import hold_idle_memory, trim_pools
+from tensorarena.memory.idle_pages import release_idle_pages
 from tensorarena.runtime.device import CPU, check_arena
 from tensorarena.runtime.materialize import block
 
@@ -46,6 +54,14 @@ Concurrency = Literal["serialize", "refuse"]
 #: 20 MiB arenas resident for one 19 MiB plan).
 GRANULE = 2 * 1024 * 1024
 GRANULE_FROM = 1024 * 1024
+
+
+class IdleBlocks(Protocol):
+    """Blocks a program keeps beside its workspace for its outputs (the tail of handed-over
+    outputs, the arenas of ``outputs="arena"``)."""
+
+    def idle_blocks(self) -> list[torch.Tensor]:
+        """Those of the blocks that nothing but the program uses now."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,8 @@ class Workspace:
         self._generation = 0
         self._grows = 0
         self._calls = 0
+        self._kept: weakref.WeakSet[IdleBlocks] = weakref.WeakSet()
+        hold_idle_memory(self)  # tensorarena.empty_cache() gives its idle pages back
 
     @property
     def nbytes(self) -> int:
@@ -150,6 +168,25 @@ class Workspace:
             yield
         finally:
             self._owner = None
+            self._lock.release()
+
+    def keep_idle(self, kept: IdleBlocks) -> None:
+        """Give ``kept``'s idle blocks back with the workspace's idle pages while ``kept``
+        lives (its blocks are used only by calls made in :meth:`use`)."""
+        self._kept.add(kept)
+
+    def release_idle_pages(self) -> int:
+        """Give the pages of the block, and of every idle block kept, back to the system, keeping
+        their addresses (module docstring); return the bytes. Nothing while a call runs, and
+        nothing off the CPU or where the memory is not private anonymous pages (pinned, shared
+        or file-backed memory: :mod:`~tensorarena.memory.idle_pages`)."""
+        if self.device != CPU or not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            blocks = [self._memory] + [b for kept in list(self._kept) for b in kept.idle_blocks()]
+            return sum(release_idle_pages(block.data_ptr(), block.nbytes)
+                       for block in blocks if block is not None and block.nbytes)
+        finally:
             self._lock.release()
 
     def statistics(self) -> WorkspaceStatistics:
