@@ -230,6 +230,41 @@ def test_a_first_step_with_lasting_state_is_planned_cyclically_one_step_later() 
     b.check()
 
 
+def test_a_new_pattern_that_frees_carried_blocks_mid_step_is_planned_cyclically_at_once(
+        ) -> None:
+    # Step 1 begins with a block it keeps (its data, made inside the loop): its key is not the
+    # later steps', so step 2 is a new pattern served by the pool. It frees step 1's gradients
+    # mid-step and is learned cyclically at its own marker (its gradients guessed by size):
+    # step 3 is the only step with the last gradients in the pool, steps 4-6 are all served.
+    plans = LearnedPlans(HostMemory())
+    b = Bytes(plans)
+    grads: list[int] = []
+    data = b.alloc(1 * K)
+    learned = []
+    for number in range(6):
+        if number == 3:
+            plans.reset_peak_stats()
+        if number:
+            grads = _middle_step(b, grads)
+        else:
+            a = b.alloc(40 * K)
+            grads = [b.alloc(20 * K), b.alloc(30 * K)]
+            b.free(a)
+            plans.step()
+        learned.append(plans.report().plans_learned)
+    report = plans.report()
+    assert learned == [1, 2, 2, 2, 2, 2]
+    summary = report.plans[-1]
+    assert summary.planned == summary.allocations == 5 and summary.steps_served == 4
+    assert summary.height == summary.lower_bound == 130 * K
+    assert report.served == 4 * 5 and report.slot_occupied == 0
+    statistics = plans.statistics()
+    assert statistics.reserved_bytes.peak - statistics.requested_bytes.peak <= 2 * K
+    for address in [*grads, data]:
+        b.free(address)
+    b.check()
+
+
 def test_a_wrong_guess_is_planned_again_and_never_aliased() -> None:
     # Step 1's "x" is freed by step 2, as its gradient is; later steps' x live two steps. The
     # guess made at step 2's marker (x carried) is wrong at step 3's: planned again there.
