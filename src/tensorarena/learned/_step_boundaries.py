@@ -58,7 +58,11 @@ class StepBoundaries:
             previous, carried = self._previous, self._carried
             if cursor is None:
                 if self._unserved is FallbackReason.UNKNOWN_PATTERN:
-                    self._plans.learn_new(recording.recording())
+                    # Cyclically at once if it freed the last step's blocks after allocating
+                    # (zero_grad mid-step): its own are guessed to go the same way.
+                    self._plans.learn_new(recording.recording(), (
+                        previous.recording(), carried, self._cut)
+                        if carried and self._cut and previous is not None else None)
                 elif self._unserved is FallbackReason.CARRIED_BLOCKS and previous is not None:
                     # Planned from the last step, cut after this one's frees of its blocks.
                     self._plans.learn_cyclic(previous.recording(), carried, self._cut)
@@ -69,7 +73,25 @@ class StepBoundaries:
                 # The step repeats and carries blocks into the next: plan it cyclically.
                 cursor.plan.steps_served += 1
                 self._plans.learn_cyclic(previous.recording(), carried, self._cut)
+            elif (carried and previous is not None and self._cut
+                  and not cursor.plan.cyclic and not cursor.plan.steps_served
+                  and previous.has_signature(cursor.plan.signature)
+                  and self._plans.learn_guessed(recording.recording(), previous.recording(),
+                                                carried, self._cut)):
+                # A new plan's first step freed the recorded step's blocks after allocating
+                # (zero_grad mid-step) and differs from it (that step made lasting state):
+                # planned cyclically now, its carried blocks guessed from the last's, checked
+                # at the next marker (PlanCache.learn_guessed).
+                cursor.plan.steps_served += 1
+            elif (cursor.plan.guessed is not None and previous is not None
+                  and recording.same_as(previous)
+                  and cursor.plan.guessed != (frozenset(carried), self._cut)):
+                # The guess was wrong: plan the step again from what it did.
+                cursor.plan.steps_served += 1
+                cursor.plan.guessed = None
+                self._plans.learn_cyclic(previous.recording(), carried, self._cut)
             else:
+                cursor.plan.guessed = None
                 cursor.plan.steps_served += 1
                 self._plans.learn_again(cursor.plan, recording)
             if self._finder is not None and self._finder.step_ended(self._step_served,

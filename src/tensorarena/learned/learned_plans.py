@@ -35,7 +35,13 @@ Design choices, and what they cost:
   from the third step on the gradients have slots too and the arena is the whole footprint.
   Where that cut falls inside the step (``zero_grad`` between the forward and the backward
   pass), the activations live across it and would have none: the step is also planned with
-  the carried blocks held all step, and the plan with the lower footprint is kept.
+  the carried blocks held all step, and with their lifetimes wrapped around the marker (two
+  pieces pinned at one offset, :mod:`~tensorarena.learned.wrapped`: their bytes serve the
+  backward pass's temporaries between their free and their next birth), and the plan with the
+  lower footprint is kept. A plan's first step that frees them mid-step but differs from the
+  recorded step (which made an optimizer's state) is planned so at once, its own carried
+  blocks guessed (the same sizes as those it freed), the guess checked at the next marker:
+  the step after it is served from the plan, not the pool beside a new arena.
   A step that frees them before it allocates (``zero_grad`` first in the step) does not wait:
   a new plan does not serve it (the pool does, for the reason ``carried_blocks``: served from
   the arena, the step would hold the arena and the pool's copy of its new gradients at once,

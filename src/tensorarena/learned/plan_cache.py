@@ -10,7 +10,12 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 * a pattern whose step repeats and carries blocks into the next (gradients freed by the next
   ``zero_grad``) is learned again once, cyclically, so that those blocks get slots too: cut
   after their frees (:meth:`StepRecording.rotated`) or, when that cut falls inside the step
-  and costs more, at the marker with them held all step (:meth:`StepRecording.held`);
+  and costs more, at the marker with them held all step (:meth:`StepRecording.held`) or with
+  their lifetimes wrapped around the marker (:mod:`~tensorarena.learned.wrapped`);
+* a step that frees the last step's carried blocks mid-step and is learned new, or is a new
+  plan's first step and differs from the step it was learned from, is learned cyclically at
+  once, the blocks it carries guessed (:meth:`PlanCache.learn_guessed`) and checked at the
+  next marker (planned again from what it did if wrong);
 * a new plan is not served (its arena is not taken) by a step that has already freed blocks
   its recording left live: the pool holds the next copy of those blocks, and serving the rest
   from the arena would hold the arena and those blocks at once, above a pool's peak; the step
@@ -21,14 +26,16 @@ upstream in one piece when its plan first serves. The rules (why: the module doc
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Collection
 
 from tensorarena.errors import DoubleFreeError, InvalidAddressError
 from tensorarena.learned.recording import FinishedStep, StepRecording
 from tensorarena.learned.report import PlanSummary
 from tensorarena.learned.step_plan import StepPlan
+from tensorarena.learned.wrapped import wrapped_problem
 from tensorarena.memory.resource import MemoryResource
+from tensorarena.planning.problem import Problem
 
 __all__ = ["PlanCache"]
 
@@ -78,12 +85,16 @@ class PlanCache:
                 and not plan.cyclic and previous is not None
                 and previous.has_signature(plan.signature))
 
-    def learn_new(self, recording: StepRecording) -> None:
-        """A step no plan matched: learn it if there is room or its pattern recurred."""
+    def learn_new(self, recording: StepRecording,
+                  guess: tuple[StepRecording, Collection[int], int] | None = None) -> None:
+        """A step no plan matched: learn it if there is room or its pattern recurred
+        (cyclically when ``guess`` says it freed blocks of the step before after allocating:
+        :meth:`learn_guessed` of that step, those blocks and the cut)."""
         key = recording.key(self.key_length)
         if len(self._plans) < self.max_patterns or key in self._unplanned:
             self._unplanned.pop(key, None)
-            self.learn(recording)
+            if guess is None or not self.learn_guessed(recording, *guess):
+                self.learn(recording)
             return
         self._unplanned[key] = None
         while len(self._unplanned) > 4 * self.max_patterns:
@@ -108,25 +119,58 @@ class PlanCache:
                                 node_limit=self._node_limit, cyclic=cyclic))
 
     def learn_cyclic(self, recording: StepRecording, carried: Collection[int],
-                     cut: int) -> None:
+                     cut: int) -> StepPlan | None:
         """Plan ``recording`` cyclically: its blocks ``carried`` into the next step were freed
-        there after its first ``cut`` allocations. Two windows are planned when ``cut > 0``:
-        rotated at the cut (:meth:`StepRecording.rotated`: a block live across the cut gets
-        no slot) and at the marker with the carried blocks held all step
-        (:meth:`StepRecording.held`); the plan kept has the lower arena plus bytes without
-        a slot (those the pool holds every step; the rotation on a tie)."""
+        there after its first ``cut`` allocations. Up to three windows are planned when
+        ``cut > 0``: rotated at the cut (:meth:`StepRecording.rotated`: a block live across
+        the cut gets no slot), at the marker with the carried blocks held all step
+        (:meth:`StepRecording.held`), and at the marker with their lifetimes wrapped around it
+        (:func:`~tensorarena.learned.wrapped.wrapped_problem`, when one wraps); the plan kept
+        has the lower arena plus bytes without a slot (those the pool holds every step, with
+        its overhead and a fallback each: on a tie the plan with fewer, then the earlier)."""
         if not len(recording):
-            return
-        windows = [recording.rotated(carried, cut)]
+            return None
+        windows: list[StepRecording | Problem] = [recording.rotated(carried, cut)]
         if cut:
             windows.append(recording.held(carried))
+            wrapped = wrapped_problem(recording, carried, cut)
+            if wrapped is not None:
+                windows.append(wrapped)
         plans = [StepPlan(recording, key_length=self.key_length, node_limit=self._node_limit,
                           cyclic=window) for window in windows]
-        self._keep(min(plans, key=lambda p: p.height + p.unplanned_bytes))
+        return self._keep(min(plans, key=lambda p: (p.height + p.unplanned_bytes,
+                                                     p.unplanned_bytes)))
 
-    def _keep(self, plan: StepPlan) -> None:
+    def learn_guessed(self, recording: StepRecording, recorded: StepRecording,
+                      carried: Collection[int], cut: int) -> bool:
+        """Plan ``recording`` cyclically before the next step shows which of its blocks it
+        carries; True if a plan was kept. ``recording`` freed the blocks ``carried`` of the
+        step before it (``recorded``, which differed from it: lasting state made once, or an
+        allocation more) after its first ``cut`` allocations; its own blocks that outlived it
+        are guessed to go the same way: as many of each size as were carried, the latest made
+        first, freed after the next step's first ``cut`` allocations. The plan remembers the
+        guess (:attr:`StepPlan.guessed`): a next step that carries other blocks has the
+        pattern planned again from what it did. A wrong guess costs slots, never an alias (a
+        slot still occupied is refused)."""
+        made = recorded.allocations
+        left = Counter(made[i].nbytes for i in carried if 0 <= i < len(made))
+        guess = set()
+        for i in range(len(recording) - 1, -1, -1):
+            a = recording.allocations[i]
+            if a.end is None and left[a.nbytes] > 0:
+                left[a.nbytes] -= 1
+                guess.add(i)
+        if not guess:
+            return False
+        kept = self.learn_cyclic(recording, guess, cut)
+        if kept is None:
+            return False
+        kept.guessed = (frozenset(guess), cut)
+        return True
+
+    def _keep(self, plan: StepPlan) -> StepPlan | None:
         if not plan.planned:
-            return
+            return None
         old = self._plans.pop(plan.key, None)
         if old is not None:
             self._retire(old)
@@ -136,6 +180,7 @@ class PlanCache:
             self._retire(self._plans.pop(victim))
         self._plans[plan.key] = plan
         self.learned += 1
+        return plan
 
     def freed_from(self, plan: StepPlan) -> None:
         """A block of ``plan``'s arena was freed: a retired arena goes back once empty."""

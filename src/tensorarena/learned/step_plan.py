@@ -11,6 +11,9 @@ them. In a step that repeats the recording this is exactly the plan's promise (e
 planned into overlapping bytes earlier in the step was freed); when the program did something
 else (kept a block past its step, reordered its allocations) the check refuses the slot and the
 allocation falls back, so the rule holds whatever the caller does, not just when it repeats.
+A block whose lifetime wraps around the marker (:mod:`~tensorarena.learned.wrapped`) needs
+nothing more: its slot is occupied at the step's start by the last step's copy until that is
+freed, as its plan's pinned piece ``[0, death)`` says.
 
 **Matching** (:class:`StepCursor`). The i-th allocation of a step takes slot i when its size
 matches. When it does not, the cursor looks for a slot of that size among the slots it skipped
@@ -31,7 +34,9 @@ import math
 
 from tensorarena.learned.recording import Signature, StepRecording
 from tensorarena.learned.report import FallbackReason
+from tensorarena.learned.wrapped import position_of
 from tensorarena.planning.planners import plan
+from tensorarena.planning.problem import Problem
 
 __all__ = ["Occupancy", "StepCursor", "StepPlan"]
 
@@ -81,17 +86,22 @@ class StepPlan:
     """Offsets for a recorded step's allocations in one arena, and the arena's live blocks."""
 
     def __init__(self, recording: StepRecording, *, key_length: int,
-                 node_limit: int | None, cyclic: StepRecording | None = None) -> None:
-        # A cyclic plan is made from ``recording.rotated(...)`` (passed as ``cyclic``): its
-        # lifetimes, the unrotated recording's signature.
+                 node_limit: int | None, cyclic: StepRecording | Problem | None = None) -> None:
+        # A cyclic plan is made from ``recording.rotated(...)`` or ``.held(...)`` (passed as
+        # ``cyclic``: its lifetimes) or from a problem whose lifetimes wrap around the marker
+        # (:func:`~tensorarena.learned.wrapped.wrapped_problem`: a position may have two
+        # buffers, pinned at one offset); the recording's signature either way.
         signature = recording.signature()
-        if cyclic is not None:
-            recording = cyclic
-        problem = recording.problem()
+        if isinstance(cyclic, Problem):
+            problem = cyclic
+        else:
+            if cyclic is not None:
+                recording = cyclic
+            problem = recording.problem()
         made = plan(problem, "auto", node_limit=node_limit, time_limit=math.inf)
         offsets: list[int | None] = [None] * len(recording)
         for buffer, offset in zip(problem.buffers, made.offsets, strict=True):
-            offsets[int(buffer.id)] = offset
+            offsets[position_of(buffer.id)] = offset
         self.key = recording.key(key_length)
         self.sizes = recording.sizes
         self.signature = signature
@@ -111,7 +121,7 @@ class StepPlan:
         self.lower_bound = problem.lower_bound()
         self.optimal = made.optimal
         self.planner = made.planner
-        self.planned = len(problem)
+        self.planned = before[-1]  #: positions with a slot
         #: the bytes of the allocations with no slot (they outlived the recording's window)
         self.unplanned_bytes = sum(n for n, o in zip(self.sizes, offsets, strict=True)
                                    if o is None)
@@ -124,6 +134,9 @@ class StepPlan:
         #: the signature of the last step that differed from the recording: re-learned from
         #: if the next one has it too
         self.candidate: Signature | None = None
+        #: a plan learned before its step's carried blocks were seen: the positions and cut
+        #: it guessed (checked at the next marker, then ``None``)
+        self.guessed: tuple[frozenset[int], int] | None = None
 
     def __repr__(self) -> str:
         return (f"StepPlan(allocations={len(self.sizes)}, planned={self.planned}, "
