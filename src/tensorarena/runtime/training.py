@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tensorarena.runtime.options import check_example
 from tensorarena.runtime.program import PlannedProgram
 from tensorarena.runtime.signature import StateSignature
+from tensorarena.runtime.torch_residue import caches_as_they_were
 
 if TYPE_CHECKING:
     import torch
@@ -64,7 +65,8 @@ class TrainingStep:
         kwargs = dict(kwargs or {})
         self.model = model
         self._names = [name for name, p in model.named_parameters() if p.requires_grad]
-        gm = trace_training(model, args, kwargs, loss_fn=loss_fn)
+        with caches_as_they_were():  # FX would keep the traced module's source for the process
+            gm = trace_training(model, args, kwargs, loss_fn=loss_fn)
         params = [p for _, p in model.named_parameters()]
         buffers = [b for _, b in model.named_buffers()]
 
