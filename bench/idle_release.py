@@ -29,8 +29,9 @@ MIB = 1 << 20
 
 
 def _resident() -> int:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    from tensorarena.bench.process_memory import rss
+
+    return rss() or 0
 
 
 def measure(execution: str, model_name: str, batch: int, seq: int, rounds: int) -> dict[str, Any]:
