@@ -200,3 +200,34 @@ def test_empty_cache_gives_back_the_workspaces_over_the_resource_it_empties() ->
     assert not whole_pages(block).any() and (elsewhere == 9).all()
     ta.empty_cache()  # the default resource's
     assert not whole_pages(elsewhere).any()
+
+
+@linux_only
+def test_a_call_waits_for_a_page_release_even_where_it_refuses_to_wait_for_a_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from tensorarena.runtime import workspace as module
+
+    inside, slow = threading.Event(), module.release_idle_pages
+
+    def slow_release(address: int, nbytes: int) -> int:
+        inside.set()
+        time.sleep(0.3)
+        return slow(address, nbytes)
+
+    monkeypatch.setattr(module, "release_idle_pages", slow_release)
+    workspace = Workspace(concurrency="refuse")
+    workspace.reserve(2 * 2**20).fill_(1)
+    released: list[int] = []
+    thread = threading.Thread(target=lambda: released.append(workspace.release_idle_pages()))
+    thread.start()
+    try:
+        assert inside.wait(10)
+        started = time.perf_counter()
+        with workspace.use():  # no ConcurrentUseError: the release is no call
+            assert time.perf_counter() - started > 0.1  # it waited for the release
+    finally:
+        thread.join()
+    assert released == [2 * 2**20]

@@ -100,6 +100,7 @@ class Workspace:
         self._grows = 0
         self._calls = 0
         self._kept: weakref.WeakSet[IdleBlocks] = weakref.WeakSet()
+        self._releasing = False  # release_idle_pages holds the lock (not a call)
         hold_idle_memory(self)  # tensorarena.empty_cache() gives its idle pages back
 
     @property
@@ -156,7 +157,10 @@ class Workspace:
                 "a planned program was called from inside a call of a program that shares its "
                 "workspace; give the inner one a Workspace of its own"
             )
-        if not self._lock.acquire(blocking=self.concurrency == "serialize"):
+        acquired = self._lock.acquire(blocking=self.concurrency == "serialize")
+        if not acquired:  # a page release holds it for a moment: no call, so wait for it
+            acquired = self._lock.acquire(blocking=self._releasing)
+        if not acquired:
             raise ConcurrentUseError(
                 "this planned program (or one sharing its workspace) is running in another "
                 "thread; its intermediates share one block of memory, so calls cannot overlap "
@@ -182,11 +186,13 @@ class Workspace:
         or file-backed memory: :mod:`~tensorarena.memory.idle_pages`)."""
         if self.device != CPU or not self._lock.acquire(blocking=False):
             return 0
+        self._releasing = True
         try:
             blocks = [self._memory] + [b for kept in list(self._kept) for b in kept.idle_blocks()]
             return sum(release_idle_pages(block.data_ptr(), block.nbytes)
                        for block in blocks if block is not None and block.nbytes)
         finally:
+            self._releasing = False
             self._lock.release()
 
     def statistics(self) -> WorkspaceStatistics:
