@@ -55,8 +55,8 @@ def test_ratios_compare_with_eager_and_leave_out_what_is_missing() -> None:
     got = ratios({"eager": {"live_peak": 100, "rss_peak": 0, "ms": 2.0},
                   "planned": {"live_peak": 80, "rss_peak": 5, "ms": 3.0}})
     assert got == {"planned/eager": {"live_peak": 0.8, "rss_peak": None, "rss_held": None,
-                                     "rss_held_dropped": None, "rss_after_delete": None,
-                                     "ms": 1.5}}
+                                     "rss_held_dropped": None, "rss_held_released": None,
+                                     "rss_after_delete": None, "ms": 1.5}}
 
 
 def test_several_processes_keep_the_median_of_each_resident_number() -> None:
@@ -90,6 +90,8 @@ def test_a_fresh_process_measures_a_planned_tiny_model_and_times_it_against_eage
     # dropping the outputs gives back at least what came in since (a page either way is noise).
     assert memory["rss_peak"] >= max(memory["rss_held"], memory["rss_held_dropped"]) > 0
     assert memory["rss_held_dropped"] <= memory["rss_held"] + (64 << 10)
+    # empty_cache() between calls gives the idle arena's pages back, the program kept
+    assert memory["rss_held_released"] <= memory["rss_held_dropped"] + (64 << 10)
     assert memory["rss_held"] >= memory["rss_built"] - (1 << 20)
     assert result["library_rss"] > 0  # export's imports, charged to no model
     assert details["lower_bound"] <= details["planned_arena"] <= details["naive"]

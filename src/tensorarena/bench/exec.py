@@ -15,6 +15,8 @@ memory, so no execution sees another's heap (:mod:`tensorarena.bench.exec_worker
                       imports, weights and inputs; ``VmHWM`` reset through ``/proc``)
 ``rss_held``          resident above the baseline after a call, its outputs kept;
 ``rss_held_dropped``  and with them dropped: what the execution holds between calls
+``rss_held_released`` and that after :func:`tensorarena.empty_cache` (the execution kept: a
+                      planned program's idle arena goes back page by page)
 ``rss_after_delete``  and once the execution is deleted and :func:`tensorarena.empty_cache`
                       ran: what it leaves in the process for good
 ``ms``                median wall time of ``--repeats`` rounds in one more process, the
@@ -132,7 +134,7 @@ def _ratio(value: float | None) -> str:
 
 def _print_table(results: dict[str, dict[str, Any]]) -> None:
     header = ("config", "execution", "live peak", "RSS peak", "held", "held, dropped",
-              "after del", "ms", "live x", "RSS x", "held x", "ms x")
+              "emptied", "after del", "ms", "live x", "RSS x", "held x", "ms x")
     rows = [header]
     for label, result in results.items():
         for i, (name, n) in enumerate(result["executions"].items()):
@@ -140,7 +142,8 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
             ms = n.get("ms")
             rows.append((label if i == 0 else "", name, _size(n["live_peak"]),
                          _size(n["rss_peak"]), _size(n["rss_held"]), _size(n["rss_held_dropped"]),
-                         _size(n.get("rss_after_delete")), "-" if ms is None else f"{ms:.1f}",
+                         _size(n.get("rss_held_released")), _size(n.get("rss_after_delete")),
+                         "-" if ms is None else f"{ms:.1f}",
                          *(_ratio(ratio.get(key)) for key in
                            ("live_peak", "rss_peak", "rss_held", "ms"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

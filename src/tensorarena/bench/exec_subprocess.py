@@ -37,9 +37,11 @@ __all__ = ["Progress", "RunOptions", "make_job", "measure_config", "ratios", "ru
 _PRELOAD = ("transformers", "tensorarena.runtime", "torch.export")
 _PRELOAD_COMPILE = ("torch._dynamo", "torch._inductor.compile_fx")
 #: The numbers compared with eager's, as ratios.
-RATIO_KEYS = ("live_peak", "rss_peak", "rss_held", "rss_held_dropped", "rss_after_delete", "ms")
+RATIO_KEYS = ("live_peak", "rss_peak", "rss_held", "rss_held_dropped", "rss_held_released",
+              "rss_after_delete", "ms")
 #: The resident numbers, which vary between processes (module docstring).
-RSS_KEYS = ("rss_built", "rss_peak", "rss_held", "rss_held_dropped", "rss_after_delete")
+RSS_KEYS = ("rss_built", "rss_peak", "rss_held", "rss_held_dropped", "rss_held_released",
+            "rss_after_delete")
 
 
 class Progress:

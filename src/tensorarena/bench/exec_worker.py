@@ -12,7 +12,9 @@ configuration and any of:
              ``calls`` more times, each with the previous outputs dropped: ``rss_peak`` is the
              most resident during a call above the baseline (the planned arena included, held or
              not), ``rss_held`` what stays resident after it with its outputs kept,
-             ``rss_held_dropped`` with them dropped, ``rss_built`` before the first measured
+             ``rss_held_dropped`` with them dropped, ``rss_held_released`` that after
+             :func:`tensorarena.empty_cache` (a planned program's idle arena given back page by
+             page, the program kept), ``rss_built`` before the first measured
              call; each the largest over the calls. Only then, as the profiler takes memory of
              its own, one profiled call: ``torch_peak``, the most torch's allocator held during
              it, and ``live_peak``, that plus the arena (``arena_bytes``). For ``planned`` also
@@ -102,7 +104,7 @@ def _measure_memory(execution: Execution, baseline: int, calls: int,
             dropped.append(after - baseline)
     result.update(rss_peak=max(peaks, default=None), rss_held=max(kept, default=None),
                   rss_held_dropped=max(dropped, default=None), output_bytes=output_bytes,
-                  calls=calls)
+                  calls=calls, rss_held_released=_rss_released(baseline))
     args, kwargs = inputs
     if execution.program is not None:  # annotated: allocations charged to node paths
         import torch
@@ -120,6 +122,16 @@ def _measure_memory(execution: Execution, baseline: int, calls: int,
         result["planned_allocations"] = trace.planned_allocations
         result["scalar_allocations"] = trace.small_planned_allocations
     return result
+
+
+def _rss_released(baseline: int) -> int | None:
+    """Resident above ``baseline`` between calls once :func:`tensorarena.empty_cache` ran
+    (the execution kept: a planned program gives its idle arena's pages back)."""
+    from tensorarena.interop.empty_cache import empty_cache
+
+    empty_cache()
+    now = process_memory.rss()
+    return None if now is None else now - baseline
 
 
 def _record_call(execution: Execution, path: str) -> None:

@@ -206,6 +206,8 @@ def _report(config: Any, args: argparse.Namespace, numbers: dict[str, dict[str, 
             "and inputs"),
         row("held, outputs kept", "rss_held", "resident after the call, the outputs alive"),
         row("held, dropped", "rss_held_dropped", "resident between calls, the outputs dropped"),
+        row("after empty_cache", "rss_held_released", "and after tensorarena.empty_cache(): "
+            "the idle arena's pages go back"),
         row("latency", "ms", f"median of {latency['repeats']} interleaved rounds", ms),
         f"  lower bound        {_size(lower):>10}   peak of live planned bytes: no plan is lower",
         f"  planned arena      {_size(arena):>10}   x{arena / lower if lower else 1.0:.3f} of "
