@@ -188,9 +188,11 @@ def _peak(result: dict[str, Any], *, first: bool = False) -> int:
 
 
 def _first_cycle(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The stages of the first program, from the baseline to its last call."""
+    """The stages of the first program, from the baseline to its last call (all but the last
+    stage where no stage is named ``del + empty_cache``)."""
     stages = result["stages"]
-    return stages[:next(i for i, row in enumerate(stages) if row["stage"] == "del + empty_cache")]
+    ends = [i for i, row in enumerate(stages) if row.get("stage") == "del + empty_cache"]
+    return stages[:ends[0] if ends else -1]
 
 
 def _first_del(result: dict[str, Any]) -> int:

@@ -49,6 +49,22 @@ def test_the_floor_counts_a_kernel_buffer_in_the_heap_as_in_an_mmap_block() -> N
     assert kept({"stages": [base, _stage(100, 50, 1000), _stage(9, 9, 9)]}) == 0
 
 
+def test_a_second_build_leaves_the_first_programs_figures_alone() -> None:
+    floor = _script("process_floor")
+
+    def row(stage: str, rss: int, peak: int | None = None, mmap: int = 0) -> dict[str, object]:
+        return {"stage": stage, "VmRSS": rss, **_stage(mmap, 0, 0),
+                **({} if peak is None else {"peak": peak})}
+
+    result = {"stages": [row("baseline", 100), row("built", 110), row("call 1", 150, 170),
+                         row("call 2", 150, 160, mmap=5), row("del + empty_cache", 120),
+                         row("built again", 125), row("call 1 again", 150, 190, mmap=9),
+                         row("del + empty_cache again", 121)]}
+    assert floor._peak(result) == 60 and floor._peak(result, first=True) == 70
+    assert floor.kept_by_kernels(result) == 5  # the first program's last call
+    assert floor._first_del(result) == 120
+
+
 @pytest.mark.parametrize("line", [
     "N N 2304 128 768 2304 768 2304",   # both operands contiguous
     "T N 128 32 64 2304 2304 128",      # a transposed operand, leading dimension > m
