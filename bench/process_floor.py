@@ -117,7 +117,7 @@ def _sample(libc: Any, mkl: Any) -> dict[str, int]:
             "mkl": mkl(), "heap_rss": _heap_resident(), "arenas": _python_arenas()}
 
 
-def measure(execution: str, model_name: str, batch: int, seq: int, calls: int,
+def measure(execution: str, model_name: str, batch: int, seq: int | None, calls: int,
             rebuilds: int = 1) -> dict[str, Any]:
     """One execution's stages, in this process (the child's side): built, its calls, deleted;
     then, ``rebuilds`` times, the same again (what a process's first build pays once, such as
@@ -155,8 +155,10 @@ def measure(execution: str, model_name: str, batch: int, seq: int, calls: int,
 
 def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", execution, "--model", options.model,
-               "--batch", str(options.batch), "--seq", str(options.seq),
-               "--calls", str(options.calls), "--rebuilds", str(options.rebuilds)]
+               "--batch", str(options.batch), "--calls", str(options.calls),
+               "--rebuilds", str(options.rebuilds)]
+    if options.seq is not None:
+        command += ["--seq", str(options.seq)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{execution} failed:\n{done.stderr[-3000:]}")
@@ -212,7 +214,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2")
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=None,
+                        help="tokens per item (default: the model's own; none for images/audio)")
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--rebuilds", type=int, choices=(0, 1), default=1,
                         help="build, call and delete the program once more (default 1)")
@@ -225,7 +228,8 @@ def main() -> int:
     if not (sys.platform == "linux" and platform.libc_ver()[0] == "glibc"):
         print("skipped: this script reads /proc/self/status and glibc's mallinfo2 (Linux, glibc)")
         return 0
-    print(f"{options.model} {options.batch}x{options.seq} (base size), one thread, "
+    shape = f"{options.batch}x{options.seq}" if options.seq is not None else str(options.batch)
+    print(f"{options.model} {shape} (base size), one thread, "
           f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
     eager = _in_child("eager", options)
     planned = _in_child("planned", options)

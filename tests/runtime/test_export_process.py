@@ -305,3 +305,75 @@ def test_a_dynamic_program_from_the_child_verifies_at_new_shapes() -> None:
     for n in (2, 33):
         x = torch.randn(n, 8)
         assert torch.equal(program.verify(x), model(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# The classes of the program's inputs and outputs, registered here only where it holds one
+# ----------------------------------------------------------------------------------------------
+
+
+class Box:
+    """A class torch's pytree does not know until registered (as transformers' caches)."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+class Boxed(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        return Box(x + 1)
+
+
+def _register_box() -> None:
+    from torch.utils import _pytree as pytree
+
+    if Box not in pytree.SUPPORTED_NODES:
+        pytree.register_pytree_node(Box, lambda box: ([box.tensor], None),
+                                    lambda leaves, _: Box(leaves[0]),
+                                    serialized_type_name=f"{__name__}.Box")
+
+
+@pytest.fixture
+def box_unregistered() -> Any:
+    from torch.utils import _pytree as pytree
+
+    yield
+    if Box in pytree.SUPPORTED_NODES:
+        pytree._deregister_pytree_node(Box)
+
+
+def test_a_program_whose_output_holds_an_unknown_class_registers_it_here(
+        box_unregistered: Any) -> None:
+    x = torch.randn(3)
+    calls: list[int] = []
+
+    def export() -> Any:  # in the child: registered there for the export only
+        _register_box()
+        return torch.export.export(Boxed(), (x,))
+
+    ep = export_process.export_in_child(export, Boxed(),
+                                        register=lambda: calls.append(1) or _register_box())
+    assert ep is not None and calls == [1]
+    assert export_process.unregistered_nodes(ep) == set()
+    out = ep.module()(x)
+    assert isinstance(out, Box) and torch.equal(out.tensor, x + 1)
+
+
+def test_a_program_of_known_classes_registers_nothing_here(box_unregistered: Any) -> None:
+    x = torch.randn(2, 8)
+    calls: list[int] = []
+    model = Block()
+    ep = export_process.export_in_child(lambda: torch.export.export(model, (x,)), model,
+                                        register=lambda: calls.append(1))
+    assert ep is not None and calls == []
+    assert export_process.unregistered_nodes(ep) == set()
+
+
+def test_unregistered_nodes_names_each_unknown_class_once(box_unregistered: Any) -> None:
+    from torch.utils import _pytree as pytree
+
+    _register_box()
+    ep = torch.export.export(Boxed(), (torch.randn(3),))
+    assert export_process.unregistered_nodes(ep) == set()
+    pytree._deregister_pytree_node(Box)
+    assert export_process.unregistered_nodes(ep) == {Box}

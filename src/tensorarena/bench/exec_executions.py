@@ -152,7 +152,7 @@ def warm_libraries(name: str, *, training: bool, options: dict[str, Any] | None 
         execution.drop()
 
 
-def measured_model(execution: str, model: str, *, batch: int, seq: int
+def measured_model(execution: str, model: str, *, batch: int, seq: int | None
                    ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """``(model, args, kwargs)`` at full size for inference, set up as the memory scripts of
     ``bench/`` measure it: one torch thread, ``execution``'s libraries warmed first

@@ -50,7 +50,8 @@ from tensorarena.runtime.export_wire import pack, propagate_fakes, unpack
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["can_export_in_child", "export_in_child", "reloader", "threads_in_the_way"]
+__all__ = ["can_export_in_child", "export_in_child", "reloader", "threads_in_the_way",
+           "unregistered_nodes"]
 
 _OK, _FAILED, _UNSAVED = b"O", b"F", b"U"
 _WIRED, _SAVED = b"W", b"S"  # the two forms of a program sent
@@ -93,10 +94,17 @@ def _stop_progress_monitors() -> None:
 
 
 def export_in_child(export: Callable[[], torch.export.ExportedProgram],
-                    model: torch.nn.Module) -> torch.export.ExportedProgram | None:
+                    model: torch.nn.Module, *,
+                    register: Callable[[], object] | None = None
+                    ) -> torch.export.ExportedProgram | None:
     """``export()`` run in a child process and read back here with ``model``'s tensors, or
     ``None`` where no child can run or the program cannot be saved (export it here). A failure
-    of ``export()`` raises its error here; a child that dies raises :class:`ExportFailedError`."""
+    of ``export()`` raises its error here; a child that dies raises :class:`ExportFailedError`.
+
+    ``register`` makes the classes the program's inputs and outputs may hold pytree nodes
+    here (transformers' caches): run only where the program read back holds one that is not
+    (or before ``torch.export.load``, which looks them up by name), as its imports weigh
+    megabytes in a process that may never need them."""
     _stop_progress_monitors()
     if threads_in_the_way():  # one started since the caller asked
         return None
@@ -121,7 +129,7 @@ def export_in_child(export: Callable[[], torch.export.ExportedProgram],
         status = _reap(pid)
     if kind == _OK:
         try:
-            return _load(payload, model)
+            return _load(payload, model, register)
         except Exception:  # a program torch.export.load cannot read back is exported here
             return None
     if kind == _FAILED:
@@ -259,13 +267,35 @@ def _how_it_ended(status: int) -> str:
     return f"exit status {os.WEXITSTATUS(status)}"
 
 
-def _load(payload: bytes, model: torch.nn.Module) -> torch.export.ExportedProgram:
+def _load(payload: bytes, model: torch.nn.Module,
+          register: Callable[[], object] | None = None) -> torch.export.ExportedProgram:
     """The program the child sent, with the model's own tensors where it sent none (and how to
-    read it back again: :func:`reloader`)."""
+    read it back again: :func:`reloader`); ``register`` as :func:`export_in_child` says."""
     own = _named_tensors(model)
+    if register is not None and payload[:1] != _WIRED:
+        register()
     ep = _read(payload, own)
+    if register is not None and unregistered_nodes(ep):
+        register()
     _RELOADS[ep] = partial(_read, payload, own)
     return ep
+
+
+def unregistered_nodes(ep: torch.export.ExportedProgram) -> set[type]:
+    """The classes in ``ep``'s input and output structure that are not pytree nodes here (a
+    call could not flatten or rebuild them)."""
+    from torch.utils import _pytree as pytree
+
+    found: set[type] = set()
+    specs = [ep.call_spec.in_spec, ep.call_spec.out_spec]
+    while specs:
+        spec = specs.pop()
+        if spec is None or spec.is_leaf():
+            continue
+        if spec.type not in pytree.SUPPORTED_NODES:
+            found.add(spec.type)
+        specs.extend(spec.children())
+    return found
 
 
 def _read(payload: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
