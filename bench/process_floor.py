@@ -153,12 +153,19 @@ def measure(execution: str, model_name: str, batch: int, seq: int | None, calls:
     return {"execution": execution, "arena": arena, "stages": stages, "build_seconds": seconds}
 
 
-def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
+def child_command(execution: str, options: argparse.Namespace) -> list[str]:
+    """The command line of the child that measures ``execution``: ``--seq`` only where one was
+    given (a model of images or audio takes none; a token model then has its own default)."""
     command = [sys.executable, __file__, "--child", execution, "--model", options.model,
                "--batch", str(options.batch), "--calls", str(options.calls),
                "--rebuilds", str(options.rebuilds)]
     if options.seq is not None:
         command += ["--seq", str(options.seq)]
+    return command
+
+
+def _in_child(execution: str, options: argparse.Namespace) -> dict[str, Any]:
+    command = child_command(execution, options)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{execution} failed:\n{done.stderr[-3000:]}")

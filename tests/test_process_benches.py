@@ -3,6 +3,7 @@ plain logic, and the GEMM replay against MKL's own log where torch is built with
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from pathlib import Path
 from types import ModuleType
@@ -63,6 +64,16 @@ def test_a_second_build_leaves_the_first_programs_figures_alone() -> None:
     assert floor._peak(result) == 60 and floor._peak(result, first=True) == 70
     assert floor.kept_by_kernels(result) == 5  # the first program's last call
     assert floor._first_del(result) == 120
+
+
+@pytest.mark.parametrize(("seq", "expected"), [(None, None), (128, "128"), (1, "1")])
+def test_the_child_is_given_a_sequence_length_only_where_one_was_asked(
+        seq: int | None, expected: str | None) -> None:
+    floor = _script("process_floor")
+    options = argparse.Namespace(model="resnet", batch=2, seq=seq, calls=3, rebuilds=1)
+    command = floor.child_command("planned", options)
+    assert command[command.index("--batch") + 1] == "2"
+    assert (command[command.index("--seq") + 1] if "--seq" in command else None) == expected
 
 
 @pytest.mark.parametrize("line", [
