@@ -112,3 +112,92 @@ def test_a_program_holding_what_pickle_cannot_write_is_left_to_torchs_format() -
     ep = torch.export.export(model, (torch.randn(4, 8),))
     ep._constants["unpicklable"] = lambda: None  # as a custom class pickle cannot write
     assert pack(ep, _own(model)) is None
+
+
+def _described(graph: Any) -> list[Any]:
+    """Every node's value as plain data: its structure, each tensor's layout, and its storage
+    numbered in first-seen order (equal lists: the same partition into shared storages)."""
+    storages: dict[int, int] = {}
+
+    def describe(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = storages.setdefault(value.untyped_storage()._cdata, len(storages))
+            return ("tensor", tuple(value.shape), value.stride(), value.storage_offset(),
+                    value.dtype, value.device, value.requires_grad, key)
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, [describe(v) for v in value])
+        if isinstance(value, dict):
+            return ("dict", [(k, describe(v)) for k, v in value.items()])
+        return ("value", type(value).__name__, value)
+
+    return [(n.name, describe(n.meta["val"]) if "val" in n.meta else "none") for n in graph.nodes]
+
+
+def _propagated(back: Any) -> list[Any]:
+    """The values ``propagate_fakes`` gives ``back``'s graph from its placeholders' values (what
+    unpack gave them before values travelled as specs)."""
+    from torch._guards import detect_fake_mode
+
+    from tensorarena.runtime.export_wire import propagate_fakes
+
+    graph = back.graph
+    values = [n.meta["val"] for n in graph.find_nodes(op="placeholder")]
+    for node in graph.nodes:
+        if node.op != "placeholder":
+            node.meta.pop("val", None)
+    propagate_fakes(graph, values, detect_fake_mode(values))
+    return _described(graph)
+
+
+@pytest.mark.parametrize(("name", "train"), [
+    ("gpt2", False), ("bert", False), ("llama", False), ("t5", False), ("vit", False),
+    ("resnet", False), ("whisper-encoder", False), ("gpt2", True)])
+def test_values_made_from_specs_equal_a_fake_propagations(name: str, train: bool) -> None:
+    # Same structure, layout, dtype, device and requires_grad for every node, and the same
+    # partition of values into shared storages (views, in-place results, eval-mode dropout's
+    # alias of its input, tied weights). ``train``: dropout runs (native_dropout's two
+    # outputs), batch norm updates its running statistics in place.
+    from tensorarena.planning.models import build_model
+
+    model, (args, kwargs) = build_model(name, size="tiny")
+    model.train(train)
+    with torch.no_grad():  # as the runtime exports
+        ep = torch.export.export(model, tuple(args), dict(kwargs), strict=False)
+    data = pack(ep, _own(model))
+    assert data is not None
+    back = unpack(data, _own(model))
+    sent = _described(back.graph)
+    assert sum(1 for _, value in sent if value != "none") > 0.9 * len(sent)
+    assert sent == _propagated(back)
+
+
+class Reinterpreted(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        y = x * 2
+        bits = y.view(torch.int32)  # one storage read under two dtypes
+        return bits[1:] + 1, y.t()[0]
+
+
+def test_a_storage_read_under_two_dtypes_stays_one_storage() -> None:
+    _, back = _trip(Reinterpreted(), torch.randn(4, 4))
+    values = {n.name: n.meta["val"] for n in back.graph.nodes if n.op == "call_function"}
+    y, bits = values["mul"], values["view"]
+    assert bits.dtype == torch.int32 and y.dtype == torch.float32
+    assert bits.untyped_storage()._cdata == y.untyped_storage()._cdata
+    assert _described(back.graph) == _propagated(back)
+
+
+def test_reading_a_program_back_runs_no_operator_on_fake_tensors(monkeypatch: Any) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model = Tied().eval()
+    ep = torch.export.export(model, (torch.tensor([[1, 2, 3]]),))
+    data = pack(ep, _own(model))
+    assert data is not None
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an operator ran through the fake mode")
+
+    monkeypatch.setattr(FakeTensorMode, "dispatch", refused)
+    back = unpack(data, _own(model))
+    assert all("val" in n.meta for n in back.graph.nodes)

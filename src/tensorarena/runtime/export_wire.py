@@ -8,16 +8,30 @@ own, which left the interpreter's small-object arenas (pymalloc, 1 MiB each) pin
 objects apiece: GPT-2 124M kept 7 more arenas resident, and 6 after the program was deleted.
 
 :func:`pack` (in the child) pickles what this process cannot recompute: each node's operation,
-name, target (an operator by name) and arguments, the placeholders' shapes, the signatures and the
-constants that are not the model's own. :func:`unpack` makes the graph node by node as it reads
-them, gives each placeholder its fake value (the model's own tensors for parameters and buffers:
-tied weights share one) and runs the graph on fake tensors (:func:`propagate_fakes`), which
-gives every node its value and each view its base's storage as an export made here has them.
+name, target (an operator by name) and arguments, each node's value as a spec, the signatures and
+the constants that are not the model's own. The values are those :func:`propagate_fakes` gives
+(the graph run on fake tensors, from the placeholders' values as :func:`unpack` makes them): it
+runs in the child, where the export made torch's per-operator tables already, and not here,
+where the few objects it makes once per process (operator registry entries, weakrefs) in the
+middle of the build's temporaries kept about ten one-MiB small-object arenas resident after the
+program was deleted (Llama 125M). The export's own values are not sent: they differ from a
+propagation's (``aten.dropout`` in eval mode gives a new storage there, an alias of its input
+here and in eager; a CPU attention's strides), and the planner reads aliasing from them.
+
+A value's spec keeps its structure (a tuple, list or dict of leaves) and gives each tensor its
+shape, strides, storage offset, dtype, device, ``requires_grad`` and a storage key: the distinct
+storages numbered in the order the nodes first show them (placeholders' included), each with its
+size. :func:`unpack` makes the graph node by node as it reads them, gives each placeholder its
+fake value (the model's own tensors for parameters and buffers: tied weights share one), each
+storage first seen at a placeholder that placeholder's fake storage and every other one fresh
+``meta`` bytes, and each tensor a fake view of its storage (``set_`` on a ``meta`` tensor, so
+that one storage read under two dtypes stays one): no operator runs through the fake mode.
 Node metadata other than the values is not sent: the planner reads only ``val``.
 
 Only programs with static shapes and no subgraphs travel so (no range constraints, only
 placeholders, operator calls and the output, every placeholder a tensor with a static shape or a
-plain constant): :func:`pack` gives ``None`` for the others, which travel with torch's format.
+plain constant, every value one a spec carries): :func:`pack` gives ``None`` for the others,
+which travel with torch's format.
 """
 
 from __future__ import annotations
@@ -37,6 +51,9 @@ __all__ = ["pack", "propagate_fakes", "unpack"]
 
 _NODE, _OP, _LEAF = "n", "o", "l"
 _PLAIN = (int, float, bool, str, type(None))
+#: A value's spec: a tensor, a plain leaf, or a tuple, list or dict of specs.
+_TENSOR, _VALUE, _TUPLE, _LIST, _DICT = "t", "v", "(", "[", "{"
+_ABSENT = object()  # a node without a value (an operator that returns None)
 
 
 class _NotSent(Exception):
@@ -52,7 +69,14 @@ def pack(ep: torch.export.ExportedProgram, own: dict[str, Any]) -> bytes | None:
     nodes = list(ep.graph.nodes)
     try:
         rows = [_row(th, node) for node in nodes]
+        values = _fake_values(th, ep, [row[3] for row in rows if row[0] == "placeholder"])
+        storages: dict[int, int] = {}  # a storage's ``_cdata`` -> its key
+        sizes: list[int] = []
+        rows = [(*row, _spec(th, value, storages, sizes))
+                for row, value in zip(rows, values, strict=True)]
     except _NotSent:
+        return None
+    except Exception:  # an operator the fake mode cannot run: torch's format, as before
         return None
     state = {k: v for k, v in ep.state_dict.items() if own.get(k) is not v}
     constants = {k: v for k, v in ep.constants.items() if own.get(k) is not v}
@@ -61,7 +85,7 @@ def pack(ep: torch.export.ExportedProgram, own: dict[str, Any]) -> bytes | None:
             "guards": list(getattr(ep, "_guards_code", []))}
     tail = {"state_dict": state, "constants": constants,
             "state_order": list(ep.state_dict), "constant_order": list(ep.constants),
-            "example_inputs": _shapes_only(th, ep.example_inputs)}
+            "example_inputs": _shapes_only(th, ep.example_inputs), "storage_sizes": sizes}
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, {node: k for k, node in enumerate(nodes)})
     try:
@@ -97,6 +121,53 @@ def _placeholder_spec(th: Any, value: Any) -> tuple[Any, ...]:
     if not all(type(n) is int for n in shape + stride):  # symbolic
         raise _NotSent(value)
     return ("tensor", shape, stride, value.dtype, value.device, value.requires_grad)
+
+
+def _fake_values(th: Any, ep: torch.export.ExportedProgram, specs: list[Any]) -> list[Any]:
+    """Each node's value as :func:`unpack` would give it by :func:`propagate_fakes`, with the
+    placeholders' values made as it makes them; the graph's own values are left as they were."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    placeholders = _placeholder_values(th, mode, ep.graph, specs,
+                                       {**ep.state_dict, **ep.constants},
+                                       ep.graph_signature)
+    nodes = list(ep.graph.nodes)
+    kept = [node.meta.pop("val", _ABSENT) for node in nodes]
+    try:
+        propagate_fakes(ep.graph, placeholders, mode)
+        return [node.meta.pop("val", _ABSENT) for node in nodes]
+    finally:
+        for node, value in zip(nodes, kept, strict=True):
+            node.meta.pop("val", None)
+            if value is not _ABSENT:
+                node.meta["val"] = value
+
+
+def _spec(th: Any, value: Any, storages: dict[int, int], sizes: list[int]) -> Any:
+    """``value`` as plain data: its structure, each tensor's layout and storage key (``sizes``
+    gets each new storage's size)."""
+    if value is _ABSENT:
+        return None
+    if isinstance(value, th.Tensor):
+        shape, stride = tuple(value.shape), tuple(value.stride())
+        offset = value.storage_offset()
+        if not all(type(n) is int for n in (*shape, *stride, offset)):  # symbolic
+            raise _NotSent(value)
+        storage = value.untyped_storage()
+        key = storages.setdefault(storage._cdata, len(storages))
+        if key == len(sizes):
+            sizes.append(storage.nbytes())
+        return (_TENSOR, shape, stride, offset, value.dtype, value.device,
+                value.requires_grad, key)
+    if type(value) in (int, float, bool, type(None)):
+        return (_VALUE, value)
+    if type(value) is tuple or isinstance(value, list):  # a namedtuple is left to torch's
+        kind = _TUPLE if type(value) is tuple else _LIST
+        return (kind, [_spec(th, v, storages, sizes) for v in value])
+    if isinstance(value, dict):
+        return (_DICT, [(k, _spec(th, v, storages, sizes)) for k, v in value.items()])
+    raise _NotSent(value)
 
 
 def _shapes_only(th: Any, inputs: Any) -> Any:
@@ -158,12 +229,14 @@ def unpack(data: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
     nodes: list[torch.fx.Node] = []
     reader = _Unpickler(io.BytesIO(data), nodes)
     head = reader.load()
-    specs: list[tuple[Any, ...]] = []
+    inputs: list[tuple[Any, ...]] = []  # each placeholder's spec as one
+    specs: list[Any] = []  # each node's value's
     for _ in range(head["rows"]):
-        op, name, target, args, kwargs = reader.load()
+        op, name, target, args, kwargs, value = reader.load()
         if op == "placeholder":
-            specs.append(args)
+            inputs.append(args)
             args = ()
+        specs.append(value)
         node = graph.create_node(op, target, args, kwargs, name=name)
         if node.name != name:  # FX renames a builtin's name ("input"); export's names stand
             node.name = name
@@ -171,22 +244,9 @@ def unpack(data: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
     tail = reader.load()
     state = _with_own(tail["state_order"], tail["state_dict"], own)
     constants = _with_own(tail["constant_order"], tail["constants"], own)
-    tensors = {**state, **constants}
-    targets = {spec.arg.name: spec.target for spec in head["signature"].input_specs
-               if getattr(spec.arg, "name", None) is not None and spec.target is not None}
-    values = []
-    with mode:
-        for node, spec in zip(graph.find_nodes(op="placeholder"), specs, strict=True):
-            real = tensors.get(targets.get(node.name, ""))
-            if isinstance(real, th.Tensor):
-                values.append(mode.from_tensor(real, static_shapes=True))
-            elif spec[0] == "tensor":
-                _, shape, stride, dtype, device, grad = spec
-                values.append(th.empty_strided(shape, stride, dtype=dtype, device=device,
-                                               requires_grad=grad))
-            else:
-                values.append(spec[1])
-    propagate_fakes(graph, values, mode)
+    values = _placeholder_values(th, mode, graph, inputs, {**state, **constants},
+                                 head["signature"])
+    _give_values(th, mode, graph, values, specs, tail["storage_sizes"])
     ep = th.export.ExportedProgram(
         root=th.nn.Module(), graph=graph, graph_signature=head["signature"],
         state_dict=state, range_constraints={}, module_call_graph=head["calls"],
@@ -194,6 +254,65 @@ def unpack(data: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
         verifiers=head["verifiers"])
     ep._guards_code = head["guards"]
     return ep  # type: ignore[no-any-return]
+
+
+def _placeholder_values(th: Any, mode: Any, graph: torch.fx.Graph, specs: list[Any],
+                        tensors: dict[str, Any], signature: Any) -> list[Any]:
+    """The placeholders' fake values from their ``specs`` (:func:`_placeholder_spec`): the
+    model's own tensors (``tensors`` by the signature's names) made fake, inputs as their shape."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    targets = {spec.arg.name: spec.target for spec in signature.input_specs
+               if getattr(spec.arg, "name", None) is not None and spec.target is not None}
+    values = []
+    for node, spec in zip(graph.find_nodes(op="placeholder"), specs, strict=True):
+        real = tensors.get(targets.get(node.name, ""))
+        if isinstance(real, th.Tensor):
+            values.append(mode.from_tensor(real, static_shapes=True))
+        elif spec[0] == "tensor":
+            _, shape, stride, dtype, device, grad = spec
+            meta = th.empty_strided(shape, stride, dtype=dtype, device="meta")
+            values.append(FakeTensor(mode, meta, device, requires_grad=grad))
+        else:
+            values.append(spec[1])
+    return values
+
+
+def _give_values(th: Any, mode: Any, graph: torch.fx.Graph, values: list[Any],
+                 specs: list[Any], sizes: list[int]) -> None:
+    """Each node's ``meta["val"]``: the placeholders' ``values``, the others' made from their
+    ``specs`` (one for each node), a storage first seen at a placeholder being its value's."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+    storages: dict[int, Any] = {}
+    placeholders = iter(values)
+
+    def make(spec: Any) -> Any:
+        kind = spec[0]
+        if kind == _TENSOR:
+            _, shape, stride, offset, dtype, device, grad, key = spec
+            storage = storages.get(key)
+            if storage is None:
+                storage = th.empty((sizes[key],), dtype=th.uint8, device="meta").untyped_storage()
+                storages[key] = storage
+            meta = th.empty((0,), dtype=dtype, device="meta").set_(storage, offset, shape, stride)
+            return FakeTensor(mode, meta, device, requires_grad=grad)
+        if kind == _VALUE:
+            return spec[1]
+        if kind == _DICT:
+            return immutable_dict((k, make(v)) for k, v in spec[1])
+        items = [make(v) for v in spec[1]]
+        return tuple(items) if kind == _TUPLE else immutable_list(items)
+
+    for node, spec in zip(graph.nodes, specs, strict=True):
+        if node.op == "placeholder":
+            value = next(placeholders)
+            if spec is not None and spec[0] == _TENSOR:
+                storages.setdefault(spec[-1], value.untyped_storage())
+            node.meta["val"] = value
+        elif spec is not None:
+            node.meta["val"] = make(spec)
 
 
 def _with_own(order: list[str], sent: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
