@@ -6,7 +6,9 @@
 use, as ``torch.fx`` code generation does. Out calls sit in ``try`` blocks (free in CPython 3.11
 until something raises): an out variant that refuses its slot falls back to the ``copy`` path and
 the node is reported, never a crash. Which path each node takes was decided before planning
-(:func:`~tensorarena.runtime.lowering.classify`).
+(:func:`~tensorarena.runtime.lowering.classify`). A long function is compiled by a child
+interpreter (:func:`~tensorarena.runtime.source_compile.compile_source`): its syntax tree would
+have been the process's peak.
 
 With ``poison=True`` every buffer's bytes are overwritten (``0xFF``: NaN in floating point) right
 after its last use and the whole arena before the first node, so a lifetime computed too short,
@@ -24,6 +26,7 @@ from tensorarena.planning.graph_problem import GraphProblem, TensorSpec
 from tensorarena.runtime.kernel_arena import KernelHooks
 from tensorarena.runtime.materialize import slot
 from tensorarena.runtime.node_statements import SourceWriter, resolve_target, write_statement
+from tensorarena.runtime.source_compile import compile_source
 
 if TYPE_CHECKING:
     import torch
@@ -162,7 +165,7 @@ def generate(
             lines.append(f"    del {', '.join(dead)}")
     source = "\n".join(lines) + "\n"
     namespace = dict(writer.globals)
-    exec(compile(source, f"<tensorarena planned {gp.name or 'program'}>", "exec"), namespace)
+    exec(compile_source(source, f"<tensorarena planned {gp.name or 'program'}>"), namespace)
     run = namespace["run"] if kernel is None else kernel.installed(namespace["run"])
     return Generated(run, packed(source), slots, failed, namespace)
 

@@ -60,9 +60,9 @@ def record_kernels(compiler: Compiler, current: Specialization, inputs: list[Any
     code = generate_code(compiler, current.graph, current.lowering, current.plan,
                          poison=compiler.poison, memory=memory, kernel=hooks)
     if compiler.device == CPU:
-        # Compiling the code peaked at tens of MiB of the C heap (its syntax tree), free now:
-        # given back before the call touches the arena's pages and its kernels' temporaries
-        # come on top (Llama 125M 1x256: 21 MiB resident through the recording call).
+        # Code compiled here (short, or no child could: source_compile) left the C heap of
+        # its syntax tree, free now: given back before the call touches the arena's pages and
+        # its kernels' temporaries come on top.
         trim_c_heap()
     outputs = code.run(inputs)
     if current.arenas is not None:

@@ -96,8 +96,8 @@ def regenerate(compiler: Compiler, current: Specialization) -> None:
                                           kernel=serving(current))
     current.generation = compiler.workspace.generation
     if compiler.device == CPU:
-        # Compiling a large generated function peaks at tens of MiB of the C heap (its
-        # syntax tree), which glibc keeps resident once freed (Llama 125M: 20 MiB).
+        # A generated function compiled here (short, or no child could: source_compile)
+        # peaks in the C heap (its syntax tree), which glibc keeps resident once freed.
         trim_c_heap()
 
 
