@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from _export_models import Block  # noqa: E402
 
-from tensorarena.runtime.export_wire import pack, unpack  # noqa: E402
+from tensorarena.runtime.export_wire import lazy_graph_modules, pack, unpack  # noqa: E402
 
 
 class Tied(torch.nn.Module):
@@ -201,3 +201,55 @@ def test_reading_a_program_back_runs_no_operator_on_fake_tensors(monkeypatch: An
     monkeypatch.setattr(FakeTensorMode, "dispatch", refused)
     back = unpack(data, _own(model))
     assert all("val" in n.meta for n in back.graph.nodes)
+
+
+def test_the_read_back_module_writes_its_code_only_when_something_runs_it(
+        monkeypatch: Any) -> None:
+    from torch.export import exported_program as torch_export_module
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    made = torch_export_module._create_graph_module_for_export
+    written: list[int] = []
+    real = torch.fx.Graph.python_code
+
+    def python_code(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        written.append(len(graph.nodes))
+        return real(graph, *args, **kwargs)
+
+    monkeypatch.setattr(torch.fx.Graph, "python_code", python_code)
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    ep = torch.export.export(model, (x,))
+    data = pack(ep, _own(model))
+    assert data is not None
+    written.clear()
+    back = unpack(data, _own(model))
+    assert written == []  # read back: no forward written, none compiled
+    assert isinstance(back.graph_module, _LazyGraphModule)
+    assert torch_export_module._create_graph_module_for_export is made  # put back
+    assert "def forward" in back.graph_module.code and written  # written once asked for
+    assert torch.equal(back.module()(x), model(x))
+
+
+def test_lazy_modules_are_made_only_within_and_put_back_after_an_error() -> None:
+    from torch.export import exported_program as torch_export_module
+
+    made = torch_export_module._create_graph_module_for_export
+    with pytest.raises(RuntimeError, match="in the middle"), lazy_graph_modules(torch):
+        assert torch_export_module._create_graph_module_for_export is not made
+        raise RuntimeError("in the middle")
+    assert torch_export_module._create_graph_module_for_export is made
+    gm = made(torch.nn.Module(), torch.fx.Graph())
+    assert type(gm).__mro__[1] is torch.fx.GraphModule  # eager again outside
+
+
+def test_a_torch_without_lazy_modules_reads_back_as_before(monkeypatch: Any) -> None:
+    from torch.fx import _lazy_graph_module
+
+    monkeypatch.delattr(_lazy_graph_module, "_LazyGraphModule")
+    model = Block().eval()
+    x = torch.randn(4, 8)
+    _ep, back = _trip(model, x)
+    assert type(back.graph_module).__mro__[1] is torch.fx.GraphModule
+    assert "def forward" in back.graph_module.code
+    assert torch.equal(back.module()(x), model(x))

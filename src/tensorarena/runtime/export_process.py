@@ -45,7 +45,7 @@ import tensorarena.errors as error_classes
 from tensorarena._optional import load_torch
 from tensorarena.errors import ExportFailedError, ExportProcessError
 from tensorarena.interop.other_threads import is_progress_monitor, other_threads
-from tensorarena.runtime.export_wire import pack, propagate_fakes, unpack
+from tensorarena.runtime.export_wire import lazy_graph_modules, pack, propagate_fakes, unpack
 
 if TYPE_CHECKING:
     import torch
@@ -305,7 +305,8 @@ def _read(payload: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
     (length,) = _LENGTH.unpack_from(payload, 1)
     start = 1 + _LENGTH.size
     moved: dict[str, list[str]] = pickle.loads(payload[start:start + length])
-    ep: torch.export.ExportedProgram = th.export.load(io.BytesIO(payload[start + length:]))
+    with lazy_graph_modules(th):  # its forward is never run here (export_wire)
+        ep: torch.export.ExportedProgram = th.export.load(io.BytesIO(payload[start + length:]))
     for name in moved["state_dict"]:
         ep._state_dict[name] = own[name]
     for name in moved["constants"]:
