@@ -99,3 +99,33 @@ def test_seeding_mkl_with_its_largest_buffer_keeps_one() -> None:
     assert held["largest first"]["mkl_buffers"] == 1
     assert held["seeded"]["mkl_buffers"] == 1
     assert held["largest first"]["mkl_bytes"] < held["program order"]["mkl_bytes"]
+
+
+@pytest.mark.parametrize("savings", [(), ("compile-here",), ("eager-fx",),
+                                     ("compile-here", "eager-fx")])
+def test_each_build_peaks_variant_turns_off_what_it_names_and_nothing_else(
+        monkeypatch: pytest.MonkeyPatch, savings: tuple[str, ...]) -> None:
+    pytest.importorskip("torch")
+    import contextlib
+    import sys
+
+    from tensorarena.runtime import export_wire, source_compile
+
+    shipped_from, shipped_lazy = source_compile.ELSEWHERE_FROM, export_wire.lazy_graph_modules
+    monkeypatch.setattr(source_compile, "ELSEWHERE_FROM", shipped_from)  # put back after
+    monkeypatch.setattr(export_wire, "lazy_graph_modules", shipped_lazy)
+    _script("build_peaks").turn_off(savings)
+    assert (sys.maxsize == source_compile.ELSEWHERE_FROM) == ("compile-here" in savings)
+    assert (export_wire.lazy_graph_modules is shipped_lazy) == ("eager-fx" not in savings)
+    if "eager-fx" in savings:
+        assert isinstance(export_wire.lazy_graph_modules(None), contextlib.nullcontext)
+
+
+def test_build_peaks_names_every_variant_and_gives_a_sequence_only_where_asked() -> None:
+    peaks = _script("build_peaks")
+    assert {execution for execution, _ in peaks.VARIANTS.values()} == {"eager", "planned"}
+    for seq, expected in ((None, None), (256, "256")):
+        options = argparse.Namespace(model="llama", batch=1, seq=seq, calls=4)
+        command = peaks.child_command("planned, both", options)
+        assert command[command.index("--child") + 1] == "planned, both"
+        assert (command[command.index("--seq") + 1] if "--seq" in command else None) == expected
