@@ -8,7 +8,8 @@ Two things the planned program's process used to do that nothing runs:
   interpreter do it;
 * ``eager-fx``: read the exported program back with an eager FX module, which writes and
   compiles the whole graph's ``forward``, where ``runtime.export_wire.lazy_graph_modules``
-  makes FX's lazy one.
+  makes FX's lazy one (``--training``: the traced step's module, where
+  ``planning.torch_training.lazy_modules`` does).
 
 Each variant (``planned`` as shipped, each saving turned off, both, and eager for the ratio)
 runs in its own fresh process as ``bench/process_floor.py`` does (libraries warmed on a tiny
@@ -18,6 +19,7 @@ first call's peak, the steady call's (the last of ``--calls``), and what stays a
 and ``tensorarena.empty_cache()``.
 
     .venv/bin/python bench/build_peaks.py [--model llama] [--batch 1] [--seq 256] [--rounds 3]
+    .venv/bin/python bench/build_peaks.py --training --model gpt2 --batch 2 --seq 128
 
 Linux only (``/proc/self/status``); elsewhere it says so and exits.
 """
@@ -52,13 +54,29 @@ def turn_off(savings: tuple[str, ...]) -> None:
 
         source_compile.ELSEWHERE_FROM = sys.maxsize
     if "eager-fx" in savings:
+        from tensorarena.planning import torch_training
         from tensorarena.runtime import export_wire
 
         export_wire.lazy_graph_modules = lambda th: contextlib.nullcontext()
+        torch_training.lazy_modules = contextlib.nullcontext
+
+
+def _training_model(execution: str, model_name: str, batch: int, seq: int | None
+                    ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """As ``measured_model``, in training mode with the training step's libraries warmed."""
+    import torch
+
+    from tensorarena.bench.exec_executions import warm_libraries
+    from tensorarena.planning.models import build_model
+
+    torch.set_num_threads(1)
+    warm_libraries(execution, training=True)
+    model, (args, kwargs) = build_model(model_name, size="base", batch=batch, seq=seq)
+    return model.train(), tuple(args), dict(kwargs)
 
 
 def measure(variant: str, model_name: str, batch: int, seq: int | None,
-            calls: int) -> dict[str, int]:
+            calls: int, training: bool = False) -> dict[str, int]:
     """One variant's figures, in this process (the child's side)."""
     import tensorarena
     from tensorarena.bench import process_memory
@@ -66,7 +84,8 @@ def measure(variant: str, model_name: str, batch: int, seq: int | None,
 
     execution, savings = VARIANTS[variant]
     turn_off(savings)
-    model, args, kwargs = measured_model(execution, model_name, batch=batch, seq=seq)
+    make = _training_model if training else measured_model
+    model, args, kwargs = make(execution, model_name, batch=batch, seq=seq)
     gc.collect()
     baseline = process_memory.rss() or 0
 
@@ -78,7 +97,7 @@ def measure(variant: str, model_name: str, batch: int, seq: int | None,
 
     held: list[Any] = []
     result = {"build_peak": peak_of(lambda: held.append(build_execution(
-        execution, model, args, kwargs, training=False)))}
+        execution, model, args, kwargs, training=training)))}
     built = held.pop()
     result["built"] = (process_memory.rss() or 0) - baseline
     peaks = []
@@ -97,6 +116,7 @@ def child_command(variant: str, options: argparse.Namespace) -> list[str]:
     """The command line of one measuring process."""
     command = [sys.executable, __file__, "--child", variant, "--model", options.model,
                "--batch", str(options.batch), "--calls", str(options.calls)]
+    command += ["--training"] if options.training else []
     return command + (["--seq", str(options.seq)] if options.seq is not None else [])
 
 
@@ -107,11 +127,12 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=None, help="none for image models")
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--training", action="store_true", help="a training step (train mode)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         print(json.dumps(measure(options.child, options.model, options.batch, options.seq,
-                                 options.calls)))
+                                 options.calls, options.training)))
         return 0
     if not sys.platform.startswith("linux"):
         print("skipped: this script reads /proc/self/status (Linux)")
@@ -126,8 +147,9 @@ def main() -> int:
                 raise SystemExit(f"{variant} failed:\n{done.stderr[-3000:]}")
             rows[variant].append(json.loads(done.stdout.strip().splitlines()[-1]))
     shape = f"{options.batch}x{options.seq}" if options.seq is not None else str(options.batch)
-    print(f"{options.model} {shape} (base size), one thread, medians of {options.rounds} fresh "
-          "processes; MiB resident above the baseline")
+    step = ", a training step" if options.training else ""
+    print(f"{options.model} {shape} (base size{step}), one thread, medians of {options.rounds} "
+          "fresh processes; MiB resident above the baseline")
     print(f"  {'variant':24s}" + "".join(f"{stage:>13s}" for stage in STAGES)
           + f"{'steady/eager':>14s}")
     eager = statistics.median(r["steady_peak"] for r in rows["eager"])

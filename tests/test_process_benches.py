@@ -125,7 +125,10 @@ def test_build_peaks_names_every_variant_and_gives_a_sequence_only_where_asked()
     peaks = _script("build_peaks")
     assert {execution for execution, _ in peaks.VARIANTS.values()} == {"eager", "planned"}
     for seq, expected in ((None, None), (256, "256")):
-        options = argparse.Namespace(model="llama", batch=1, seq=seq, calls=4)
-        command = peaks.child_command("planned, both", options)
+        for training in (False, True):
+            options = argparse.Namespace(model="llama", batch=1, seq=seq, calls=4,
+                                         training=training)
+            command = peaks.child_command("planned, both", options)
+            assert ("--training" in command) == training
         assert command[command.index("--child") + 1] == "planned, both"
         assert (command[command.index("--seq") + 1] if "--seq" in command else None) == expected

@@ -347,6 +347,28 @@ def test_trace_training_with_a_custom_loss_and_kwargs() -> None:
     check_consistent(problem_from_fx(gm))
 
 
+@pytest.mark.parametrize("mode", ["fake", "real"])
+def test_a_traced_step_writes_its_code_only_when_something_runs_it(
+        monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    written: list[int] = []
+    real = torch.fx.Graph.python_code
+
+    def python_code(graph: torch.fx.Graph, *args: object, **kwargs: object) -> object:
+        written.append(len(graph.nodes))
+        return real(graph, *args, **kwargs)
+
+    monkeypatch.setattr(torch.fx.Graph, "python_code", python_code)
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(4, 16)
+    gm = trace_training(model.train(), (x,), tracing_mode=mode)
+    assert written == []  # the step's whole forward and backward: not written, not compiled
+    check_consistent(problem_from_fx(gm))
+    params = [p.detach() for p in model.parameters()]
+    loss, *grads = gm(params, [], (x,), {})  # run: written now, and right
+    assert written and torch.allclose(loss, MLP.forward(model, x).float().sum())
+    assert len(grads[0]) == len(params)
+
+
 def test_trace_training_needs_a_trainable_parameter() -> None:
     model = MLP().requires_grad_(False)
     with pytest.raises(InvalidProblemError, match="trainable"):

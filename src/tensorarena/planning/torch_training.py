@@ -8,6 +8,7 @@ and source in ``node.meta`` (:data:`KIND_KEY`, :data:`SOURCE_KEY`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -24,6 +25,7 @@ __all__ = [
     "TRACING_MODE_KEY",
     "data_dependent_errors",
     "default_loss",
+    "lazy_modules",
     "trace_training",
 ]
 
@@ -32,6 +34,17 @@ KIND_KEY = "tensorarena_kind"
 SOURCE_KEY = "tensorarena_source"
 #: The ``GraphModule.meta`` key where :func:`trace_training` says how it traced: fake or real.
 TRACING_MODE_KEY = "tensorarena_tracing_mode"
+
+
+def lazy_modules() -> contextlib.AbstractContextManager[None]:
+    """Within it, ``make_fx`` makes FX's lazy module (``_LazyGraphModule``): its ``forward`` is
+    written and compiled when something runs or reads it, not as it is made. The planner never
+    runs the traced step's module; writing it was the build's peak (the whole step's Python,
+    thousands of nodes, and its syntax tree). A torch without it traces as before."""
+    from torch.fx import _lazy_graph_module
+
+    use = getattr(_lazy_graph_module, "_use_lazy_graph_module", None)
+    return use(True) if use is not None else contextlib.nullcontext()
 
 
 def trace_training(
@@ -82,13 +95,15 @@ def trace_training(
 
     inputs = (list(params.values()), list(buffers.values()), args, kwargs)
     try:
-        gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
+        with lazy_modules():
+            gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
     except data_dependent_errors() as exc:
         if tracing_mode == "real":
             raise InvalidProblemError(f"cannot trace the training step: {exc}") from exc
         tracing_mode = "real"  # real values answer the guards that fake ones cannot
         try:
-            gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
+            with lazy_modules():
+                gm = make_fx(step, tracing_mode=tracing_mode)(*inputs)
         except Exception as again:
             raise InvalidProblemError(
                 f"cannot trace the training step with fake tensors ({type(exc).__name__}: "
