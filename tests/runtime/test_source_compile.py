@@ -82,6 +82,17 @@ def test_a_syntax_error_is_compiles_own() -> None:
     assert err.value.lineno == source.count("\n")
 
 
+@pytest.mark.parametrize(("tail", "error"), [("x = 1\0\n", SyntaxError),
+                                             ("s = '\ud800'\n", UnicodeEncodeError)])
+def test_a_source_compile_refuses_is_refused_as_compile_refuses_it(
+        tail: str, error: type[Exception]) -> None:
+    source = _source(ELSEWHERE_FROM) + tail  # a null byte; a lone surrogate (cannot travel)
+    with pytest.raises(error):
+        compile(source, NAME, "exec", dont_inherit=True)
+    with pytest.raises(error):
+        compile_source(source, NAME)
+
+
 def test_without_an_interpreter_to_start_it_compiles_here(
         monkeypatch: pytest.MonkeyPatch, _fresh: list[list[str]]) -> None:
     source = _source(ELSEWHERE_FROM)

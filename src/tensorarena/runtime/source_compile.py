@@ -70,7 +70,11 @@ def _compile_elsewhere(source: str, filename: str) -> CodeType | None:
     """The code object compiled by a child, or None where it gave none that is ours."""
     command = [sys.executable, "-I", "-S", "-c", _CHILD, filename, str(sys.flags.optimize)]
     try:
-        done = subprocess.run(command, input=source.encode(), capture_output=True,
+        text = source.encode()
+    except UnicodeEncodeError:  # a lone surrogate: compile() says what it makes of it
+        return None
+    try:
+        done = subprocess.run(command, input=text, capture_output=True,
                               timeout=TIMEOUT_SECONDS, check=False)
     except subprocess.TimeoutExpired:
         return None
