@@ -30,8 +30,8 @@ Node metadata other than the values is not sent: the planner reads only ``val``.
 
 The program's module is made lazy (FX's ``_LazyGraphModule``): ``ExportedProgram`` otherwise
 writes and compiles the whole graph's ``forward``, which the planner never runs, while it reads
-the program back (T5-small 2x128: the build's peak 10.2 -> 3.3 MiB resident, the steady call's
-16.2-17.2 -> 15.8-15.9). Its code is written the first time something runs it or reads it.
+the program back: the build's peak, and interpreter arenas kept resident by what it left
+(``bench/build_peaks.py``). Its code is written the first time something runs it or reads it.
 
 Only programs with static shapes and no subgraphs travel so (no range constraints, only
 placeholders, operator calls and the output, every placeholder a tensor with a static shape or a

@@ -1,21 +1,21 @@
 """Generated source compiled in a short-lived interpreter, so that its syntax tree never lives here.
 
 CPython's ``compile()`` builds the whole syntax tree and symbol tables of a module before it
-emits bytecode, at about a hundred bytes of C heap per character of source: the function of
-one plan for Llama 125M at 1x256 (210 000 characters) peaked at +20.7 MiB resident while it
-compiled, T5-small's (85 000) at +8.7 MiB, and the first call of a shape compiles twice (the
-recording's code, then the steady one). That peak was the process's highest of the whole run
-for a planned program. :func:`compile_source` has a fresh ``sys.executable -I -S`` compile the
-source and send back the code object as :mod:`marshal` bytes: +1.6 MiB here for Llama, +10 ms.
+emits bytecode, about a hundred bytes of C heap per character of source, and a planned
+program's function runs to hundreds of thousands of characters for a full-size model; the first
+call of a shape compiles twice (the recording's code, then the steady one). That peak was the
+process's highest of the whole run for a planned program, and glibc kept part of it resident.
+:func:`compile_source` has a fresh ``sys.executable -I -S`` compile the source and send back the
+code object as :mod:`marshal` bytes (``bench/build_peaks.py`` measures both ways).
 
 The child and this interpreter must read the same bytecode: the child writes its
 ``importlib.util.MAGIC_NUMBER`` first and the code is loaded only when it is ours. Anything
-else (a source below :data:`ELSEWHERE_FROM` characters, where starting an interpreter costs
-more than the syntax tree, no ``sys.executable`` or one not named ``python*`` (an embedding
-host program), a child that fails, times out, writes
-something else, or a source with a syntax error) compiles here, as ``compile()`` would, so the
-result and the errors are those of ``compile()``. A child that cannot be started at all is not
-tried again in this process.
+else compiles here, as ``compile()`` would, so the result and the errors are those of
+``compile()``: a source below :data:`ELSEWHERE_FROM` characters (starting an interpreter costs
+more than its syntax tree), no ``sys.executable`` or one not named ``python*`` (a host program
+embedding Python), a source that cannot be encoded to send, a child that fails, times out or
+writes something else, a syntax error. A child that cannot be started at all is not tried
+again in this process.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from types import CodeType
 
 __all__ = ["ELSEWHERE_FROM", "TIMEOUT_SECONDS", "compile_source"]
 
-#: Sources shorter than this (characters) compile here: ~3 MiB of syntax tree at most.
+#: Sources shorter than this (characters) compile here: a few MiB of syntax tree at most.
 ELSEWHERE_FROM = 32 * 1024
 #: The longest a child may take before the source is compiled here instead.
 TIMEOUT_SECONDS = 20.0
