@@ -16,7 +16,8 @@ runs in its own fresh process as ``bench/process_floor.py`` does (libraries warm
 model, then the full-size model and its inputs, then the baseline), ``--rounds`` times in
 rotating order; the medians, in MiB above the baseline: the build's peak, what it leaves, the
 first call's peak, the steady call's (the last of ``--calls``), and what stays after ``del``
-and ``tensorarena.empty_cache()``.
+and ``tensorarena.empty_cache()``; and for the planned program, the peak of compiling its code
+in the process (``compile()``, what ``compile-here`` does at every new shape).
 
     .venv/bin/python bench/build_peaks.py [--model llama] [--batch 1] [--seq 256] [--rounds 3]
     .venv/bin/python bench/build_peaks.py --training --model gpt2 --batch 2 --seq 128
@@ -105,10 +106,15 @@ def measure(variant: str, model_name: str, batch: int, seq: int | None,
         peaks.append(peak_of(built.call))
         built.drop()
     result.update(first_peak=peaks[0], steady_peak=peaks[-1])
+    source = built.program.source if built.program is not None else ""
     del built
     gc.collect()
     tensorarena.empty_cache()
     result["after_del"] = (process_memory.rss() or 0) - baseline
+    if source:  # last, as it leaves heap behind: what compiling the program's code here peaks at
+        before = process_memory.rss() or 0
+        result["source_chars"] = len(source)
+        result["compile_peak"] = peak_of(lambda: compile(source, "<x>", "exec")) + baseline - before
     return result
 
 
@@ -158,6 +164,12 @@ def main() -> int:
         ratio = medians[STAGES.index("steady_peak")] / eager if eager else float("nan")
         print(f"  {variant:24s}" + "".join(f"{m / MIB:13.1f}" for m in medians)
               + f"{ratio:14.2f}")
+    compiled = [r for r in rows["planned"] if "compile_peak" in r]
+    if compiled:
+        chars = statistics.median(r["source_chars"] for r in compiled)
+        peak = statistics.median(r["compile_peak"] for r in compiled)
+        print(f"  compiling the planned program's code here: {chars:,.0f} characters, peak "
+              f"+{peak / MIB:.1f} MiB resident ({peak / chars:.0f} bytes a character)")
     return 0
 
 

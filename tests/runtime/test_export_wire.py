@@ -253,3 +253,15 @@ def test_a_torch_without_lazy_modules_reads_back_as_before(monkeypatch: Any) -> 
     assert type(back.graph_module).__mro__[1] is torch.fx.GraphModule
     assert "def forward" in back.graph_module.code
     assert torch.equal(back.module()(x), model(x))
+
+
+def test_lazy_modules_nest_in_one_thread_and_put_back_torchs_own() -> None:
+    from torch.export import exported_program as torch_export_module
+
+    made = torch_export_module._create_graph_module_for_export
+    with lazy_graph_modules(torch):
+        outer = torch_export_module._create_graph_module_for_export
+        with lazy_graph_modules(torch):  # no deadlock
+            assert torch_export_module._create_graph_module_for_export is not made
+        assert torch_export_module._create_graph_module_for_export is outer
+    assert torch_export_module._create_graph_module_for_export is made

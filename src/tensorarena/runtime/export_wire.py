@@ -265,7 +265,7 @@ def unpack(data: bytes, own: dict[str, Any]) -> torch.export.ExportedProgram:
     return ep  # type: ignore[no-any-return]
 
 
-_LAZY_LOCK = threading.Lock()
+_LAZY_LOCK = threading.RLock()  # re-entered: an inner one puts back the outer's factory
 
 
 @contextmanager
